@@ -225,8 +225,8 @@ class ClusterSnapshot:
     jobs: tuple[Job, ...] = ()
     partitions: tuple[Partition, ...] = ()
     switches: tuple[Switch, ...] = ()
-    _node_index: Mapping[str, Node] = field(default=MappingProxyType({}), compare=False,
-                                            repr=False)
+    _node_index: Mapping[str, Node] = field(default=None, init=False, compare=False,
+                                            repr=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_node_index",

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# slurm-marl's two entry points, for a fresh Debian 12 machine (run as root, or with sudo):
+#   bash run.sh demo   the main job: a real local Slurm cluster + the agent on a real trace
+#   bash run.sh test   the whole test suite (real Slurm daemons included)
+# Both install what they need first: Debian packages (Slurm 22.05, munge, hwloc) and a
+# virtualenv with the pinned Python dependencies. Re-runs skip what is already there.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${SLURM_MARL_VENV:-.venv}
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+install_system() {
+  local need=()
+  for bin in slurmctld slurmd sbatch munged lstopo-no-graphics; do
+    PATH="$PATH:/usr/sbin:/sbin" command -v "$bin" >/dev/null 2>&1 || need+=("$bin")
+  done
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "installing Debian packages (missing: ${need[*]})" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      slurmctld slurmd slurm-client munge hwloc-nox python3 python3-venv python3-dev >/dev/null
+  fi
+}
+
+install_python() {
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  local stamp="$VENV/.slurm-marl-installed"
+  local want; want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "installing Python dependencies into $VENV" >&2
+    "$VENV/bin/pip" install -q --upgrade pip >/dev/null 2>&1 || true
+    # torch first and exactly pinned: a CPU wheel; any range would pull a CUDA build
+    "$VENV/bin/pip" install -q "torch==2.13.0"
+    "$VENV/bin/pip" install -q -e '.[test]'
+    echo "$want" > "$stamp"
+  fi
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  demo)
+    install_system; install_python
+    exec "$VENV/bin/slurm-marl" demo "$@" ;;
+  test)
+    install_system; install_python
+    export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+    exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  setup)
+    install_system; install_python ;;
+  *)
+    echo "usage: bash run.sh demo|test|setup [args...]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,478 @@
+"""A real, throw-away Slurm cluster on this host: munged, slurmctld and one slurmd per node.
+
+Used by the tests, the benchmarks and the demo. Everything lives under one folder; daemons
+listen on free loopback ports; fake GPUs are device files that are symlinks to /dev/null,
+typed per socket in gres.conf (``Type=s0``, ``Type=s1``) so GPU groups are real to Slurm.
+Teardown goes by PID (from the pid files this harness wrote), never by process name, so two
+clusters, or a production Slurm, on the same host are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+APT_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "hwloc-nox")
+REQUIRED_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol")
+STATE_FILE = "cluster.json"
+
+
+class HarnessError(RuntimeError):
+    """The local cluster could not be installed, started or stopped."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Shape of the local cluster: ``nodes`` x ``sockets`` x ``gpus_per_socket`` fake GPUs."""
+
+    nodes: int = 4
+    sockets: int = 2
+    cores_per_socket: int = 4
+    gpus_per_socket: int = 2
+    nodes_per_leaf: int = 2
+    memory_mib: int = 16000
+    partition: str = "gpu"
+    # Extra partitions as (name, node indices starting at 1); the main partition has all.
+    extra_partitions: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    sched_interval_s: int = 5
+    job_submit_lua: str | None = None
+    extra_slurm_conf: str = ""
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.sockets * self.gpus_per_socket
+
+    @property
+    def leaves(self) -> dict[str, list[str]]:
+        names = self.node_names
+        per = max(1, self.nodes_per_leaf)
+        return {f"leaf{k // per + 1}": names[k:k + per] for k in range(0, len(names), per)}
+
+
+def missing_binaries() -> list[str]:
+    paths = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    return [b for b in REQUIRED_BINARIES if shutil.which(b, path=paths) is None]
+
+
+def ensure_installed() -> None:
+    """Install Debian's Slurm and munge if they are missing (idempotent; needs root)."""
+    if not missing_binaries():
+        return
+    if os.geteuid() != 0:
+        raise HarnessError(
+            f"Slurm binaries missing ({', '.join(missing_binaries())}) and not root: run "
+            f"`apt-get install -y --no-install-recommends {' '.join(APT_PACKAGES)}`")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    log.info("installing %s with apt-get", " ".join(APT_PACKAGES))
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *APT_PACKAGES]):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise HarnessError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-2000:]}")
+    if missing_binaries():
+        raise HarnessError(f"still missing after apt-get: {missing_binaries()}")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on loopback now; all held open together so they are distinct."""
+    socks, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def _hostlist(names: list[str]) -> str:
+    nums = [int(n[1:]) for n in names]
+    if nums == list(range(nums[0], nums[-1] + 1)) and len(nums) > 1:
+        return f"n[{nums[0]}-{nums[-1]}]"
+    return ",".join(names)
+
+
+def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: list[int],
+                   hostname: str) -> dict[str, str]:
+    """The text of slurm.conf, gres.conf and topology.conf for ``spec`` under ``root``."""
+    gres_types = ",".join(f"gpu:s{s}:{spec.gpus_per_socket}" for s in range(spec.sockets))
+    lines = [
+        "# written by slurm-marl's local cluster harness",
+        "ClusterName=slurmmarl",
+        f"SlurmctldHost={hostname}(127.0.0.1)",
+        f"SlurmctldPort={ctld_port}",
+        "CommunicationParameters=NoInAddrAny",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={root}/munge/munge.sock",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"StateSaveLocation={root}/state",
+        f"SlurmdSpoolDir={root}/spool/%n",
+        f"SlurmctldPidFile={root}/run/slurmctld.pid",
+        f"SlurmdPidFile={root}/run/slurmd-%n.pid",
+        f"SlurmctldLogFile={root}/log/slurmctld.log",
+        f"SlurmdLogFile={root}/log/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        "MailProg=/bin/true",
+        "ProctrackType=proctrack/pgid",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "MpiDefault=none",
+        "SchedulerType=sched/backfill",
+        f"SchedulerParameters=sched_interval={spec.sched_interval_s},"
+        f"bf_interval={spec.sched_interval_s},batch_sched_delay=0",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory",
+        "DefMemPerCPU=1000",
+        "PriorityType=priority/basic",
+        "GresTypes=gpu",
+        "TopologyPlugin=topology/tree",
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "JobRequeue=1",
+        "MinJobAge=300",
+        "MaxJobCount=20000",
+        "KillWait=2",
+        "SlurmdTimeout=30",
+        "InactiveLimit=0",
+    ]
+    if spec.job_submit_lua:
+        lines.append("JobSubmitPlugins=lua")
+    if spec.extra_slurm_conf:
+        lines.append(spec.extra_slurm_conf.strip())
+    for name, port in zip(spec.node_names, node_ports):
+        lines.append(
+            f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 Port={port} "
+            f"Sockets={spec.sockets} CoresPerSocket={spec.cores_per_socket} ThreadsPerCore=1 "
+            f"RealMemory={spec.memory_mib} Gres={gres_types} State=UNKNOWN")
+    all_nodes = _hostlist(spec.node_names)
+    lines.append(f"PartitionName={spec.partition} Nodes={all_nodes} Default=YES "
+                 "MaxTime=INFINITE State=UP")
+    for pname, idx in spec.extra_partitions:
+        lines.append(f"PartitionName={pname} Nodes={','.join(f'n{i}' for i in idx)} "
+                     "MaxTime=INFINITE State=UP")
+
+    gres = ["# GPU groups: each socket's GPUs get their own type and core binding", "AutoDetect=off"]
+    for s in range(spec.sockets):
+        first, last = s * spec.gpus_per_socket, (s + 1) * spec.gpus_per_socket - 1
+        cores = f"{s * spec.cores_per_socket}-{(s + 1) * spec.cores_per_socket - 1}"
+        files = f"{root}/dev/nvidia[{first}-{last}]" if last > first else f"{root}/dev/nvidia{first}"
+        gres.append(f"NodeName={all_nodes} Name=gpu Type=s{s} File={files} Cores={cores}")
+
+    topo = [f"SwitchName={leaf} Nodes={_hostlist(nodes)}" for leaf, nodes in spec.leaves.items()]
+    leaves = list(spec.leaves)
+    topo.append(f"SwitchName=spine Switches={','.join(leaves)}")
+    return {"slurm.conf": "\n".join(lines) + "\n", "gres.conf": "\n".join(gres) + "\n",
+            "topology.conf": "\n".join(topo) + "\n"}
+
+
+@dataclass
+class LocalCluster:
+    """One local cluster. ``up()`` starts it, ``down()`` stops it; also a context manager."""
+
+    spec: ClusterSpec = field(default_factory=ClusterSpec)
+    root: Path | None = None
+    ctld_port: int = 0
+    node_ports: list[int] = field(default_factory=list)
+    _owns_root: bool = False
+
+    @property
+    def slurm_conf(self) -> Path:
+        assert self.root is not None
+        return self.root / "etc" / "slurm.conf"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for Slurm client calls: SLURM_CONF always set (else DNS SRV lookups)."""
+        path = os.environ.get("PATH", "")
+        if "/usr/sbin" not in path.split(":"):
+            path = path + ":/usr/sbin:/sbin"
+        return dict(os.environ, SLURM_CONF=str(self.slurm_conf), PATH=path)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.up()
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    # ---- bring-up ----------------------------------------------------------------------
+    def up(self, timeout_s: float = 60.0) -> "LocalCluster":
+        ensure_installed()
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="slurm-marl-cluster-"))
+            self._owns_root = True
+        self.root = self.root.resolve()
+        for sub in ("etc", "state", "spool", "run", "log", "dev", "munge", "out"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o755)
+        ports = free_ports(1 + self.spec.nodes)
+        self.ctld_port, self.node_ports = ports[0], ports[1:]
+        self._write_files()
+        self._save_state()
+        started = time.monotonic()
+        try:
+            self._start_munge()
+            self._start_daemon(["slurmctld", "-i"], "slurmctld")
+            self._wait_for(lambda: self._ping_ctld(), timeout_s, "slurmctld to answer")
+            for name in self.spec.node_names:
+                self._start_daemon(["slurmd", "-N", name], f"slurmd-{name}")
+            self._wait_for(self._all_idle, timeout_s, "all nodes to be idle")
+        except Exception:
+            self.down()
+            raise
+        log.info("local cluster up in %.1f s under %s", time.monotonic() - started, self.root)
+        return self
+
+    def _write_files(self) -> None:
+        assert self.root is not None
+        confs = render_configs(self.spec, self.root, self.ctld_port, self.node_ports,
+                               socket.gethostname())
+        for name, text in confs.items():
+            (self.root / "etc" / name).write_text(text)
+        if self.spec.job_submit_lua:
+            shutil.copy(self.spec.job_submit_lua, self.root / "etc" / "job_submit.lua")
+        for i in range(self.spec.gpus_per_node):
+            dev = self.root / "dev" / f"nvidia{i}"
+            if not dev.is_symlink():
+                dev.symlink_to("/dev/null")
+        for name in self.spec.node_names:
+            (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
+
+    def _start_munge(self) -> None:
+        assert self.root is not None
+        key = self.root / "munge" / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+        os.chmod(key, 0o400)
+        os.chmod(self.root / "munge", 0o700)
+        cmd = ["munged", "--force", f"--socket={self.root}/munge/munge.sock",
+               f"--key-file={key}", f"--pid-file={self.root}/run/munged.pid",
+               f"--log-file={self.root}/log/munged.log",
+               f"--seed-file={self.root}/munge/munged.seed"]
+        self._run_daemon(cmd, "munged")
+        self._wait_for(lambda: (self.root / "munge" / "munge.sock").exists(), 10, "munged socket")
+
+    def _start_daemon(self, cmd: list[str], label: str) -> None:
+        self._run_daemon(cmd, label)
+
+    def _run_daemon(self, cmd: list[str], label: str) -> None:
+        proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise HarnessError(f"{label} failed to start (rc {proc.returncode}): "
+                               f"{(proc.stderr or proc.stdout).strip()[-1500:]}\n"
+                               f"{self._log_tail(label)}")
+
+    def _log_tail(self, label: str, lines: int = 15) -> str:
+        assert self.root is not None
+        path = self.root / "log" / f"{label}.log"
+        if not path.exists():
+            return ""
+        return f"--- {path} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _ping_ctld(self) -> bool:
+        proc = subprocess.run(["scontrol", "ping"], env=self.env, capture_output=True,
+                              text=True, timeout=10)
+        return proc.returncode == 0 and "UP" in proc.stdout
+
+    def _all_idle(self) -> bool:
+        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env,
+                              capture_output=True, text=True, timeout=10)
+        if proc.returncode != 0:
+            return False
+        states = dict(line.split() for line in proc.stdout.splitlines() if line.strip())
+        return (set(states) == set(self.spec.node_names)
+                and all(s in ("idle", "mix", "alloc") for s in states.values()))
+
+    def _wait_for(self, check, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        delay = 0.05
+        while time.monotonic() < deadline:
+            try:
+                if check():
+                    return
+            except (subprocess.SubprocessError, OSError):
+                pass
+            time.sleep(delay)
+            delay = min(0.5, delay * 1.5)
+        raise HarnessError(f"timed out after {timeout_s:.0f} s waiting for {what}\n"
+                           f"{self._log_tail('slurmctld')}")
+
+    # ---- state, status, teardown --------------------------------------------------------
+    def _save_state(self) -> None:
+        assert self.root is not None
+        data = {"spec": asdict(self.spec), "root": str(self.root), "ctld_port": self.ctld_port,
+                "node_ports": self.node_ports, "owns_root": self._owns_root}
+        (self.root / STATE_FILE).write_text(json.dumps(data, indent=2))
+
+    @classmethod
+    def attach(cls, root: Path) -> "LocalCluster":
+        """The cluster whose files are under ``root`` (started by another process)."""
+        path = Path(root) / STATE_FILE
+        if not path.exists():
+            raise HarnessError(f"no local cluster under {root} ({STATE_FILE} missing)")
+        data = json.loads(path.read_text())
+        spec_data = data["spec"]
+        spec_data["extra_partitions"] = tuple(
+            (n, tuple(i)) for n, i in spec_data.get("extra_partitions", ()))
+        return cls(spec=ClusterSpec(**spec_data), root=Path(data["root"]),
+                   ctld_port=data["ctld_port"], node_ports=data["node_ports"],
+                   _owns_root=data.get("owns_root", False))
+
+    def pids(self) -> dict[str, int]:
+        """Daemons of this cluster that are alive now, from the pid files it wrote."""
+        assert self.root is not None
+        found = {}
+        for pid_file in sorted((self.root / "run").glob("*.pid")):
+            try:
+                pid = int(pid_file.read_text().split()[0])
+            except (ValueError, IndexError, OSError):
+                continue
+            if _alive(pid):
+                found[pid_file.stem] = pid
+        return found
+
+    def status(self) -> dict:
+        pids = self.pids()
+        nodes = {}
+        if "slurmctld" in pids:
+            proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env,
+                                  capture_output=True, text=True, timeout=10)
+            if proc.returncode == 0:
+                nodes = dict(line.split() for line in proc.stdout.splitlines() if line.strip())
+        return {"root": str(self.root), "slurm_conf": str(self.slurm_conf),
+                "ctld_port": self.ctld_port, "daemons": pids, "nodes": nodes}
+
+    def _cancel_all_jobs(self, wait_s: float = 5.0) -> None:
+        try:
+            subprocess.run(["scancel", "--full", "--quiet", "--user", "root"], env=self.env,
+                           capture_output=True, timeout=10)
+            subprocess.run(["scancel", "--full", "--quiet", "--state", "PENDING"],
+                           env=self.env, capture_output=True, timeout=10)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                proc = subprocess.run(["squeue", "-h", "-t", "R,CG,PD,S", "-o", "%i"],
+                                      env=self.env, capture_output=True, text=True, timeout=10)
+                if proc.returncode != 0 or not proc.stdout.strip():
+                    return
+                time.sleep(0.1)
+        except (subprocess.SubprocessError, OSError):
+            pass
+
+    def stop_daemon(self, label: str, timeout_s: float = 15.0) -> None:
+        """Stop one daemon (``slurmctld``, ``slurmd-n1``, ``munged``) by its pid file."""
+        pid = self.pids().get(label)
+        if pid is not None:
+            _terminate([pid], timeout_s)
+
+    def start_slurmctld(self, timeout_s: float = 30.0) -> None:
+        """(Re)start the controller, keeping its saved state (jobs survive)."""
+        self._start_daemon(["slurmctld"], "slurmctld")
+        self._wait_for(self._ping_ctld, timeout_s, "slurmctld to answer")
+
+    def down(self, remove: bool | None = None) -> None:
+        """Stop slurmd first, then slurmctld, then munged (stopping the controller first
+        makes slurmd linger 10 s+). Removes the folder if this object created it."""
+        if self.root is None or not self.root.exists():
+            return
+        pids = self.pids()
+        if "slurmctld" in pids:
+            self._cancel_all_jobs()
+        for group in ([p for k, p in pids.items() if k.startswith("slurmd")],
+                      [p for k, p in pids.items() if k == "slurmctld"],
+                      [p for k, p in pids.items() if k == "munged"]):
+            _terminate(group, timeout_s=15.0)
+        # Job steps left behind: slurmstepd and job scripts working under this folder.
+        _kill_strays(self.root)
+        if remove if remove is not None else self._owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _kill_strays(root: Path) -> None:
+    """SIGKILL the process groups of processes whose cwd, command line or open files are
+    under ``root`` (slurmstepd and job scripts of this cluster only)."""
+    prefix = str(root) + "/"
+    me = os.getpid()
+    groups: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        try:
+            paths = [os.readlink(entry / "cwd")]
+            paths.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace"))
+            for fd in (entry / "fd").iterdir():
+                try:
+                    paths.append(os.readlink(fd))
+                except OSError:
+                    continue
+        except OSError:
+            continue
+        if any(prefix in p or p.startswith(str(root) + " ") or p == str(root) for p in paths):
+            try:
+                groups.add(os.getpgid(pid))
+            except ProcessLookupError:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for pgid in groups:
+        if pgid in (os.getpgid(me), 0, 1):
+            continue
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _terminate(pids: list[int], timeout_s: float) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,50 @@
+"""The AdminComment marker: which jobs slurm-marl manages and their original GPU request.
+
+Written by ``job_submit.lua`` at submit time (or by the sink before its first re-pin), so a
+job whose GPU request was cleared mid-way through a two-step re-pin can always get its
+original request back. Format (no spaces, so it is one scontrol argument)::
+
+    slurm-marl:v1;tpn=gres:gpu:2;tpj=
+
+The marker is appended after any text an admin put there, separated by ``|``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "slurm-marl:v1"
+
+
+@dataclass(frozen=True)
+class Marker:
+    tres_per_node: str = ""
+    tres_per_job: str = ""
+
+    def render(self) -> str:
+        return f"{PREFIX};tpn={self.tres_per_node};tpj={self.tres_per_job}"
+
+
+def parse_marker(admin_comment: str | None) -> Marker | None:
+    """The marker inside an AdminComment, or None if this job is not marked."""
+    text = admin_comment or ""
+    start = text.find(PREFIX)
+    if start < 0:
+        return None
+    body = text[start:].split("|", 1)[0]
+    fields = {}
+    for part in body.split(";")[1:]:
+        key, _, value = part.partition("=")
+        fields[key.strip()] = value.strip()
+    return Marker(tres_per_node=fields.get("tpn", ""), tres_per_job=fields.get("tpj", ""))
+
+
+def with_marker(admin_comment: str | None, marker: Marker) -> str:
+    """AdminComment text carrying ``marker``, keeping whatever else an admin wrote."""
+    text = admin_comment or ""
+    start = text.find(PREFIX)
+    if start >= 0:
+        rest = text[start:].split("|", 1)
+        tail = ("|" + rest[1]) if len(rest) > 1 else ""
+        text = (text[:start] + tail).strip("|")
+    return f"{text}|{marker.render()}" if text else marker.render()

@@ -1,0 +1,305 @@
+"""Slurm 22.05 client output -> domain values. Pure functions, tested on recorded output.
+
+One strange job or node never spoils a snapshot: it is converted as far as possible, and
+what could not be read is returned as a problem string for the caller to log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import hostlist
+
+from slurm_marl.domain import GpuGroup, Job, JobState, Node, Partition, Switch
+from slurm_marl.slurm_integration import gres as G
+
+_KV_RE = re.compile(r"(\w[\w/:.]*)=(.*?)(?=\s+\w[\w/:.]*=|\s*$)")
+
+
+def num(value: Any, default: float | None = None) -> float | None:
+    """A number from 22.05 JSON; later openapi versions wrap it as {set, infinite, number}."""
+    if isinstance(value, dict):
+        if value.get("infinite"):
+            return default
+        if not value.get("set", True):
+            return default
+        value = value.get("number")
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def expand_hosts(expr: str | None) -> tuple[str, ...]:
+    """``n[1-3,7]`` -> ('n1', 'n2', 'n3', 'n7'); ``(null)`` / empty -> ()."""
+    expr = (expr or "").strip()
+    if not expr or expr in ("(null)", "None", "N/A"):
+        return ()
+    try:
+        return tuple(hostlist.expand_hostlist(expr))
+    except hostlist.BadHostlist as exc:
+        raise ValueError(f"bad hostlist {expr!r}: {exc}") from exc
+
+
+def collapse_hosts(names: Iterable[str]) -> str:
+    return hostlist.collect_hostlist(list(names))
+
+
+def parse_kv_line(line: str) -> dict[str, str]:
+    """``Key=Value Key2=Value with spaces`` as ``scontrol show -o`` prints it."""
+    return {m.group(1): m.group(2).strip() for m in _KV_RE.finditer(line.strip())}
+
+
+# ---------------------------------------------------------------------------------------
+# jobs
+
+
+def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
+    """One job of ``squeue --json``; (None, problems) only if it has no usable id."""
+    problems: list[str] = []
+    job_id = num(raw.get("job_id"))
+    if job_id is None:
+        return None, [f"job without job_id skipped: {str(raw)[:120]}"]
+    jid = int(job_id)
+
+    def hosts(key: str) -> tuple[str, ...]:
+        try:
+            return expand_hosts(raw.get(key))
+        except ValueError as exc:
+            problems.append(f"job {jid}: {key}: {exc}")
+            return ()
+
+    per_node, p1 = G.parse_gpu_request(raw.get("tres_per_node"))
+    per_job, p2 = G.parse_gpu_request(raw.get("tres_per_job"))
+    for p in (p1, p2):
+        if p:
+            problems.append(f"job {jid}: {p}; treated as requesting no GPU")
+    gpu_type = G.single_type(per_node + per_job)
+
+    nodes = hosts("nodes")
+    state = JobState.parse(str(raw.get("job_state", "")))
+    gpu_alloc: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    details = raw.get("gres_detail") or []
+    if nodes and details:
+        if len(details) != len(nodes):
+            problems.append(f"job {jid}: {len(details)} gres_detail entries for "
+                            f"{len(nodes)} nodes")
+        gpu_alloc = tuple((n, G.parse_gres_indices(d)) for n, d in zip(nodes, details))
+
+    node_count = int(num(raw.get("node_count"), 1) or 1)
+    cpus = int(num(raw.get("cpus"), 1) or 1)
+    mem_node = num(raw.get("memory_per_node"))
+    mem_cpu = num(raw.get("memory_per_cpu"))
+    if mem_node:
+        mem_mib = int(mem_node * node_count)
+    elif mem_cpu:
+        mem_mib = int(mem_cpu * cpus)
+    else:
+        mem_mib = 0
+
+    time_limit_min = num(raw.get("time_limit"))
+    submit = num(raw.get("submit_time"), 0.0) or 0.0
+    eligible = num(raw.get("eligible_time"))
+    start = num(raw.get("start_time")) if state.is_active else None
+    end = num(raw.get("end_time")) if state not in (JobState.PENDING,) else None
+    resv = (raw.get("resv_name") or "").strip() or None
+
+    job = Job(
+        job_id=jid,
+        name=str(raw.get("name") or ""),
+        user=str(raw.get("user_name") or raw.get("user_id") or ""),
+        partition=str(raw.get("partition") or ""),
+        state=state,
+        gpus_per_node=G.total_gpus(per_node),
+        gpus_per_job=G.total_gpus(per_job),
+        gpu_type=gpu_type,
+        node_count=node_count,
+        cpus=cpus,
+        mem_mib=mem_mib,
+        submit_time_s=float(submit),
+        eligible_time_s=eligible if eligible else None,
+        start_time_s=start if start else None,
+        end_time_s=end if end else None,
+        time_limit_s=time_limit_min * 60.0 if time_limit_min else None,
+        required_nodes=hosts("required_nodes"),
+        excluded_nodes=hosts("excluded_nodes"),
+        nodes=nodes,
+        gpu_alloc=gpu_alloc,
+        priority=int(num(raw.get("priority"), 0) or 0),
+        reservation=resv,
+        pending_reason=str(raw.get("state_reason") or ""),
+        restart_count=int(num(raw.get("restart_cnt"), 0) or 0),
+        admin_comment=str(raw.get("admin_comment") or ""),
+        comment=str(raw.get("comment") or ""),
+    )
+    return job, problems
+
+
+def jobs_from_squeue(data: dict) -> tuple[list[Job], list[str]]:
+    jobs, problems = [], []
+    for raw in data.get("jobs") or []:
+        if not isinstance(raw, dict):
+            problems.append(f"unexpected job entry {raw!r:.80}")
+            continue
+        try:
+            job, probs = job_from_json(raw)
+        except Exception as exc:  # one strange job must not spoil the snapshot
+            problems.append(f"job {raw.get('job_id')!r}: unreadable ({exc!r})")
+            continue
+        problems.extend(probs)
+        if job is not None:
+            jobs.append(job)
+    return jobs, problems
+
+
+# ---------------------------------------------------------------------------------------
+# nodes
+
+
+def gpu_groups_from_gres(gres: str | None, cores_per_socket: int
+                         ) -> tuple[tuple[GpuGroup, ...], str | None]:
+    """GPU groups of a node from its configured GRES, indices in Slurm's order.
+
+    Each typed entry bound to one socket (``gpu:s1:2(S:1)``) is one group; an entry spanning
+    several sockets or none is one group whose socket is unknown.
+    """
+    entries, problem = G.parse_node_gres(gres)
+    groups: list[GpuGroup] = []
+    next_index = 0
+    for entry in entries:
+        indices = tuple(range(next_index, next_index + entry.count))
+        next_index += entry.count
+        socket = entry.sockets[0] if len(entry.sockets) == 1 else None
+        cores: tuple[int, ...] = ()
+        if cores_per_socket > 0:
+            for s in entry.sockets:
+                cores += tuple(range(s * cores_per_socket, (s + 1) * cores_per_socket))
+        groups.append(GpuGroup(index=len(groups), gpu_indices=indices, name=entry.gpu_type,
+                               socket=socket, core_ids=cores))
+    return tuple(groups), problem
+
+
+def node_from_json(raw: dict, leaf_of: dict[str, str] | None = None
+                   ) -> tuple[Node | None, list[str]]:
+    name = str(raw.get("name") or "").strip()
+    if not name:
+        return None, [f"node without name skipped: {str(raw)[:120]}"]
+    problems: list[str] = []
+    state_words = [str(raw.get("state") or "UNKNOWN").upper()]
+    state_words += [str(f).upper() for f in raw.get("state_flags") or []]
+    cores = int(num(raw.get("cores"), 1) or 1)
+    groups, problem = gpu_groups_from_gres(raw.get("gres"), cores)
+    if problem:
+        problems.append(f"node {name}: {problem}")
+    used = frozenset(G.parse_gres_indices(raw.get("gres_used")))
+    features = tuple(f for f in str(raw.get("active_features") or raw.get("features") or "")
+                     .split(",") if f)
+    node = Node(
+        name=name,
+        state="+".join(state_words),
+        partitions=tuple(raw.get("partitions") or ()),
+        sockets=int(num(raw.get("sockets"), 1) or 1),
+        cores_per_socket=cores,
+        threads_per_core=int(num(raw.get("threads"), 1) or 1),
+        cpus=int(num(raw.get("cpus"), 1) or 1),
+        alloc_cpus=int(num(raw.get("alloc_cpus"), 0) or 0),
+        real_memory_mib=int(num(raw.get("real_memory"), 0) or 0),
+        alloc_memory_mib=int(num(raw.get("alloc_memory"), 0) or 0),
+        gpu_groups=groups,
+        used_gpu_indices=used,
+        features=features,
+        leaf_switch=(leaf_of or {}).get(name),
+        reason=str(raw.get("reason") or ""),
+    )
+    return node, problems
+
+
+def nodes_from_sinfo(data: dict, leaf_of: dict[str, str] | None = None
+                     ) -> tuple[list[Node], list[str]]:
+    nodes, problems, seen = [], [], set()
+    for raw in data.get("nodes") or []:
+        if not isinstance(raw, dict):
+            continue
+        try:
+            node, probs = node_from_json(raw, leaf_of)
+        except Exception as exc:
+            problems.append(f"node {raw.get('name')!r}: unreadable ({exc!r})")
+            continue
+        problems.extend(probs)
+        if node is not None and node.name not in seen:  # sinfo repeats per partition
+            seen.add(node.name)
+            nodes.append(node)
+    return nodes, problems
+
+
+# ---------------------------------------------------------------------------------------
+# partitions and switches (scontrol show ... text)
+
+
+def _time_limit_s(text: str) -> float | None:
+    """Slurm time strings: ``UNLIMITED``, ``60``, ``1:00:00``, ``2-00:00:00``."""
+    text = (text or "").strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE", "N/A"):
+        return None
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 1:
+        secs = parts[0] * 60
+    elif len(parts) == 2:
+        secs = parts[0] * 60 + parts[1]
+    else:
+        secs = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return float(days * 86400 + secs)
+
+
+def partitions_from_scontrol(text: str) -> tuple[list[Partition], list[str]]:
+    parts, problems = [], []
+    for line in text.splitlines():
+        if not line.strip().startswith("PartitionName="):
+            continue
+        kv = parse_kv_line(line)
+        try:
+            parts.append(Partition(
+                name=kv["PartitionName"],
+                nodes=expand_hosts(kv.get("Nodes")),
+                default=kv.get("Default", "NO").upper() == "YES",
+                state=kv.get("State", "UP"),
+                max_time_s=_time_limit_s(kv.get("MaxTime", "")),
+            ))
+        except (ValueError, KeyError) as exc:
+            problems.append(f"partition line unreadable ({exc}): {line[:120]}")
+    return parts, problems
+
+
+def switches_from_scontrol(text: str) -> tuple[list[Switch], dict[str, str], list[str]]:
+    """Switches of ``scontrol show topology``; also node -> leaf switch (Level=0)."""
+    switches, leaf_of, problems = [], {}, []
+    for line in text.splitlines():
+        if not line.strip().startswith("SwitchName="):
+            continue
+        kv = parse_kv_line(line)
+        try:
+            name = kv["SwitchName"]
+            level = int(kv.get("Level", "0"))
+            children = tuple(s for s in kv.get("Switches", "").split(",") if s
+                             and s != "(null)")
+            try:
+                children = expand_hosts(",".join(children)) if children else ()
+            except ValueError:
+                pass
+            nodes = expand_hosts(kv.get("Nodes")) if level == 0 else ()
+            speed = kv.get("LinkSpeed")
+            switches.append(Switch(name=name, nodes=nodes, switches=children,
+                                   link_speed=float(speed) if speed else None))
+            for n in nodes:
+                leaf_of.setdefault(n, name)
+        except (ValueError, KeyError) as exc:
+            problems.append(f"switch line unreadable ({exc}): {line[:120]}")
+    return switches, leaf_of, problems

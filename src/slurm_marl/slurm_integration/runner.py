@@ -1,0 +1,137 @@
+"""Running Slurm's own client commands: SLURM_CONF always set, timeouts, counted calls."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# Messages Slurm clients print when the controller cannot be reached (22.05 wording).
+_UNAVAILABLE_MARKERS = (
+    "unable to contact slurm controller",
+    "socket timed out",
+    "connection refused",
+    "zero bytes were transmitted",
+    "communication connection failure",
+    "slurm_persist_conn",
+    "unable to establish controller machine",
+    "timed out waiting",
+    # scontrol update/requeue print this when slurmctld is down (22.05, after ~9 s)
+    "unexpected message received",
+)
+
+
+class SlurmError(RuntimeError):
+    """A Slurm client command failed; ``message`` is Slurm's own words."""
+
+    def __init__(self, command: list[str], returncode: int, message: str) -> None:
+        self.command = command
+        self.returncode = returncode
+        self.message = message.strip()
+        super().__init__(f"`{' '.join(command)}` failed (rc {returncode}): {self.message}")
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmctld did not answer (stopped, restarting, or unreachable)."""
+
+
+class SlurmOutputError(SlurmError):
+    """A client answered with something this Slurm layer cannot read."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def message(self) -> str:
+        return (self.stderr.strip() or self.stdout.strip())
+
+
+def looks_unavailable(text: str) -> bool:
+    low = text.lower()
+    return any(m in low for m in _UNAVAILABLE_MARKERS)
+
+
+class SlurmRunner:
+    """Runs ``squeue``/``sinfo``/``scontrol`` with an explicit SLURM_CONF.
+
+    ``calls`` counts client invocations so a benchmark can show that a snapshot costs a fixed
+    number of calls whatever the number of jobs.
+    """
+
+    def __init__(self, slurm_conf: str | Path | None = None, timeout_s: float = 30.0,
+                 bin_dir: str | Path | None = None) -> None:
+        self.slurm_conf = str(slurm_conf) if slurm_conf else os.environ.get("SLURM_CONF")
+        self.timeout_s = timeout_s
+        self.bin_dir = Path(bin_dir) if bin_dir else None
+        self.calls = 0
+        env = dict(os.environ)
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        else:
+            log.warning("SLURM_CONF is not set: Slurm clients will look the controller up "
+                        "in DNS; set slurm_conf in the config")
+        self._env = env
+
+    def _exe(self, name: str) -> str:
+        if self.bin_dir is not None:
+            return str(self.bin_dir / name)
+        return shutil.which(name) or name
+
+    def run(self, args: list[str], timeout_s: float | None = None) -> CommandResult:
+        """Run one client command. Never raises for a non-zero exit; raises
+        SlurmUnavailable only when the binary is missing or the call times out."""
+        cmd = [self._exe(args[0]), *args[1:]]
+        self.calls += 1
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, env=self._env, capture_output=True, text=True,
+                                  timeout=timeout_s or self.timeout_s)
+        except FileNotFoundError as exc:
+            raise SlurmUnavailable(args, 127, f"Slurm client not found: {exc}") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnavailable(args, -1, f"timed out after {exc.timeout:.0f} s") from exc
+        log.debug("%s -> rc %d in %.3f s", " ".join(args), proc.returncode,
+                  time.monotonic() - started)
+        return CommandResult(list(args), proc.returncode, proc.stdout, proc.stderr)
+
+    def run_checked(self, args: list[str]) -> str:
+        """Run a read command; raise SlurmUnavailable / SlurmError on failure."""
+        res = self.run(args)
+        if res.ok:
+            return res.stdout
+        if looks_unavailable(res.message):
+            raise SlurmUnavailable(args, res.returncode, res.message)
+        raise SlurmError(args, res.returncode, res.message)
+
+    def run_json(self, args: list[str]) -> dict:
+        out = self.run_checked(args)
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError as exc:
+            raise SlurmOutputError(args, 0, f"not JSON ({exc}): {out[:200]!r}") from exc
+        if not isinstance(data, dict):
+            raise SlurmOutputError(args, 0, "JSON answer is not an object")
+        errors = data.get("errors") or []
+        if errors:
+            text = "; ".join(str(e.get("error", e)) if isinstance(e, dict) else str(e)
+                             for e in errors)
+            if looks_unavailable(text):
+                raise SlurmUnavailable(args, 0, text)
+            raise SlurmError(args, 0, text)
+        return data

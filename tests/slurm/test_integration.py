@@ -1,0 +1,185 @@
+"""The Slurm integration layer against real slurmctld / slurmd daemons on loopback."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_marl.domain import (EndReservation, GroupAlloc, JobState, Place, Preempt, Release,
+                               Reserve, SetPriority)
+from slurm_marl.slurm_integration.marker import parse_marker
+from slurm_marl.slurm_integration.ports import WriteStatus
+from slurm_marl.slurm_integration.runner import SlurmUnavailable
+
+pytestmark = pytest.mark.slurm
+
+
+def test_snapshot_lists_jobs_nodes_partitions_switches(clean):
+    c = clean
+    running = c.sbatch("--gres=gpu:2", "-J", "two", gated=False)
+    multi = c.sbatch("--gres=gpu:s1:1", "-N", "2", "-J", "multi", gated=False)
+    pending = c.sbatch("--gpus=3", "-J", "later")
+    c.wait_state(running, "RUNNING")
+    c.wait_state(multi, "RUNNING")
+    snap = c.source.snapshot()
+
+    assert [n.name for n in snap.nodes] == ["n1", "n2", "n3", "n4"]
+    assert {n.leaf_switch for n in snap.nodes} == {"leaf1", "leaf2"}
+    assert {s.name for s in snap.switches} == {"leaf1", "leaf2", "spine"}
+    assert snap.partition("gpu").default and snap.partition("gpu").nodes == snap.partition(
+        "gpu").nodes
+    n1 = snap.node("n1")
+    assert [(g.name, g.gpu_indices, g.socket) for g in n1.gpu_groups] == [
+        ("s0", (0, 1), 0), ("s1", (2, 3), 1)]
+
+    job = snap.job(running)
+    assert job.state is JobState.RUNNING and job.gpus_per_node == 2 and job.num_gpus == 2
+    assert job.partition == "gpu" and job.name == "two"
+    (node, idx), = job.gpu_alloc
+    assert len(idx) == 2 and node in job.nodes
+    # The node's used indices agree with what the job holds.
+    assert set(idx) <= snap.node(node).used_gpu_indices
+
+    m = snap.job(multi)
+    assert m.node_count == 2 and m.gpu_type == "s1" and m.num_gpus == 2
+    assert len(m.gpu_alloc) == 2
+    assert all(i == (2,) or i == (3,) for _, i in m.gpu_alloc)  # s1 is IDX 2-3
+
+    p = snap.job(pending)
+    assert p.is_pending and p.gpus_per_job == 3 and p.num_gpus == 3 and p.gpu_alloc == ()
+    assert p.pending_reason == "BeginTime"
+
+
+def test_place_pins_job_to_node_and_starts_it(clean):
+    c = clean
+    job = c.sbatch("--gres=gpu:1", "-J", "pin")
+    results = c.sink.apply([Place(job, plugin="test", nodes=("n4",),
+                                  allocs=(GroupAlloc("n4", 0, 1),))], c.source.snapshot())
+    assert [r.status for r in results] == [WriteStatus.OK], results
+    ran = c.wait_state(job, "RUNNING")
+    assert ran.nodes == ("n4",)
+
+
+def test_gpu_group_pin_overrides_slurms_own_choice(clean):
+    """On an idle node Slurm alone gives an untyped 2-GPU job socket 0 (IDX 0-1); the agent
+    chose group 1 and the job must run on IDX 2-3, with its original request remembered."""
+    c = clean
+    job = c.sbatch("--gres=gpu:2", "-J", "group")
+    snap = c.source.snapshot()
+    results = c.sink.apply([Place(job, plugin="test", nodes=("n3",),
+                                  allocs=(GroupAlloc("n3", 1, 2),))], snap)
+    assert all(r.status is WriteStatus.OK for r in results), results
+    ran = c.wait_state(job, "RUNNING")
+    assert ran.gpu_alloc == (("n3", (2, 3)),)
+    assert ran.gpu_type == "s1"
+    assert parse_marker(ran.admin_comment).tres_per_node == "gres:gpu:2"
+    # Control: the same request left to Slurm lands on socket 0.
+    other = c.sbatch("--gres=gpu:2", "-w", "n4", "-J", "control", gated=False)
+    assert c.wait_state(other, "RUNNING").gpu_alloc == (("n4", (0, 1)),)
+
+
+def test_priority_decision_reorders_two_pending_jobs(clean):
+    c = clean
+    blocker = c.sbatch("--gres=gpu:4", "-N", "4", "-J", "blocker", gated=False)
+    c.wait_state(blocker, "RUNNING")
+    first = c.sbatch("--gres=gpu:4", "-N", "4", "-J", "first", gated=False)
+    second = c.sbatch("--gres=gpu:4", "-N", "4", "-J", "second", gated=False)
+    snap = c.source.snapshot()
+    assert snap.job(first).priority > snap.job(second).priority  # Slurm's own FIFO
+    results = c.sink.apply([SetPriority(first, priority=100, queue=1),
+                            SetPriority(second, priority=200, queue=0)], snap)
+    assert all(r.ok for r in results), results
+    snap = c.source.snapshot()
+    assert (snap.job(first).priority, snap.job(second).priority) == (100, 200)
+    c.run("scancel", str(blocker))
+    c.wait_state(second, "RUNNING", timeout_s=30)
+    assert c.job(first).is_pending
+
+
+def test_reservation_holds_nodes_for_job_and_is_cleaned_up(clean):
+    c = clean
+    job = c.sbatch("--gres=gpu:4", "-N", "2", "-J", "resv")
+    snap = c.source.snapshot()
+    results = c.sink.apply([Reserve(job, plugin="test", name="slurm-marl-test",
+                                    nodes=("n3", "n4"), duration_s=120),
+                            Release(job, plugin="test")], snap)
+    assert all(r.ok for r in results), results
+    ran = c.wait_state(job, "RUNNING")
+    assert set(ran.nodes) == {"n3", "n4"} and ran.reservation == "slurm-marl-test"
+    res = c.sink.apply([EndReservation(job, name="slurm-marl-test")])
+    assert res[0].ok, res
+    shown = c.run("scontrol", "show", "reservation", check=False)
+    assert "slurm-marl-test" not in shown.stdout or "EndTime" in shown.stdout
+    c.run("scancel", str(job))
+    c.wait_for(lambda: "slurm-marl-test" not in c.run(
+        "scontrol", "show", "reservation", check=False).stdout, 15, "reservation gone")
+
+
+def test_requeue_decision_puts_running_job_back_to_pending(clean):
+    c = clean
+    job = c.sbatch("--gres=gpu:1", "-J", "preempt-me", gated=False)
+    c.wait_state(job, "RUNNING")
+    results = c.sink.apply([Preempt(job, plugin="test", reason="demoted to queue 2")],
+                           c.source.snapshot())
+    assert results[0].ok, results
+    back = c.wait_state(job, "PENDING", timeout_s=30)
+    assert back.restart_count == 1 and back.job_id == job
+
+
+def test_vanished_job_is_a_result_not_an_exception(clean):
+    c = clean
+    results = c.sink.apply([SetPriority(999999, priority=5), Release(999998),
+                            Preempt(999997)], None)
+    assert [r.status for r in results] == [WriteStatus.VANISHED] * 3
+    assert all("Invalid job id" in r.message for r in results)
+
+
+def test_refused_update_reports_slurms_message(clean):
+    c = clean
+    job = c.sbatch("--gres=gpu:1", "--hold", "-J", "held", gated=False)
+    results = c.sink.apply([SetPriority(job, priority=77)], c.source.snapshot())
+    assert results[0].status is WriteStatus.REFUSED
+    assert "held" in results[0].message.lower()
+    # The next write to another job still works.
+    other = c.sbatch("--gres=gpu:1", "-J", "fine")
+    assert c.sink.apply([SetPriority(other, priority=78)])[0].ok
+
+
+def test_drained_node_is_unavailable_in_snapshot(clean):
+    c = clean
+    c.run("scontrol", "update", "nodename=n2", "state=drain", "reason=slurm-marl-test")
+    try:
+        snap = c.source.snapshot()
+        n2 = snap.node("n2")
+        assert not n2.available and "DRAIN" in n2.state and n2.reason == "slurm-marl-test"
+        assert all(snap.node(n).available for n in ("n1", "n3", "n4"))
+        # A pin to the drained node is accepted by Slurm but the job does not start there.
+        job = c.sbatch("--gres=gpu:1", "-J", "drained")
+        assert c.sink.apply([Place(job, nodes=("n2",), allocs=(GroupAlloc("n2", 0, 1),))],
+                            snap)[0].ok
+        assert c.job(job).is_pending
+    finally:
+        c.run("scontrol", "update", "nodename=n2", "state=resume")
+
+
+def test_controller_stop_gives_clear_error_and_recovers(clean):
+    c = clean
+    job = c.sbatch("--gres=gpu:1", "-J", "survivor")
+    c.local.stop_daemon("slurmctld")
+    try:
+        with pytest.raises(SlurmUnavailable) as err:
+            c.source.snapshot()
+        assert "slurm controller" in str(err.value).lower() or "timed out" in str(err.value)
+        res = c.sink.apply([SetPriority(job, priority=9)])
+        assert res[0].status is WriteStatus.UNAVAILABLE
+    finally:
+        c.local.start_slurmctld()
+    snap = c.wait_for(lambda: _try_snapshot(c), 30, "snapshot after restart")
+    assert snap.job(job) is not None and snap.job(job).is_pending  # state survived
+    assert c.sink.apply([SetPriority(job, priority=9)], snap)[0].ok
+
+
+def _try_snapshot(c):
+    try:
+        return c.source.snapshot()
+    except SlurmUnavailable:
+        return None
