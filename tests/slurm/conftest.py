@@ -2,70 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
-from collections.abc import Callable
-
 import pytest
+from slurmtest import Cluster
 
 from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
-from slurm_marl.slurm_integration.runner import SlurmRunner
-from slurm_marl.slurm_integration.sink import CliDecisionSink
-from slurm_marl.slurm_integration.source import CliClusterSource
-
-
-class Cluster:
-    """A running LocalCluster plus the helpers tests need: sbatch, waiting, cleanup."""
-
-    def __init__(self, local: LocalCluster) -> None:
-        self.local = local
-        self.runner = SlurmRunner(local.slurm_conf, timeout_s=20)
-        self.source = CliClusterSource(self.runner)
-        self.sink = CliDecisionSink(self.runner, retries=1, backoff_s=0.1)
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(list(args), env=self.local.env, capture_output=True, text=True,
-                              timeout=30)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"{' '.join(args)} failed: {proc.stderr or proc.stdout}")
-        return proc
-
-    def sbatch(self, *opts: str, seconds: int = 600, gated: bool = True) -> int:
-        """Submit ``sleep`` as plain sbatch; ``gated`` delays eligibility by 10 minutes the way
-        the project's job_submit.lua does, so the job waits for a decision."""
-        args = ["sbatch", "--parsable", f"--chdir={self.local.root}/out",
-                f"--output={self.local.root}/out/%j.out"]
-        if gated:
-            args.append("--begin=now+600")
-        proc = self.run(*args, *opts, "--wrap", f"sleep {seconds}")
-        return int(proc.stdout.strip().split(";")[0])
-
-    def job(self, job_id: int):
-        return self.source.snapshot().job(job_id)
-
-    def wait_for(self, check: Callable[[], object], timeout_s: float = 20.0,
-                 what: str = "condition") -> object:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = check()
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-    def wait_state(self, job_id: int, state: str, timeout_s: float = 20.0):
-        return self.wait_for(
-            lambda: (j := self.job(job_id)) is not None and j.state.value == state and j,
-            timeout_s, f"job {job_id} to be {state}")
-
-    def cancel_all(self) -> None:
-        self.run("scancel", "--quiet", "--user", "root", check=False)
-        for name in self.run("scontrol", "show", "reservation", "-o", check=False).stdout.split():
-            if name.startswith("ReservationName="):
-                self.run("scontrol", "delete", name, check=False)
-        self.wait_for(lambda: not [j for j in self.source.snapshot().jobs
-                                   if j.state.value in ("PENDING", "RUNNING", "COMPLETING")],
-                      30, "all jobs to be gone")
 
 
 @pytest.fixture(scope="module")

@@ -265,7 +265,7 @@ class LocalCluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
-        os.chmod(self.root / "munge", 0o700)
+        os.chmod(self.root / "munge", 0o755)  # clients of any user reach the socket
         cmd = ["munged", "--force", f"--socket={self.root}/munge/munge.sock",
                f"--key-file={key}", f"--pid-file={self.root}/run/munged.pid",
                f"--log-file={self.root}/log/munged.log",
