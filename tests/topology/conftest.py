@@ -1,0 +1,22 @@
+"""Paths to the topology fixtures."""
+
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return DATA
+
+
+@pytest.fixture
+def testcluster_dir() -> Path:
+    return DATA / "testcluster"
+
+
+@pytest.fixture
+def site_dir() -> Path:
+    return DATA / "site"
