@@ -12,7 +12,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 install_system() {
   local need=()
-  for bin in slurmctld slurmd sbatch munged lstopo-no-graphics; do
+  for bin in slurmctld slurmd sbatch munged lstopo-no-graphics systemd-analyze; do
     PATH="$PATH:/usr/sbin:/sbin" command -v "$bin" >/dev/null 2>&1 || need+=("$bin")
   done
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
@@ -20,7 +20,8 @@ install_system() {
     echo "installing Debian packages (missing: ${need[*]})" >&2
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      slurmctld slurmd slurm-client munge hwloc-nox python3 python3-venv python3-dev >/dev/null
+      slurmctld slurmd slurm-client munge hwloc-nox systemd python3 python3-venv python3-dev \
+      >/dev/null
   fi
 }
 

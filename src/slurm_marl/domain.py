@@ -338,5 +338,13 @@ class Release(Decision):
     """Make a gated pending job eligible now (StartTime=now)."""
 
 
+@dataclass(frozen=True)
+class Defer(Decision):
+    """Keep a gated pending job ineligible for ``seconds`` more (the agent's lease: if the
+    agent stops renewing it, the job becomes eligible on its own)."""
+
+    seconds: float = 30.0
+
+
 def decisions_for(decisions: Iterable[Decision], job_id: int) -> list[Decision]:
     return [d for d in decisions if d.job_id == job_id]

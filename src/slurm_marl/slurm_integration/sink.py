@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from slurm_marl.domain import (ClusterSnapshot, Decision, EndReservation, Job, Place, Preempt,
-                               Release, Reserve, SetPriority)
+from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
+                               Preempt, Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration import gres as G
 from slurm_marl.slurm_integration.marker import Marker, parse_marker, with_marker
 from slurm_marl.slurm_integration.parse import collapse_hosts, parse_kv_line
@@ -69,6 +70,10 @@ def desired_gpu_request(place: Place, snapshot: ClusterSnapshot | None, job: Job
         if not group.name:
             return None, "", f"GPU group {alloc.group} on {alloc.node} has no GRES type"
         per_node[alloc.node][group.name] += alloc.gpus
+    if any(len(d) > 1 for d in per_node.values()):
+        # With enforce-binding a job's GPUs follow its cores; one CPU cannot sit on two
+        # sockets, so a typed request over two groups leaves the job unstartable.
+        return None, "", "spans GPU groups inside a node; binding left to Slurm"
     shapes = {tuple(sorted(d.items())) for d in per_node.values()}
     if len(shapes) != 1:
         return None, "", "GPU groups differ between nodes; Slurm's request is per node"
@@ -145,8 +150,12 @@ class CliDecisionSink:
         self._controller_down = False
         by_job: dict[int, list[Decision]] = defaultdict(list)
         results: list[WriteResult] = []
+        defers: dict[int, list[Defer]] = defaultdict(list)
         for d in decisions:
             if isinstance(d, (Reserve, EndReservation)):
+                continue
+            if isinstance(d, Defer):
+                defers[int(d.seconds)].append(d)
                 continue
             by_job[d.job_id].append(d)
         # Reservations first so a job placed into one in this cycle finds it.
@@ -160,9 +169,31 @@ class CliDecisionSink:
                 log.exception("job %s: unexpected error while writing", job_id)
                 results.extend(WriteResult(d, WriteStatus.REFUSED, f"internal error: {exc!r}")
                                for d in decs)
+        for seconds, group in sorted(defers.items()):
+            results.extend(self._defer(group, seconds))
         for d in decisions:
             if isinstance(d, EndReservation):
                 results.append(self._end_reservation(d))
+        return results
+
+    def _defer(self, group: list[Defer], seconds: int) -> list[WriteResult]:
+        """One ``scontrol update jobid=a,b,c StartTime=now+N`` for a whole lease renewal;
+        a job that vanished meanwhile is named in Slurm's answer, the others still moved."""
+        results = []
+        for i in range(0, len(group), 200):  # keep the command line short
+            chunk = group[i:i + 200]
+            cmds: list[str] = []
+            ids = ",".join(str(d.job_id) for d in chunk)
+            res = self._run(["scontrol", "update", f"jobid={ids}",
+                             f"StartTime=now+{max(1, seconds)}"], cmds)
+            status = classify(res)
+            gone = {int(m) for m in re.findall(r"for job (\d+)", res.message)} if not res.ok \
+                else set()
+            for d in chunk:
+                if res.ok or (gone and d.job_id not in gone and status is WriteStatus.VANISHED):
+                    results.append(WriteResult(d, WriteStatus.OK, "", tuple(cmds)))
+                else:
+                    results.append(WriteResult(d, status, res.message, tuple(cmds)))
         return results
 
     def _apply_job(self, job_id: int, decs: list[Decision], snapshot: ClusterSnapshot | None
@@ -190,9 +221,8 @@ class CliDecisionSink:
             if request and job is not None and request != self._current_request(job):
                 cleared = self._clear_gpu_request(job, field, cmds)
                 if not cleared.ok:
-                    results.append(self._result(place, cleared, cmds))
-                    results += [WriteResult(d, WriteStatus.SKIPPED, "job write aborted")
-                                for d in (prio, release) if d is not None]
+                    results += [self._result(d, cleared, cmds)
+                                for d in (place, prio, release) if d is not None]
                     return results
                 fields[field] = request
             elif why:
@@ -271,11 +301,19 @@ class CliDecisionSink:
         return res.ok
 
     def repair_half_done(self, snapshot: ClusterSnapshot) -> list[int]:
-        """Pending marked jobs whose GPU request is empty get their original back."""
+        """Pending marked jobs whose GPU request is empty (a crash between the two steps of
+        a re-pin) or that Slurm found unstartable after a re-pin (BadConstraints) get their
+        original request back."""
         repaired = []
         for job in snapshot.pending:
             marker = parse_marker(job.admin_comment)
-            if marker is None or job.num_gpus > 0:
+            if marker is None:
+                continue
+            broken = job.num_gpus == 0 or (
+                job.pending_reason == "BadConstraints"
+                and self._current_request(job) not in (marker.tres_per_node,
+                                                       marker.tres_per_job))
+            if not broken:
                 continue
             if (marker.tres_per_node or marker.tres_per_job) and self.restore_request(job):
                 log.info("job %s: restored GPU request after a half-done re-pin", job.job_id)

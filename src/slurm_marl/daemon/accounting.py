@@ -1,0 +1,172 @@
+"""Attained service and queue time across cycles and restarts (Tiresias' inputs).
+
+Slurm forgets a job's earlier runs when it is requeued; Tiresias needs them: attained
+service (GPUs x seconds run, all runs), the length of the last run (starvation knob), and
+when the job last became pending. This module folds each snapshot into the stored job
+records and returns the snapshot with those fields filled in. Pure apart from the records
+it is handed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from slurm_marl.domain import ClusterSnapshot, Job, JobState
+from slurm_marl.daemon.store import JobRecord
+
+
+@dataclass
+class FinishedRun:
+    """One run of a job that ended (completed, failed, cancelled or requeued)."""
+
+    job_id: int
+    run: int
+    user: str
+    name: str
+    num_gpus: int
+    nodes: str
+    gpu_alloc: str
+    colocated: dict
+    start_s: float
+    end_s: float
+    state: str
+
+
+@dataclass
+class AccountingResult:
+    snapshot: ClusterSnapshot
+    records: list[JobRecord]
+    finished_runs: list[FinishedRun] = field(default_factory=list)
+
+
+def colocation(snapshot: ClusterSnapshot) -> dict[int, dict[str, list[str]]]:
+    """For each running job: the names of other running jobs sharing its GPU group, node
+    and leaf switch (the levels the interference model learns from)."""
+    by_group: dict[tuple[str, int], set[int]] = {}
+    by_node: dict[str, set[int]] = {}
+    by_leaf: dict[str, set[int]] = {}
+    running = {j.job_id: j for j in snapshot.running}
+    for job in running.values():
+        for node_name, indices in job.gpu_alloc:
+            node = snapshot.node(node_name)
+            by_node.setdefault(node_name, set()).add(job.job_id)
+            leaf = snapshot.leaf_of(node_name)
+            if leaf:
+                by_leaf.setdefault(leaf, set()).add(job.job_id)
+            if node is None:
+                continue
+            for i in indices:
+                group = node.group_of_gpu(i)
+                if group is not None:
+                    by_group.setdefault((node_name, group.index), set()).add(job.job_id)
+    out = {}
+    for job in running.values():
+        levels = {"gpu_group": set(), "node": set(), "leaf": set()}
+        for node_name, indices in job.gpu_alloc:
+            node = snapshot.node(node_name)
+            levels["node"] |= by_node.get(node_name, set())
+            leaf = snapshot.leaf_of(node_name)
+            if leaf:
+                levels["leaf"] |= by_leaf.get(leaf, set())
+            if node is not None:
+                for i in indices:
+                    g = node.group_of_gpu(i)
+                    if g is not None:
+                        levels["gpu_group"] |= by_group.get((node_name, g.index), set())
+        out[job.job_id] = {lvl: sorted(running[o].name for o in ids if o != job.job_id)
+                           for lvl, ids in levels.items()}
+    return out
+
+
+def _fold_run(rec: JobRecord, end_s: float, state: str, colocated: dict,
+              runs: list[FinishedRun]) -> None:
+    if rec.run_start_s is None:
+        return
+    length = max(0.0, end_s - rec.run_start_s)
+    rec.attained_gpu_s += rec.num_gpus * length
+    rec.last_run_s = length
+    runs.append(FinishedRun(rec.job_id, rec.restart_count, rec.user, rec.name, rec.num_gpus,
+                            rec.nodes, rec.gpu_alloc, colocated, rec.run_start_s, end_s,
+                            state))
+    rec.run_start_s = None
+
+
+def _run_end(rec: JobRecord, now: float) -> float:
+    """When a run that ended unseen ended: the last time it was seen running."""
+    return rec.last_running_s or rec.last_seen_s or now
+
+
+def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
+            colocated_seen: dict[int, dict] | None = None) -> AccountingResult:
+    """Fold ``snapshot`` into ``records`` (mutated and returned) and enrich its jobs."""
+    now = snapshot.time_s
+    colo_now = colocation(snapshot)
+    colocated_seen = colocated_seen if colocated_seen is not None else {}
+    runs: list[FinishedRun] = []
+    enriched: list[Job] = []
+    seen: set[int] = set()
+    for job in snapshot.jobs:
+        seen.add(job.job_id)
+        rec = records.get(job.job_id)
+        if rec is None:
+            rec = JobRecord(job_id=job.job_id, user=job.user, name=job.name,
+                            partition=job.partition, num_gpus=job.num_gpus,
+                            submit_time_s=job.submit_time_s,
+                            queue_since_s=job.submit_time_s, restart_count=job.restart_count)
+            records[job.job_id] = rec
+        if job.state is JobState.RUNNING:
+            # GPUs actually held (a COMPLETING job reports only the nodes still cleaning up)
+            rec.num_gpus = sum(len(i) for _, i in job.gpu_alloc) or job.num_gpus
+        elif job.is_pending:
+            rec.num_gpus = job.num_gpus or rec.num_gpus
+        if job.state is JobState.RUNNING:
+            if rec.run_start_s is not None and job.restart_count > rec.restart_count:
+                # requeued and restarted between two cycles: close the earlier run
+                _fold_run(rec, _run_end(rec, now), "REQUEUED",
+                          colocated_seen.pop(job.job_id, {}), runs)
+                rec.preemptions += 1
+            if rec.run_start_s is None:
+                rec.run_start_s = job.start_time_s or now
+            rec.last_running_s = now
+            rec.nodes = ",".join(job.nodes)
+            rec.gpu_alloc = json.dumps(job.gpu_alloc)
+            seen_levels = colocated_seen.setdefault(job.job_id, {})
+            for lvl, names in colo_now.get(job.job_id, {}).items():
+                seen_levels[lvl] = sorted(set(seen_levels.get(lvl, [])) | set(names))
+        elif job.is_running:
+            pass  # COMPLETING / SUSPENDED: the run is closed when the job moves on
+        elif job.is_pending:
+            if rec.run_start_s is not None:  # it ran and came back: requeued / preempted
+                _fold_run(rec, _run_end(rec, now), "REQUEUED",
+                          colocated_seen.pop(job.job_id, {}), runs)
+                rec.preemptions += 1
+                rec.queue_since_s = now
+        else:  # finished
+            if rec.run_start_s is not None:
+                end = job.end_time_s if job.end_time_s and job.end_time_s <= now else \
+                    _run_end(rec, now)
+                _fold_run(rec, end, job.state.value, colocated_seen.pop(job.job_id, {}), runs)
+            if rec.finished_s is None:
+                rec.finished_s = job.end_time_s or now
+        rec.restart_count = job.restart_count
+        rec.last_state = job.state.value
+        rec.last_seen_s = now
+
+        attained = rec.attained_gpu_s
+        if job.state is JobState.RUNNING and rec.run_start_s is not None:
+            attained += rec.num_gpus * max(0.0, now - rec.run_start_s)
+        enriched.append(job.with_(attained_gpu_s=attained, last_run_s=rec.last_run_s,
+                                  queue_since_s=rec.queue_since_s,
+                                  preemptions=rec.preemptions))
+    # Jobs that left squeue while we thought they ran (MinJobAge passed, slurmctld restart).
+    for job_id, rec in records.items():
+        if job_id in seen or rec.finished_s is not None:
+            continue
+        if rec.run_start_s is not None:
+            _fold_run(rec, _run_end(rec, now), "GONE", colocated_seen.pop(job_id, {}),
+                      runs)
+        rec.finished_s = rec.last_seen_s or now
+    snap = ClusterSnapshot(time_s=now, nodes=snapshot.nodes, jobs=tuple(enriched),
+                           partitions=snapshot.partitions, switches=snapshot.switches)
+    return AccountingResult(snap, list(records.values()), runs)

@@ -1,0 +1,231 @@
+"""Admin commands over the agent: run, decisions, explain, queues, status, install-plugin.
+
+The read commands open the agent's state store (readable by the admin group only: the
+daemon runs with umask 027), so ordinary users cannot see other users' decisions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+ConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--config", "-c", help="agent config (default /etc/slurm-marl/config.toml)")]
+StoreOpt = Annotated[Optional[Path], typer.Option(
+    "--store", help="state store (default: from the config)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+
+
+def _load(config: Optional[Path]):
+    from slurm_marl.daemon.config import ConfigError, load_config
+
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+
+
+def _store(config: Optional[Path], store: Optional[Path]):
+    from slurm_marl.daemon.store import Store, StoreError
+
+    path = store if store is not None else _load(config).store_path
+    try:
+        return Store.open_readonly(path)
+    except StoreError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _describe(d: dict) -> str:
+    p = d.get("payload") or {}
+    kind = d["kind"]
+    if kind == "SetPriority":
+        return f"priority {p.get('priority')} (queue {p.get('queue')})"
+    if kind == "Place":
+        allocs = ", ".join(f"{a['node']}:g{a['group']}x{a['gpus']}" for a in p.get("allocs", []))
+        return f"{'start on' if p.get('start_now') else 'wait for'} {allocs or p.get('nodes')}"
+    if kind == "Reserve":
+        return f"reserve {','.join(p.get('nodes', []))} as {p.get('name')}"
+    if kind == "EndReservation":
+        return f"end reservation {p.get('name')}"
+    if kind == "Defer":
+        return f"keep waiting {p.get('seconds', 0):.0f} s (lease)"
+    return kind.lower()
+
+
+def run(config: ConfigOpt = None,
+        shadow: bool = typer.Option(False, help="decide and log, write nothing to Slurm"),
+        cycles: Optional[int] = typer.Option(None, help="stop after this many cycles")) -> None:
+    """Run the agent (what systemd starts)."""
+    from dataclasses import replace
+
+    from slurm_marl.daemon.loop import run_daemon, setup_logging
+    from slurm_marl.daemon.store import StoreError
+
+    cfg = _load(config)
+    if shadow:
+        cfg = replace(cfg, agent=replace(cfg.agent, shadow=True))
+    setup_logging(cfg.log.level)
+    try:
+        raise typer.Exit(run_daemon(cfg, max_cycles=cycles))
+    except StoreError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+
+
+def decisions(config: ConfigOpt = None, store: StoreOpt = None,
+              job: Optional[int] = typer.Option(None, help="only this job"),
+              kind: Optional[str] = typer.Option(None, help="SetPriority, Place, Reserve, ..."),
+              since: Optional[float] = typer.Option(None, help="only the last N minutes"),
+              limit: int = typer.Option(50, min=1, max=100000),
+              json_output: JsonOpt = False) -> None:
+    """Recent decisions with their reasons and Slurm's answers."""
+    st = _store(config, store)
+    since_s = time.time() - since * 60 if since else None
+    rows = st.decisions(job_id=job, kind=kind, since_s=since_s, limit=limit)
+    if json_output:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    table = Table(title=f"Decisions ({len(rows)})")
+    for col in ("time", "cycle", "job", "decision", "plugin", "reason", "Slurm"):
+        table.add_column(col)
+    for r in rows:
+        answer = r["status"] + (f": {r['message']}" if r["message"] else "")
+        table.add_row(_when(r["time_s"]), str(r["cycle"]), str(r["job_id"]), _describe(r),
+                      r["plugin"] or "", r["reason"] or "", answer)
+    Console().print(table)
+
+
+def explain(job_id: int, config: ConfigOpt = None, store: StoreOpt = None,
+            json_output: JsonOpt = False) -> None:
+    """Why this job got its nodes, GPU group and priority."""
+    st = _store(config, store)
+    rec = st.job_records([job_id]).get(job_id)
+    rows = st.decisions(job_id=job_id, limit=200)
+    if rec is None and not rows:
+        typer.echo(f"job {job_id}: the agent has no record of it (not in a managed "
+                   "partition, or older than the store's retention)", err=True)
+        raise typer.Exit(1)
+    latest: dict[str, dict] = {}
+    for r in rows:  # newest first
+        latest.setdefault(r["kind"], r)
+    info = {"job_id": job_id, "record": vars(rec) if rec else None,
+            "latest": latest, "history": rows}
+    if json_output:
+        json.dump(info, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return
+    con = Console()
+    con.print(f"[bold]job {job_id}[/]")
+    if rec:
+        con.print(f"  user {rec.user}, name {rec.name}, partition {rec.partition}, "
+                  f"{rec.num_gpus} GPU(s), state {rec.last_state}")
+        running = ""
+        if rec.run_start_s and rec.last_state == "RUNNING":
+            running = f" + current run since {_when(rec.run_start_s)}"
+        con.print(f"  attained service {rec.attained_gpu_s:.0f} GPU-s in finished runs"
+                  f"{running}; last run {rec.last_run_s:.0f} s; preempted {rec.preemptions}x")
+        con.print(f"  2D-LAS queue {rec.queue if rec.queue is not None else '-'}; waiting "
+                  f"since {_when(rec.queue_since_s)}")
+    for kind in ("SetPriority", "Place", "Reserve", "Preempt", "Defer", "EndReservation"):
+        r = latest.get(kind)
+        if not r:
+            continue
+        con.print(f"  [bold]{kind}[/] at {_when(r['time_s'])}: {_describe(r)}")
+        con.print(f"    by {r['plugin'] or '-'}: {r['reason'] or '-'}")
+        scores = (r.get("payload") or {}).get("scores") or []
+        if scores:
+            con.print("    scores: " + ", ".join(f"{k} {v:.3f}" for k, v in scores))
+        con.print(f"    Slurm: {r['status']}{': ' + r['message'] if r['message'] else ''}")
+
+
+def queues(config: ConfigOpt = None, store: StoreOpt = None,
+           json_output: JsonOpt = False) -> None:
+    """Pending jobs by 2D-LAS queue, as the agent last ranked them."""
+    st = _store(config, store)
+    recs = [r for r in st.job_records().values()
+            if r.last_state == "PENDING" and r.finished_s is None]
+    recs.sort(key=lambda r: (r.queue if r.queue is not None else 99, r.queue_since_s or 0,
+                             r.job_id))
+    if json_output:
+        json.dump([vars(r) for r in recs], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    table = Table(title="2D-LAS queues (pending jobs)")
+    for col in ("queue", "job", "user", "GPUs", "attained GPU-s", "waiting since",
+                "preemptions"):
+        table.add_column(col)
+    for r in recs:
+        table.add_row(str(r.queue if r.queue is not None else "-"), str(r.job_id), r.user,
+                      str(r.num_gpus), f"{r.attained_gpu_s:.0f}", _when(r.queue_since_s),
+                      str(r.preemptions))
+    Console().print(table)
+
+
+def status(config: ConfigOpt = None, store: StoreOpt = None,
+           json_output: JsonOpt = False) -> None:
+    """Is the agent cycling, and how are its writes going."""
+    st = _store(config, store)
+    cycles = st.cycles(limit=20)
+    last = cycles[0] if cycles else None
+    info = {"last_cycle": last, "recent_errors": [c for c in cycles if c["error"]][:5],
+            "age_s": (time.time() - last["time_s"]) if last else None,
+            "store": str(st.path)}
+    if json_output:
+        json.dump(info, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    if not last:
+        typer.echo("the agent has not run a cycle yet")
+        raise typer.Exit(1)
+    typer.echo(f"last cycle {last['cycle']} at {_when(last['time_s'])} "
+               f"({info['age_s']:.0f} s ago), {last['duration_s']:.3f} s: "
+               f"{last['pending']} pending, {last['running']} running, "
+               f"{last['decisions']} decisions, {last['written']} written, "
+               f"{last['refused']} refused")
+    for c in info["recent_errors"]:
+        typer.echo(f"  cycle {c['cycle']} at {_when(c['time_s'])}: {c['error']}")
+
+
+def install_plugin(config: ConfigOpt = None,
+                   slurm_conf: Annotated[Optional[Path], typer.Option(
+                       help="slurm.conf (default: from the config)")] = None,
+                   agent_uid: list[int] = typer.Option([], help="uid the agent runs as "
+                                                       "(may move start times)"),
+                   print_only: bool = typer.Option(False, "--print",
+                                                   help="print the script, write nothing")
+                   ) -> None:
+    """Write the fail-open gate (job_submit.lua) beside slurm.conf."""
+    from slurm_marl.slurm_integration.plugin import (PluginError, install_job_submit_lua,
+                                                     render_job_submit_lua)
+
+    cfg = _load(config)
+    try:
+        text = render_job_submit_lua(list(cfg.agent.managed_partitions), cfg.agent.grace_s,
+                                     agent_uid)
+        if print_only:
+            typer.echo(text)
+            return
+        target, todo = install_job_submit_lua(slurm_conf or Path(cfg.slurm.slurm_conf), text)
+    except (PluginError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    typer.echo(f"wrote {target}")
+    for step in todo:
+        typer.echo(f"then: {step}")

@@ -1,0 +1,150 @@
+"""The agent's TOML configuration (``/etc/slurm-marl/config.toml``), validated at start.
+
+Every key is documented in ``systemd/config.example.toml``; an unknown key, a wrong type or
+an out-of-range value is an error naming the file and the key, never a silent default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PATH = Path("/etc/slurm-marl/config.toml")
+
+
+class ConfigError(ValueError):
+    """The configuration file cannot be used; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class SlurmSection:
+    slurm_conf: str = "/etc/slurm/slurm.conf"
+    command_timeout_s: float = 30.0
+    write_retries: int = 2
+
+
+@dataclass(frozen=True)
+class AgentSection:
+    interval_s: float = 5.0
+    profile: str = "las-consolidate"
+    managed_partitions: tuple[str, ...] = ("gpu",)
+    preempt_partitions: tuple[str, ...] = ()
+    shadow: bool = False
+    grace_s: int = 30
+    lease: bool = True
+    reservation_minutes: int = 10
+    priority_base: int = 1_000_000
+    state_dir: str = "/var/lib/slurm-marl"
+    watchdog: bool = True
+
+
+@dataclass(frozen=True)
+class MetricsSection:
+    enabled: bool = True
+    address: str = "127.0.0.1"
+    port: int = 9798
+
+
+@dataclass(frozen=True)
+class LogSection:
+    level: str = "INFO"
+
+
+@dataclass(frozen=True)
+class Config:
+    slurm: SlurmSection = field(default_factory=SlurmSection)
+    agent: AgentSection = field(default_factory=AgentSection)
+    metrics: MetricsSection = field(default_factory=MetricsSection)
+    log: LogSection = field(default_factory=LogSection)
+    source: str = "<defaults>"
+
+    @property
+    def store_path(self) -> Path:
+        return Path(self.agent.state_dir) / "state.sqlite"
+
+
+_RANGES: dict[tuple[str, str], tuple[float, float]] = {
+    ("slurm", "command_timeout_s"): (1, 600),
+    ("slurm", "write_retries"): (0, 10),
+    ("agent", "interval_s"): (0.5, 3600),
+    ("agent", "grace_s"): (1, 3600),
+    ("agent", "reservation_minutes"): (1, 1440),
+    ("agent", "priority_base"): (0, 4_000_000_000),
+    ("metrics", "port"): (0, 65535),
+}
+_SECTIONS = {"slurm": SlurmSection, "agent": AgentSection, "metrics": MetricsSection,
+             "log": LogSection}
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _coerce(where: str, name: str, default: Any, value: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}.{name}: expected true or false, got {value!r}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}.{name}: expected a whole number, got {value!r}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}.{name}: expected a number, got {value!r}")
+        return float(value)
+    if isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}.{name}: expected a list of strings, got {value!r}")
+        return tuple(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}.{name}: expected a string, got {value!r}")
+    return value
+
+
+def parse_config(data: dict, source: str = "<string>") -> Config:
+    sections = {}
+    for key in data:
+        if key not in _SECTIONS:
+            raise ConfigError(f"{source}: unknown section [{key}] "
+                              f"(known: {', '.join(sorted(_SECTIONS))})")
+    for name, cls in _SECTIONS.items():
+        raw = data.get(name, {})
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{source}: [{name}] must be a table")
+        defaults = cls()
+        known = {f.name: f for f in fields(cls)}
+        values = {}
+        for key, value in raw.items():
+            if key not in known:
+                raise ConfigError(f"{source}: unknown key {name}.{key} "
+                                  f"(known: {', '.join(sorted(known))})")
+            coerced = _coerce(f"{source}: {name}", key, getattr(defaults, key), value)
+            bounds = _RANGES.get((name, key))
+            if bounds and not bounds[0] <= coerced <= bounds[1]:
+                raise ConfigError(f"{source}: {name}.{key} = {value!r} is outside "
+                                  f"{bounds[0]:g}..{bounds[1]:g}")
+            values[key] = coerced
+        sections[name] = cls(**values)
+    cfg = Config(**sections, source=source)
+    if cfg.log.level.upper() not in _LEVELS:
+        raise ConfigError(f"{source}: log.level must be one of {', '.join(_LEVELS)}")
+    if not cfg.agent.managed_partitions:
+        raise ConfigError(f"{source}: agent.managed_partitions is empty: nothing to manage")
+    stray = set(cfg.agent.preempt_partitions) - set(cfg.agent.managed_partitions)
+    if stray:
+        raise ConfigError(f"{source}: agent.preempt_partitions {sorted(stray)} are not in "
+                          "agent.managed_partitions")
+    return cfg
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    path = Path(path) if path else DEFAULT_PATH
+    if not path.exists():
+        raise ConfigError(f"{path}: configuration file not found")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    return parse_config(data, str(path))

@@ -1,0 +1,302 @@
+"""The agent: every few seconds snapshot Slurm, decide per partition, write what changed.
+
+One cycle:
+1. snapshot (4 Slurm client calls); on the first cycle after a start, repair half-done GPU
+   re-pins and reconcile the reservations the store says the agent owns;
+2. fold it into the store's job records (attained service survives requeue and restarts);
+3. ``run_cycle`` per managed partition on that partition's nodes and jobs;
+4. translate: priorities and placements only where they changed; a waiting multi-node job
+   gets a reservation on its chosen nodes; preemption only in opted-in partitions; the
+   "lease": jobs the agent keeps waiting get their begin time pushed by the grace again
+   shortly before it ends, so if the agent dies they become eligible within one grace
+   (fail-open) and while it lives Slurm does not start them behind its back;
+5. write through the DecisionSink (nothing in shadow mode), record decisions and answers.
+
+Nothing here raises out of a cycle: a failed cycle is logged, recorded and retried at the
+next tick; the loop keeps running while slurmctld restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field, replace
+
+from slurm_marl.daemon.accounting import account
+from slurm_marl.daemon.config import Config
+from slurm_marl.daemon.store import Store
+from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
+                               Preempt, Reserve, SetPriority)
+from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
+from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
+
+log = logging.getLogger(__name__)
+
+RESERVATION_PREFIX = "slurm-marl-"
+MAX_PRIORITY = 4_294_967_293  # Slurm's job priority is a uint32 below NO_VAL
+# Pending reasons that mean the job cannot run whatever the agent writes.
+_UNSCHEDULABLE_REASONS = ("JobHeld", "Dependency", "DependencyNeverSatisfied", "BadConstraints",
+                          "PartitionDown", "PartitionInactive", "InvalidAccount", "InvalidQOS",
+                          "ReqNodeNotAvail, UnavailableNodes")
+
+
+@dataclass
+class CycleReport:
+    cycle: int
+    time_s: float
+    duration_s: float = 0.0
+    pending: int = 0
+    running: int = 0
+    decisions: list[Decision] = field(default_factory=list)
+    results: list[WriteResult] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def written(self) -> int:
+        return sum(1 for r in self.results if r.status is WriteStatus.OK)
+
+    @property
+    def refused(self) -> int:
+        return sum(1 for r in self.results if r.status in (WriteStatus.REFUSED,
+                                                            WriteStatus.VANISHED))
+
+
+def _place_key(p: Place) -> str:
+    return json.dumps([list(p.nodes), [[a.node, a.group, a.gpus] for a in p.allocs],
+                       p.start_now])
+
+
+def partition_view(snap: ClusterSnapshot, partition: str) -> ClusterSnapshot:
+    """The part of the cluster one agent decides for: its nodes and the jobs that may run
+    there (a job submitted to several partitions is seen by each)."""
+    nodes = tuple(n for n in snap.nodes if partition in n.partitions)
+    names = {n.name for n in nodes}
+
+    def in_partition(j: Job) -> bool:
+        if j.is_running:
+            return any(n in names for n in j.nodes)
+        return partition in j.partition.split(",")
+
+    return ClusterSnapshot(time_s=snap.time_s, nodes=nodes,
+                           jobs=tuple(j for j in snap.jobs if in_partition(j)),
+                           partitions=tuple(p for p in snap.partitions if p.name == partition),
+                           switches=snap.switches)
+
+
+class Agent:
+    def __init__(self, config: Config, source, sink, store: Store, policy,
+                 metrics=None, clock=time.time) -> None:
+        self.config = config
+        self.source = source
+        self.sink = sink
+        self.store = store
+        self.policy = policy
+        self.metrics = metrics
+        self.clock = clock
+        self._started = False
+        self._colocated: dict[int, dict] = {}
+        self.last_report: CycleReport | None = None
+
+    # ---- one cycle ----------------------------------------------------------------------
+    def cycle(self) -> CycleReport:
+        started = time.monotonic()
+        report = CycleReport(cycle=self.store.next_cycle(), time_s=self.clock())
+        try:
+            self._cycle(report)
+        except SlurmError as exc:
+            report.error = f"slurm: {exc.message or exc}"
+            log.warning("cycle %d: Slurm did not answer (%s); retrying next tick",
+                        report.cycle, exc.message or exc)
+        except Exception as exc:  # one bad cycle must not end the agent
+            report.error = f"internal: {exc!r}"
+            log.exception("cycle %d failed", report.cycle)
+        report.duration_s = time.monotonic() - started
+        try:
+            self.store.record_cycle(report.cycle, report.time_s, report.duration_s,
+                                    report.pending, report.running, len(report.decisions),
+                                    report.written, report.refused, report.error)
+        except Exception:
+            log.exception("could not record cycle %d", report.cycle)
+        if self.metrics is not None:
+            self.metrics.observe(report)
+        self.last_report = report
+        return report
+
+    def _cycle(self, report: CycleReport) -> None:
+        raw = self.source.snapshot()
+        report.time_s = raw.time_s
+        if not self._started:
+            self._on_start(raw)
+            self._started = True
+        elif not self.config.agent.shadow:
+            self.sink.repair_half_done(raw)
+        records = self.store.job_records([j.job_id for j in raw.jobs])
+        for rec in self.store.unfinished_records():
+            records.setdefault(rec.job_id, rec)
+        acc = account(raw, records, self._colocated)
+        self.store.save_jobs(acc.records)
+        for run in acc.finished_runs:
+            self.store.record_outcome(run.job_id, run.run, user=run.user, name=run.name,
+                                      num_gpus=run.num_gpus, nodes=run.nodes,
+                                      gpu_alloc=run.gpu_alloc,
+                                      colocated=json.dumps(run.colocated),
+                                      start_s=run.start_s, end_s=run.end_s, state=run.state)
+        snap = acc.snapshot
+        managed = [p for p in self.config.agent.managed_partitions if snap.partition(p)]
+        missing = set(self.config.agent.managed_partitions) - set(managed)
+        if missing:
+            log.warning("managed partitions not in Slurm: %s", ", ".join(sorted(missing)))
+        decisions: list[Decision] = []
+        decided_jobs: set[int] = set()
+        for part in managed:
+            view = self._decidable(partition_view(snap, part))
+            report.pending += len(view.pending)
+            report.running += len(view.running)
+            for d in self.policy.run_cycle(view):
+                if d.job_id in decided_jobs and not isinstance(d, Preempt):
+                    continue  # a multi-partition job is decided by its first partition
+                if isinstance(d, Preempt) and part not in self.config.agent.preempt_partitions:
+                    continue
+                decisions.append(d)
+            decided_jobs |= {d.job_id for d in decisions}
+        report.decisions = decisions
+        self.store.set_queues((d.job_id, d.queue) for d in decisions
+                              if isinstance(d, SetPriority))
+        writes, advice = self._translate(snap, decisions)
+        if self.config.agent.shadow:
+            self.store.record_decisions(report.cycle, snap.time_s,
+                                        [(d, "shadow", "") for d in writes + advice])
+            return
+        results = self.sink.apply(writes, snap) if writes else []
+        report.results = results
+        self._remember(results, snap)
+        # Plans that need no write (a job waits for GPUs) are recorded once per change,
+        # so `slurm-marl explain` can say what a waiting job waits for.
+        self.store.mark_written([(d.job_id, "place", _place_key(d)) for d in advice],
+                                snap.time_s)
+        self.store.record_decisions(
+            report.cycle, snap.time_s,
+            [(r.decision, r.status.value, r.message) for r in results]
+            + [(d, "planned", "waits; nothing written") for d in advice])
+
+    def _decidable(self, view: ClusterSnapshot) -> ClusterSnapshot:
+        """Leave out pending jobs the agent must not touch: held, waiting on a dependency,
+        or with a begin time the user set beyond the gate's grace."""
+        horizon = view.time_s + self.config.agent.grace_s + 2 * self.config.agent.interval_s
+        keep = []
+        for j in view.jobs:
+            if j.is_pending:
+                if j.pending_reason.startswith(_UNSCHEDULABLE_REASONS):
+                    continue
+                # a user's later --begin is theirs; Slurm's own delay after a requeue
+                # (cred_expire + 1 s) is not, and the agent restarts such jobs in turn
+                if (j.eligible_time_s and j.eligible_time_s > horizon
+                        and j.restart_count == 0):
+                    continue
+            keep.append(j)
+        return ClusterSnapshot(time_s=view.time_s, nodes=view.nodes, jobs=tuple(keep),
+                               partitions=view.partitions, switches=view.switches)
+
+    # ---- decisions -> writes ------------------------------------------------------------
+    def _translate(self, snap: ClusterSnapshot, decisions: list[Decision]
+                   ) -> tuple[list[Decision], list[Place]]:
+        """(writes for Slurm, changed plans that need no write)."""
+        cfg = self.config.agent
+        advice: list[Place] = []
+        written = self.store.written({d.job_id for d in decisions})
+        reservations = self.store.active_reservations()
+        out: list[Decision] = []
+        placed_now: set[int] = set()
+        for d in decisions:
+            job = snap.job(d.job_id)
+            if job is None:
+                continue
+            if isinstance(d, SetPriority):
+                prio = min(MAX_PRIORITY, cfg.priority_base + max(1, d.priority))
+                if job.is_pending and job.priority != prio:
+                    out.append(replace(d, priority=prio))
+            elif isinstance(d, Place):
+                if not job.is_pending:
+                    continue
+                if not d.start_now and written.get((job.job_id, "place")) != _place_key(d):
+                    advice.append(d)
+                if d.start_now:
+                    placed_now.add(job.job_id)
+                    if written.get((job.job_id, "place")) != _place_key(d):
+                        out.append(d)
+                elif len(d.nodes) > 1:
+                    name = f"{RESERVATION_PREFIX}{job.job_id}"
+                    nodes = ",".join(d.nodes)
+                    if reservations.get(name, {}).get("nodes") != nodes:
+                        out.append(Reserve(job.job_id, d.plugin, d.reason, name=name,
+                                           nodes=d.nodes,
+                                           duration_s=cfg.reservation_minutes * 60.0))
+            elif isinstance(d, Preempt):
+                if job.is_running:
+                    out.append(d)
+        # The lease: keep waiting jobs from becoming eligible behind the agent's back.
+        if cfg.lease:
+            renew_before = snap.time_s + 2 * cfg.interval_s + 1
+            decided = {d.job_id for d in decisions}
+            for job in snap.pending:
+                if job.job_id in placed_now or job.job_id not in decided:
+                    continue
+                if job.eligible_time_s is not None and job.eligible_time_s <= renew_before:
+                    out.append(Defer(job.job_id, "lease", f"waits; eligible on its own in "
+                                     f"{cfg.grace_s} s unless the agent renews",
+                                     seconds=float(cfg.grace_s)))
+        # Reservations the agent owns whose job no longer waits (it runs inside it, ended,
+        # or vanished). A pending job keeps its reservation until it starts in it.
+        for name, row in reservations.items():
+            job = snap.job(row["job_id"]) if row["job_id"] else None
+            if job is None or not job.is_pending:
+                out.append(EndReservation(row["job_id"] or 0, "agent",
+                                          "its job started or is gone", name=name))
+        return out, advice
+
+    def _remember(self, results: list[WriteResult], snap: ClusterSnapshot) -> None:
+        marks = []
+        for r in results:
+            d = r.decision
+            if isinstance(d, Reserve):
+                if r.ok:
+                    self.store.add_reservation(d.name, d.job_id, ",".join(d.nodes), snap.time_s)
+            elif isinstance(d, EndReservation):
+                if r.ok or r.status is WriteStatus.VANISHED:
+                    self.store.end_reservation(d.name, snap.time_s)
+            elif isinstance(d, Place) and r.ok:
+                marks.append((d.job_id, "place", _place_key(d)))
+        if marks:
+            self.store.mark_written(marks, snap.time_s)
+
+    # ---- start-up -----------------------------------------------------------------------
+    def _on_start(self, snap: ClusterSnapshot) -> None:
+        if self.config.agent.shadow:
+            return
+        repaired = self.sink.repair_half_done(snap)
+        if repaired:
+            log.info("repaired half-done GPU re-pins of jobs %s", repaired)
+        # Reservations named like ours that the store does not know (a crash right after
+        # creating one) are adopted, so they are ended like any other.
+        known = self.store.active_reservations()
+        for job in snap.jobs:
+            name = job.reservation
+            if name and name.startswith(RESERVATION_PREFIX) and name not in known:
+                self.store.add_reservation(name, job.job_id, ",".join(job.required_nodes),
+                                           snap.time_s)
+
+
+def build_agent(config: Config, metrics=None) -> Agent:
+    """The agent wired to real Slurm, its store and the configured policy profile."""
+    from slurm_marl.policy.framework import build_policy
+    from slurm_marl.policy.profile import load_profile
+    from slurm_marl.slurm_integration.sink import CliDecisionSink
+    from slurm_marl.slurm_integration.source import CliClusterSource
+
+    runner = SlurmRunner(config.slurm.slurm_conf, timeout_s=config.slurm.command_timeout_s)
+    source = CliClusterSource(runner, static_ttl_s=60.0)
+    sink = CliDecisionSink(runner, retries=config.slurm.write_retries)
+    policy = build_policy(load_profile(config.agent.profile))
+    store = Store(config.store_path)
+    return Agent(config, source, sink, store, policy, metrics=metrics)

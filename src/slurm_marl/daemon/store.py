@@ -1,0 +1,282 @@
+"""The agent's state store: SQLite in WAL mode under ``state_dir``.
+
+What must outlive a restart lives here: per-job scheduling state (attained GPU service,
+last run length, queue, preemptions), what was last written to Slurm (so only changes are
+written), the reservations the agent created, every decision with its reason and Slurm's
+answer (for `slurm-marl decisions` / `explain`), cycle reports, and per-job outcomes as
+samples for retraining the interference model.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from slurm_marl.domain import Decision
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id INTEGER PRIMARY KEY,
+    user TEXT, name TEXT, partition TEXT,
+    num_gpus INTEGER NOT NULL DEFAULT 0,
+    submit_time_s REAL,
+    attained_gpu_s REAL NOT NULL DEFAULT 0,     -- service of finished runs
+    run_start_s REAL,                           -- start of the current run, if running
+    last_run_s REAL NOT NULL DEFAULT 0,         -- length of the last finished run
+    queue_since_s REAL,                         -- became pending (submit or requeue)
+    queue INTEGER,
+    preemptions INTEGER NOT NULL DEFAULT 0,
+    restart_count INTEGER NOT NULL DEFAULT 0,
+    last_state TEXT,
+    last_seen_s REAL,
+    last_running_s REAL,                        -- last time seen RUNNING
+    nodes TEXT, gpu_alloc TEXT,
+    finished_s REAL
+);
+CREATE TABLE IF NOT EXISTS written (
+    job_id INTEGER NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL, time_s REAL NOT NULL,
+    PRIMARY KEY (job_id, kind)
+);
+CREATE TABLE IF NOT EXISTS reservations (
+    name TEXT PRIMARY KEY, job_id INTEGER, nodes TEXT, created_s REAL, ended_s REAL
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    cycle INTEGER NOT NULL, time_s REAL NOT NULL, job_id INTEGER NOT NULL,
+    kind TEXT NOT NULL, plugin TEXT, reason TEXT, payload TEXT,
+    status TEXT NOT NULL, message TEXT
+);
+CREATE INDEX IF NOT EXISTS decisions_job ON decisions (job_id, id);
+CREATE TABLE IF NOT EXISTS cycles (
+    cycle INTEGER PRIMARY KEY, time_s REAL NOT NULL, duration_s REAL,
+    pending INTEGER, running INTEGER, decisions INTEGER, written INTEGER,
+    refused INTEGER, error TEXT
+);
+CREATE TABLE IF NOT EXISTS outcomes (
+    job_id INTEGER NOT NULL, run INTEGER NOT NULL, user TEXT, name TEXT,
+    num_gpus INTEGER, nodes TEXT, gpu_alloc TEXT, colocated TEXT,
+    start_s REAL, end_s REAL, state TEXT,
+    PRIMARY KEY (job_id, run)
+);
+"""
+
+
+@dataclass
+class JobRecord:
+    job_id: int
+    user: str = ""
+    name: str = ""
+    partition: str = ""
+    num_gpus: int = 0
+    submit_time_s: float | None = None
+    attained_gpu_s: float = 0.0
+    run_start_s: float | None = None
+    last_run_s: float = 0.0
+    queue_since_s: float | None = None
+    queue: int | None = None
+    preemptions: int = 0
+    restart_count: int = 0
+    last_state: str | None = None
+    last_seen_s: float | None = None
+    last_running_s: float | None = None
+    nodes: str = ""
+    gpu_alloc: str = ""
+    finished_s: float | None = None
+
+
+class StoreError(RuntimeError):
+    """The state store cannot be opened or is from an incompatible version."""
+
+
+def decision_payload(d: Decision) -> dict:
+    data = asdict(d)
+    for key in ("job_id", "plugin", "reason"):
+        data.pop(key, None)
+    return data
+
+
+class Store:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=10, isolation_level=None,
+                                      check_same_thread=False)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open state store {self.path}: {exc}") from exc
+        version = self.meta("schema_version")
+        if version is None:
+            self.set_meta("schema_version", str(SCHEMA_VERSION))
+        elif int(version) != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: schema version {version}, this slurm-marl "
+                             f"expects {SCHEMA_VERSION}")
+
+    @classmethod
+    def open_readonly(cls, path: str | Path) -> "Store":
+        path = Path(path)
+        if not path.exists():
+            raise StoreError(f"no state store at {path} (has the agent run yet?)")
+        return cls(path)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # ---- meta ---------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                        "value=excluded.value", (key, value))
+
+    def next_cycle(self) -> int:
+        row = self.db.execute("SELECT MAX(cycle) FROM cycles").fetchone()
+        return (row[0] or 0) + 1
+
+    # ---- jobs ---------------------------------------------------------------------------
+    def job_records(self, job_ids: Iterable[int] | None = None) -> dict[int, JobRecord]:
+        if job_ids is None:
+            rows = self.db.execute("SELECT * FROM jobs").fetchall()
+        else:
+            ids = list(job_ids)
+            rows = []
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                rows += self.db.execute(
+                    f"SELECT * FROM jobs WHERE job_id IN ({','.join('?' * len(chunk))})",
+                    chunk).fetchall()
+        return {r["job_id"]: JobRecord(**dict(r)) for r in rows}
+
+    def unfinished_records(self) -> list[JobRecord]:
+        rows = self.db.execute("SELECT * FROM jobs WHERE finished_s IS NULL").fetchall()
+        return [JobRecord(**dict(r)) for r in rows]
+
+    def save_jobs(self, records: Iterable[JobRecord]) -> None:
+        rows = [asdict(r) for r in records]
+        if not rows:
+            return
+        cols = list(rows[0])
+        sql = (f"INSERT INTO jobs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))}) "
+               f"ON CONFLICT(job_id) DO UPDATE SET "
+               + ",".join(f"{c}=excluded.{c}" for c in cols if c != "job_id"))
+        with self.transaction() as db:
+            db.executemany(sql, [tuple(r[c] for c in cols) for r in rows])
+
+    def set_queues(self, items: Iterable[tuple[int, int]]) -> None:
+        with self.transaction() as db:
+            db.executemany("UPDATE jobs SET queue=? WHERE job_id=?",
+                           [(q, j) for j, q in items])
+
+    # ---- what was written ---------------------------------------------------------------
+    def written(self, job_ids: Iterable[int]) -> dict[tuple[int, str], str]:
+        ids = list(job_ids)
+        out = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            for r in self.db.execute(
+                    f"SELECT job_id, kind, value FROM written WHERE job_id IN "
+                    f"({','.join('?' * len(chunk))})", chunk):
+                out[(r[0], r[1])] = r[2]
+        return out
+
+    def mark_written(self, items: Iterable[tuple[int, str, str]], now_s: float) -> None:
+        with self.transaction() as db:
+            db.executemany("INSERT INTO written VALUES (?, ?, ?, ?) ON CONFLICT(job_id, kind) "
+                           "DO UPDATE SET value=excluded.value, time_s=excluded.time_s",
+                           [(j, k, v, now_s) for j, k, v in items])
+
+    def forget_written(self, job_id: int, kinds: Iterable[str]) -> None:
+        self.db.executemany("DELETE FROM written WHERE job_id=? AND kind=?",
+                            [(job_id, k) for k in kinds])
+
+    # ---- reservations -------------------------------------------------------------------
+    def active_reservations(self) -> dict[str, dict]:
+        rows = self.db.execute("SELECT * FROM reservations WHERE ended_s IS NULL").fetchall()
+        return {r["name"]: dict(r) for r in rows}
+
+    def add_reservation(self, name: str, job_id: int, nodes: str, now_s: float) -> None:
+        self.db.execute("INSERT INTO reservations VALUES (?, ?, ?, ?, NULL) ON CONFLICT(name) "
+                        "DO UPDATE SET job_id=excluded.job_id, nodes=excluded.nodes, "
+                        "ended_s=NULL", (name, job_id, nodes, now_s))
+
+    def end_reservation(self, name: str, now_s: float) -> None:
+        self.db.execute("UPDATE reservations SET ended_s=? WHERE name=?", (now_s, name))
+
+    # ---- decisions, cycles, outcomes ----------------------------------------------------
+    def record_decisions(self, cycle: int, now_s: float,
+                         rows: Iterable[tuple[Decision, str, str]]) -> None:
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT INTO decisions (cycle, time_s, job_id, kind, plugin, reason, payload, "
+                "status, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(cycle, now_s, d.job_id, type(d).__name__, d.plugin, d.reason,
+                  json.dumps(decision_payload(d), default=str), status, message)
+                 for d, status, message in rows])
+
+    def record_cycle(self, cycle: int, now_s: float, duration_s: float, pending: int,
+                     running: int, decisions: int, written: int, refused: int,
+                     error: str | None = None) -> None:
+        self.db.execute("INSERT OR REPLACE INTO cycles VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (cycle, now_s, duration_s, pending, running, decisions, written,
+                         refused, error))
+
+    def record_outcome(self, job_id: int, run: int, **values) -> None:
+        cols = ["job_id", "run", *values]
+        self.db.execute(f"INSERT OR REPLACE INTO outcomes ({','.join(cols)}) VALUES "
+                        f"({','.join('?' * len(cols))})", (job_id, run, *values.values()))
+
+    def decisions(self, job_id: int | None = None, limit: int = 50,
+                  kind: str | None = None, since_s: float | None = None) -> list[dict]:
+        sql, args = "SELECT * FROM decisions WHERE 1=1", []
+        if job_id is not None:
+            sql += " AND job_id=?"
+            args.append(job_id)
+        if kind:
+            sql += " AND kind=?"
+            args.append(kind)
+        if since_s is not None:
+            sql += " AND time_s>=?"
+            args.append(since_s)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(limit)
+        rows = [dict(r) for r in self.db.execute(sql, args)]
+        for r in rows:
+            r["payload"] = json.loads(r["payload"] or "{}")
+        return rows
+
+    def cycles(self, limit: int = 10) -> list[dict]:
+        return [dict(r) for r in self.db.execute(
+            "SELECT * FROM cycles ORDER BY cycle DESC LIMIT ?", (limit,))]
+
+    def outcomes(self) -> list[dict]:
+        return [dict(r) for r in self.db.execute("SELECT * FROM outcomes ORDER BY end_s")]
+
+    def prune(self, keep_days: float = 30.0, now_s: float | None = None) -> None:
+        cutoff = (now_s or time.time()) - keep_days * 86400
+        self.db.execute("DELETE FROM decisions WHERE time_s < ?", (cutoff,))
+        self.db.execute("DELETE FROM cycles WHERE time_s < ?", (cutoff,))
+        self.db.execute("DELETE FROM jobs WHERE finished_s IS NOT NULL AND finished_s < ?",
+                        (cutoff,))

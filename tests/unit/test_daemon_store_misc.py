@@ -1,0 +1,66 @@
+import socket
+
+from slurm_marl.daemon.store import Store, StoreError
+from slurm_marl.daemon.systemd import Notifier
+from slurm_marl.domain import GroupAlloc, Place, SetPriority
+from slurm_marl.slurm_integration.plugin import PluginError, render_job_submit_lua
+
+import pytest
+
+
+def test_decisions_written_and_reservations(tmp_path):
+    st = Store(tmp_path / "s.sqlite")
+    p = Place(7, "consolidate", "best fit", nodes=("n1",), allocs=(GroupAlloc("n1", 1, 2),),
+              scores=(("consolidate", 0.9),))
+    st.record_decisions(1, 10.0, [(p, "ok", ""), (SetPriority(7, "las", "q0", 5, 0),
+                                                  "refused", "held")])
+    rows = st.decisions(job_id=7)
+    assert [r["kind"] for r in rows] == ["SetPriority", "Place"]
+    assert rows[1]["payload"]["allocs"] == [{"node": "n1", "group": 1, "gpus": 2}]
+    assert st.decisions(kind="Place")[0]["status"] == "ok"
+    st.mark_written([(7, "place", "x")], 10.0)
+    st.mark_written([(7, "place", "y")], 11.0)
+    assert st.written([7]) == {(7, "place"): "y"}
+    st.add_reservation("slurm-marl-7", 7, "n1,n2", 10.0)
+    assert list(st.active_reservations()) == ["slurm-marl-7"]
+    st.end_reservation("slurm-marl-7", 12.0)
+    assert st.active_reservations() == {}
+    assert st.next_cycle() == 1
+    st.record_cycle(1, 10.0, 0.1, 1, 0, 2, 1, 1)
+    assert st.next_cycle() == 2
+
+
+def test_schema_version_mismatch_is_refused(tmp_path):
+    st = Store(tmp_path / "s.sqlite")
+    st.set_meta("schema_version", "999")
+    st.close()
+    with pytest.raises(StoreError, match="schema version 999"):
+        Store(tmp_path / "s.sqlite")
+    with pytest.raises(StoreError, match="no state store"):
+        Store.open_readonly(tmp_path / "none.sqlite")
+
+
+def test_notifier_sends_datagrams(tmp_path, monkeypatch):
+    path = tmp_path / "n.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(2)
+    monkeypatch.setenv("WATCHDOG_USEC", "5000000")
+    n = Notifier(str(path))
+    assert n.enabled and n.watchdog_s == 5.0
+    assert n.ready("ok") and n.watchdog()
+    assert sock.recv(100) == b"READY=1\nSTATUS=ok" and sock.recv(100) == b"WATCHDOG=1"
+    assert not Notifier("").notify("READY=1")
+    assert not Notifier(str(tmp_path / "nobody")).ready()
+
+
+def test_job_submit_lua_rendering():
+    text = render_job_submit_lua(["gpu", "a100"], 30, [1234])
+    assert '["gpu"] = true, ["a100"] = true' in text
+    assert "GRACE_S = 30" in text and "[0] = true, [1234] = true" in text
+    assert "@" not in text.split("--]]", 1)[1]
+    for bad in ([], ["gpu; os.exit()"]):
+        with pytest.raises(PluginError):
+            render_job_submit_lua(bad, 30, [])
+    with pytest.raises(PluginError):
+        render_job_submit_lua(["gpu"], 0, [])
