@@ -24,6 +24,7 @@ class FinishedRun:
     run: int
     user: str
     name: str
+    model_type: str | None
     num_gpus: int
     nodes: str
     gpu_alloc: str
@@ -86,7 +87,8 @@ def _fold_run(rec: JobRecord, end_s: float, state: str, colocated: dict,
     length = max(0.0, end_s - rec.run_start_s)
     rec.attained_gpu_s += rec.num_gpus * length
     rec.last_run_s = length
-    runs.append(FinishedRun(rec.job_id, rec.restart_count, rec.user, rec.name, rec.num_gpus,
+    runs.append(FinishedRun(rec.job_id, rec.restart_count, rec.user, rec.name,
+                            rec.model_type, rec.num_gpus,
                             rec.nodes, rec.gpu_alloc, colocated, rec.run_start_s, end_s,
                             state))
     rec.run_start_s = None
@@ -158,7 +160,8 @@ def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
             attained += rec.num_gpus * max(0.0, now - rec.run_start_s)
         enriched.append(job.with_(attained_gpu_s=attained, last_run_s=rec.last_run_s,
                                   queue_since_s=rec.queue_since_s,
-                                  preemptions=rec.preemptions))
+                                  preemptions=rec.preemptions,
+                                  model_type=job.model_type or rec.model_type))
     # Jobs that left squeue while we thought they ran (MinJobAge passed, slurmctld restart).
     for job_id, rec in records.items():
         if job_id in seen or rec.finished_s is not None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from slurm_marl.daemon.accounting import account
 from slurm_marl.daemon.config import Config
+from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Reserve, SetPriority)
@@ -96,6 +97,7 @@ class Agent:
         self.clock = clock
         self._started = False
         self._colocated: dict[int, dict] = {}
+        self._history: dict[tuple[str, str], str] | None = None
         self.last_report: CycleReport | None = None
 
     # ---- one cycle ----------------------------------------------------------------------
@@ -135,14 +137,15 @@ class Agent:
         for rec in self.store.unfinished_records():
             records.setdefault(rec.job_id, rec)
         acc = account(raw, records, self._colocated)
+        snap = self._with_signatures(acc)
         self.store.save_jobs(acc.records)
         for run in acc.finished_runs:
             self.store.record_outcome(run.job_id, run.run, user=run.user, name=run.name,
+                                      model_type=run.model_type,
                                       num_gpus=run.num_gpus, nodes=run.nodes,
                                       gpu_alloc=run.gpu_alloc,
                                       colocated=json.dumps(run.colocated),
                                       start_s=run.start_s, end_s=run.end_s, state=run.state)
-        snap = acc.snapshot
         managed = [p for p in self.config.agent.managed_partitions if snap.partition(p)]
         missing = set(self.config.agent.managed_partitions) - set(managed)
         if missing:
@@ -179,6 +182,23 @@ class Agent:
             report.cycle, snap.time_s,
             [(r.decision, r.status.value, r.message) for r in results]
             + [(d, "planned", "waits; nothing written") for d in advice])
+
+    def _with_signatures(self, acc) -> ClusterSnapshot:
+        """Fill in model types the jobs do not declare (name, then user history)."""
+        if self._history is None:
+            self._history = self.store.signature_history()
+        sigs = infer_signatures(acc.snapshot.jobs, self._history)
+        by_id = {r.job_id: r for r in acc.records}
+        for job_id, model in sigs.items():
+            rec = by_id.get(job_id)
+            if rec is not None and not rec.model_type:
+                rec.model_type = model
+                self._history[(rec.user, rec.name)] = model
+        if not sigs:
+            return acc.snapshot
+        return replace(acc.snapshot, jobs=tuple(
+            j.with_(model_type=sigs[j.job_id]) if j.job_id in sigs else j
+            for j in acc.snapshot.jobs))
 
     def _decidable(self, view: ClusterSnapshot) -> ClusterSnapshot:
         """Leave out pending jobs the agent must not touch: held, waiting on a dependency,

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_seen_s REAL,
     last_running_s REAL,                        -- last time seen RUNNING
     nodes TEXT, gpu_alloc TEXT,
-    finished_s REAL
+    finished_s REAL,
+    model_type TEXT                             -- inferred signature (daemon/signature.py)
 );
 CREATE TABLE IF NOT EXISTS written (
     job_id INTEGER NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL, time_s REAL NOT NULL,
@@ -61,7 +62,7 @@ CREATE TABLE IF NOT EXISTS cycles (
     refused INTEGER, error TEXT
 );
 CREATE TABLE IF NOT EXISTS outcomes (
-    job_id INTEGER NOT NULL, run INTEGER NOT NULL, user TEXT, name TEXT,
+    job_id INTEGER NOT NULL, run INTEGER NOT NULL, user TEXT, name TEXT, model_type TEXT,
     num_gpus INTEGER, nodes TEXT, gpu_alloc TEXT, colocated TEXT,
     start_s REAL, end_s REAL, state TEXT,
     PRIMARY KEY (job_id, run)
@@ -90,6 +91,7 @@ class JobRecord:
     nodes: str = ""
     gpu_alloc: str = ""
     finished_s: float | None = None
+    model_type: str | None = None
 
 
 class StoreError(RuntimeError):
@@ -173,6 +175,12 @@ class Store:
     def unfinished_records(self) -> list[JobRecord]:
         rows = self.db.execute("SELECT * FROM jobs WHERE finished_s IS NULL").fetchall()
         return [JobRecord(**dict(r)) for r in rows]
+
+    def signature_history(self) -> dict[tuple[str, str], str]:
+        """(user, job name) -> model type, newest job first wins."""
+        rows = self.db.execute("SELECT user, name, model_type FROM jobs WHERE model_type IS "
+                               "NOT NULL ORDER BY job_id").fetchall()
+        return {(r[0], r[1]): r[2] for r in rows}
 
     def save_jobs(self, records: Iterable[JobRecord]) -> None:
         rows = [asdict(r) for r in records]
