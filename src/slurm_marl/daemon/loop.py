@@ -27,7 +27,8 @@ def setup_logging(level: str) -> None:
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(level.upper())
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: ... running" when a
+    # cycle outlasts the interval is the intended coalescing, not a problem
 
 
 def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | None = None,

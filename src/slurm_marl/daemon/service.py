@@ -98,6 +98,8 @@ class Agent:
         self._started = False
         self._colocated: dict[int, dict] = {}
         self._history: dict[tuple[str, str], str] | None = None
+        # Jobs told to start that Slurm has not started yet: job id -> (placement, when).
+        self._inflight: dict[int, tuple[Place, float]] = {}
         self.last_report: CycleReport | None = None
 
     # ---- one cycle ----------------------------------------------------------------------
@@ -152,6 +154,7 @@ class Agent:
             log.warning("managed partitions not in Slurm: %s", ", ".join(sorted(missing)))
         decisions: list[Decision] = []
         decided_jobs: set[int] = set()
+        snap = self._hold_inflight(snap)
         for part in managed:
             view = self._decidable(partition_view(snap, part))
             report.pending += len(view.pending)
@@ -182,6 +185,34 @@ class Agent:
             report.cycle, snap.time_s,
             [(r.decision, r.status.value, r.message) for r in results]
             + [(d, "planned", "waits; nothing written") for d in advice])
+
+    def _hold_inflight(self, snap: ClusterSnapshot) -> ClusterSnapshot:
+        """Slurm starts a released job a moment after ``StartTime=now``. Until it does (or
+        ``inflight_s`` passes), the job is not re-decided, and its planned GPUs count as
+        taken, so the next cycle neither moves it nor gives its GPUs to another job."""
+        ttl = max(5.0, 6 * self.config.agent.interval_s)
+        held: dict[str, set[int]] = {}
+        skip: set[int] = set()
+        for job_id, (place, when) in list(self._inflight.items()):
+            job = snap.job(job_id)
+            if job is None or not job.is_pending or snap.time_s - when > ttl:
+                del self._inflight[job_id]
+                continue
+            skip.add(job_id)
+            for a in place.allocs:
+                node = snap.node(a.node)
+                if node is None or a.group >= len(node.gpu_groups):
+                    continue
+                taken = held.setdefault(a.node, set())
+                free = [i for i in node.free_in_group(node.gpu_groups[a.group])
+                        if i not in taken]
+                taken.update(free[:a.gpus])
+        if not skip:
+            return snap
+        nodes = tuple(replace(n, used_gpu_indices=n.used_gpu_indices | held[n.name])
+                      if n.name in held else n for n in snap.nodes)
+        return replace(snap, nodes=nodes, jobs=tuple(j for j in snap.jobs
+                                                     if j.job_id not in skip))
 
     def _with_signatures(self, acc) -> ClusterSnapshot:
         """Fill in model types the jobs do not declare (name, then user history)."""
@@ -287,6 +318,8 @@ class Agent:
                     self.store.end_reservation(d.name, snap.time_s)
             elif isinstance(d, Place) and r.ok:
                 marks.append((d.job_id, "place", _place_key(d)))
+                if d.start_now:
+                    self._inflight[d.job_id] = (d, snap.time_s)
         if marks:
             self.store.mark_written(marks, snap.time_s)
 

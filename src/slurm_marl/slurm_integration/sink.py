@@ -96,6 +96,7 @@ class CliDecisionSink:
         self.verify = verify
         self._sleep = sleep
         self._controller_down = False
+        self._restore_failed: dict[int, float] = {}
 
     # ---- plumbing -----------------------------------------------------------------------
     def _run(self, args: list[str], log_cmds: list[str]) -> CommandResult:
@@ -283,20 +284,27 @@ class CliDecisionSink:
     def restore_request(self, job: Job, marker: Marker | None = None) -> bool:
         """Put a job's original GPU request back (after a failed or half-done pin) and let it
         start: the re-pin had pushed its start time out, and fail-open means a job the
-        agent could not place starts as Slurm alone would start it."""
+        agent could not place starts as Slurm alone would start it. Two steps, like a pin:
+        22.05 refuses to turn a typed request into an untyped one in one update."""
         marker = marker or parse_marker(job.admin_comment)
-        if marker is None:
+        if marker is None or not (marker.tres_per_node or marker.tres_per_job):
             return False
-        fields = {"StartTime": "now"}
-        if marker.tres_per_node:
-            fields["TresPerNode"] = marker.tres_per_node
-        if marker.tres_per_job:
-            fields["TresPerJob"] = marker.tres_per_job
-        if len(fields) == 1:
-            return False
-        res = self._update_job(job.job_id, fields, [])
+        if self._restore_failed.get(job.job_id, 0) > time.monotonic():
+            return False  # failed a moment ago; do not hammer slurmctld every cycle
+        cmds: list[str] = []
+        cleared = {"StartTime": HOLD_OFF}
+        restored = {"StartTime": "now"}
+        for key, value in (("TresPerNode", marker.tres_per_node),
+                           ("TresPerJob", marker.tres_per_job)):
+            if value:
+                cleared[key] = ""
+                restored[key] = value
+        res = self._update_job(job.job_id, cleared, cmds)
+        if res.ok:
+            res = self._update_job(job.job_id, restored, cmds)
         if not res.ok:
-            log.error("job %s: could not restore GPU request %s: %s", job.job_id, fields,
+            self._restore_failed[job.job_id] = time.monotonic() + 60
+            log.error("job %s: could not restore GPU request %s: %s", job.job_id, restored,
                       res.message)
         return res.ok
 
