@@ -1,0 +1,154 @@
+"""The agent's translation of policy decisions into writes, on hand-built snapshots.
+
+The policy here is a fixed list of decisions (what to decide is the policy tests' business);
+the sink records what it is asked to write (the real sink is tested against real Slurm)."""
+
+from dataclasses import replace
+
+from slurm_marl.daemon.config import parse_config
+from slurm_marl.daemon.service import Agent
+from slurm_marl.daemon.store import Store
+from slurm_marl.domain import (ClusterSnapshot, Defer, EndReservation, GpuGroup, GroupAlloc,
+                               Job, JobState, Node, Partition, Place, Preempt, Reserve,
+                               SetPriority)
+from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
+
+NODES = tuple(Node(name=n, partitions=("gpu",), cpus=8, real_memory_mib=16000,
+                   gpu_groups=(GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1)))
+              for n in ("n1", "n2"))
+PARTS = (Partition("gpu", ("n1", "n2"), True), Partition("cpu", ("n1",)))
+
+
+class Source:
+    def __init__(self, snap):
+        self.snap = snap
+
+    def snapshot(self):
+        return self.snap
+
+
+class Sink:
+    def __init__(self):
+        self.calls = []
+
+    def apply(self, decisions, snapshot=None):
+        self.calls.append(list(decisions))
+        return [WriteResult(d, WriteStatus.OK) for d in decisions]
+
+    def repair_half_done(self, snapshot):
+        return []
+
+
+class FixedPolicy:
+    def __init__(self, decisions):
+        self.decisions = decisions
+
+    def run_cycle(self, snapshot):
+        return [d for d in self.decisions if snapshot.job(d.job_id) is not None]
+
+
+def agent(tmp_path, snap, decisions, **agent_cfg):
+    cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1, "grace_s": 30,
+                                  **agent_cfg}})
+    sink = Sink()
+    return Agent(cfg, Source(snap), sink, Store(tmp_path / "s.sqlite"),
+                 FixedPolicy(decisions)), sink
+
+
+def pending(jid, now, eligible_in=20, **kw):
+    return Job(jid, name=f"j{jid}", partition="gpu", gpus_per_node=1, submit_time_s=now - 5,
+               eligible_time_s=now + eligible_in, **kw)
+
+
+def test_priorities_written_only_when_changed_with_base(tmp_path):
+    now = 1000.0
+    snap = ClusterSnapshot(now, NODES, (pending(1, now), pending(2, now, priority=1_000_002)),
+                           PARTS)
+    a, sink = agent(tmp_path, snap, [SetPriority(1, "las", "q0", 2, 0),
+                                     SetPriority(2, "las", "q0", 2, 0)])
+    a.cycle()
+    writes = sink.calls[0]
+    assert [(d.job_id, d.priority) for d in writes if isinstance(d, SetPriority)] == \
+        [(1, 1_000_002)]
+
+
+def test_placement_written_once_then_held_until_slurm_starts_it(tmp_path):
+    now = 1000.0
+    job = pending(1, now)
+    place = Place(1, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 1, 1),))
+    a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (job,), PARTS), [place])
+    a.cycle()
+    assert any(isinstance(d, Place) for d in sink.calls[0])
+    # Next cycle: Slurm has not started it yet. It is neither re-placed nor offered to the
+    # policy, and its GPU counts as taken.
+    seen = []
+    a.policy = type("P", (), {"run_cycle": lambda self, s: seen.append(s) or []})()
+    a.source = Source(ClusterSnapshot(now + 1, NODES, (job,), PARTS))
+    a.cycle()
+    assert seen[0].job(1) is None and 2 in seen[0].node("n1").used_gpu_indices
+    assert not sink.calls[1:] or not any(isinstance(d, Place) for d in sink.calls[-1])
+
+
+def test_lease_defers_waiting_jobs_about_to_become_eligible(tmp_path):
+    now = 1000.0
+    soon, later = pending(1, now, eligible_in=1), pending(2, now, eligible_in=25)
+    a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (soon, later), PARTS),
+                    [SetPriority(1, "las", "", 2, 0), SetPriority(2, "las", "", 1, 0)])
+    a.cycle()
+    defers = [d for d in sink.calls[0] if isinstance(d, Defer)]
+    assert [(d.job_id, d.seconds) for d in defers] == [(1, 30.0)]
+
+
+def test_user_begin_time_and_held_jobs_are_left_alone(tmp_path):
+    now = 1000.0
+    user_begin = pending(1, now, eligible_in=3600)
+    held = pending(2, now, pending_reason="JobHeldUser")
+    requeued = pending(3, now, eligible_in=121, restart_count=1)
+    seen = []
+    a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (user_begin, held, requeued), PARTS), [])
+    a.policy = type("P", (), {"run_cycle": lambda self, s: seen.append(s) or []})()
+    a.cycle()
+    assert [j.job_id for j in seen[0].pending] == [3]
+
+
+def test_reservation_for_waiting_multinode_job_then_ended_when_it_runs(tmp_path):
+    now = 1000.0
+    big = pending(5, now, node_count=2)
+    wait = Place(5, "consolidate", "waits", nodes=("n1", "n2"), start_now=False,
+                 allocs=(GroupAlloc("n1", 0, 1), GroupAlloc("n2", 0, 1)))
+    a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (big,), PARTS), [wait])
+    a.cycle()
+    reserves = [d for d in sink.calls[0] if isinstance(d, Reserve)]
+    assert [(r.name, r.nodes) for r in reserves] == [("slurm-marl-5", ("n1", "n2"))]
+    a.cycle()  # same plan: no second reservation
+    assert not any(isinstance(d, Reserve) for c in sink.calls[1:] for d in c)
+    running = replace(big, state=JobState.RUNNING, nodes=("n1", "n2"),
+                      gpu_alloc=(("n1", (0,)), ("n2", (0,))), start_time_s=now + 2)
+    a.source = Source(ClusterSnapshot(now + 3, NODES, (running,), PARTS))
+    a.cycle()
+    ends = [d for d in sink.calls[-1] if isinstance(d, EndReservation)]
+    assert [e.name for e in ends] == ["slurm-marl-5"]
+    assert a.store.active_reservations() == {}
+
+
+def test_preemption_only_in_opted_in_partitions(tmp_path):
+    now = 1000.0
+    run = Job(7, partition="gpu", state=JobState.RUNNING, gpus_per_node=1, nodes=("n1",),
+              gpu_alloc=(("n1", (0,)),), start_time_s=now - 100)
+    a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (run,), PARTS),
+                    [Preempt(7, "las", "demoted")])
+    a.cycle()
+    assert not sink.calls or not any(isinstance(d, Preempt) for d in sink.calls[0])
+    b, sink_b = agent(tmp_path / "b", ClusterSnapshot(now, NODES, (run,), PARTS),
+                      [Preempt(7, "las", "demoted")], preempt_partitions=["gpu"])
+    b.cycle()
+    assert any(isinstance(d, Preempt) for d in sink_b.calls[0])
+
+
+def test_shadow_mode_writes_nothing_but_records(tmp_path):
+    now = 1000.0
+    a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (pending(1, now),), PARTS),
+                    [SetPriority(1, "las", "", 2, 0)], shadow=True)
+    report = a.cycle()
+    assert report.error is None and sink.calls == []
+    assert [r["status"] for r in a.store.decisions(job_id=1)] == ["shadow"]
