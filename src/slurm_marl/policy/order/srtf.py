@@ -1,0 +1,41 @@
+"""Shortest remaining GPU-time first: a clairvoyant reference, never a production policy.
+
+Reads ``duration_s`` (only the simulator knows it): remaining = duration x GPUs - attained
+service, as Tiresias' ``shortest-gpu`` reference. Jobs without a duration go last.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from slurm_marl.domain import Job
+from slurm_marl.policy.plugins import check_params
+
+KEY = "srtf"
+
+
+def remaining_gpu_s(duration_s: float | None, num_gpus: int, attained_gpu_s: float) -> float:
+    if duration_s is None:
+        return math.inf
+    return max(0.0, duration_s * num_gpus - attained_gpu_s)
+
+
+class Srtf:
+    key = KEY
+    time_dependent = False
+
+    def classify(self, job: Job, now_s: float) -> tuple[int, tuple]:
+        return 0, (remaining_gpu_s(job.duration_s, job.num_gpus, job.attained_gpu_s),)
+
+    def describe(self, job: Job, now_s: float, queue: int) -> str:
+        rem = remaining_gpu_s(job.duration_s, job.num_gpus, job.attained_gpu_s)
+        return "no duration known" if math.isinf(rem) else f"{rem:.0f} GPU-s remaining"
+
+    def next_change_s(self, job: Job, now_s: float) -> float | None:
+        return None
+
+
+def build(params: Mapping, **context) -> Srtf:
+    check_params(KEY, params, {})
+    return Srtf()

@@ -1,0 +1,116 @@
+"""Least interference (LIF): the GPU group whose neighbours slow the job down least.
+
+Scores a candidate by the speeds an interference estimator predicts: the job's own, given
+the model types it would share a GPU group, a node and (for multi-node jobs) a leaf with and
+its own spread, times the speed each of those neighbours would keep with the job added
+(pairwise, ``include_neighbours``). With ``defer_below`` > 0 a candidate is not taken if the
+job's predicted speed there is below that fraction of its speed on an ideal placement (the
+fewest nodes and groups, no neighbours): the job waits for a better spot, as Tiresias' skew
+rule does for consolidation-sensitive models, but learned.
+
+The estimator comes from the context (``build_policy(profile, interference_estimator=...)``),
+or is fitted from a samples file (``samples_path``), else a neutral one predicts no
+interference (with a log warning).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from slurm_marl.domain import Job
+from slurm_marl.policy.interference import (FittedEstimator, InterferenceEstimator,
+                                            NeutralEstimator, span_tags)
+from slurm_marl.policy.plugins import PluginError, check_params
+from slurm_marl.policy.state import Candidate, CycleState, job_shape
+
+KEY = "least_interference"
+
+
+def combined_speed(own: float, neighbours: list[float]) -> float:
+    """The job's predicted speed times the speeds its new neighbours keep."""
+    out = own
+    for s in neighbours:
+        out *= s
+    return out
+
+
+class LeastInterference:
+    key = KEY
+    needs_colocation = True
+
+    def __init__(self, estimator: InterferenceEstimator, defer_below: float = 0.0,
+                 include_neighbours: bool = True) -> None:
+        self.estimator = estimator
+        self.defer_below = defer_below
+        self.include_neighbours = include_neighbours
+        self.filters = defer_below > 0
+        self._last: tuple | None = None
+        self._neighbour_memo: dict[tuple[str, str, str], float] = {}
+
+    def _evaluate(self, job: Job, cand: Candidate, state: CycleState) -> tuple[float, dict]:
+        """(predicted own speed, co-location by level); the framework asks feasible() then
+        score() of the same candidate, so the last answer is kept."""
+        last = self._last
+        if last is not None and last[0] is cand and last[1] is job:
+            return last[2], last[3]
+        coloc = state.colocated_by_level(cand)
+        coloc["span"] = span_tags(cand.groups, len(cand.nodes), cand.leaves)
+        speed = float(self.estimator.predict_speed(job, coloc))
+        self._last = (cand, job, speed, coloc)
+        return speed, coloc
+
+    def own_speed(self, job: Job, cand: Candidate, state: CycleState) -> float:
+        return self._evaluate(job, cand, state)[0]
+
+    def ideal_speed(self, job: Job, state: CycleState) -> float:
+        total, per_node, count = job_shape(job)
+        nodes = state.min_nodes(job)
+        largest_group = max((max(i.group_cap) for i in state.infos if i.group_cap), default=1)
+        groups = max(nodes, math.ceil(total / largest_group))
+        return float(self.estimator.predict_speed(job, {"span": span_tags(groups, nodes, 1)}))
+
+    def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
+        if self.defer_below <= 0:
+            return True
+        return self.own_speed(job, cand, state) >= \
+            self.defer_below * self.ideal_speed(job, state) - 1e-12
+
+    def _neighbour_speed(self, neighbour_model: str, level: str, model: str) -> float:
+        key = (neighbour_model, level, model)
+        hit = self._neighbour_memo.get(key)
+        if hit is None:
+            probe = Job(job_id=-1, model_type=neighbour_model)
+            hit = float(self.estimator.predict_speed(probe, {level: (model,)}))
+            self._neighbour_memo[key] = hit
+        return hit
+
+    def score(self, job: Job, cand: Candidate, state: CycleState) -> float:
+        own, coloc = self._evaluate(job, cand, state)
+        if not self.include_neighbours:
+            return own
+        model = job.model_type or "unknown"
+        hurt = [self._neighbour_speed(m, level, model)
+                for level in ("group", "node") for m in coloc.get(level, ())]
+        return combined_speed(own, hurt)
+
+
+def build(params: Mapping, interference_estimator: InterferenceEstimator | None = None,
+          **context) -> LeastInterference:
+    check_params(KEY, params, {"samples_path": str, "defer_below": (int, float),
+                               "include_neighbours": bool})
+    defer = float(params.get("defer_below", 0.0))
+    if not 0.0 <= defer <= 1.0:
+        raise PluginError(f"plugin {KEY!r}: defer_below must be in [0, 1], got {defer}")
+    estimator = interference_estimator
+    if estimator is None and "samples_path" in params:
+        try:
+            estimator = FittedEstimator.from_file(params["samples_path"])
+        except ValueError as exc:
+            raise PluginError(f"plugin {KEY!r}: {exc}") from None
+    if estimator is None:
+        estimator = NeutralEstimator()
+    if not hasattr(estimator, "predict_speed"):
+        raise PluginError(f"plugin {KEY!r}: interference_estimator must have "
+                          f"predict_speed(job, colocated_by_level)")
+    return LeastInterference(estimator, defer, params.get("include_neighbours", True))

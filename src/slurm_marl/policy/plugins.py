@@ -1,0 +1,90 @@
+"""What an order plugin and a place plugin look like, and how the registry finds them.
+
+An order plugin turns a job into (queue, sort key); a place plugin says whether a candidate
+placement is allowed and scores it. Each lives in one file whose module name is its registry
+key (``order/tiresias_las.py`` is ``"tiresias_las"``) and exposes ``build(params, **context)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from slurm_marl.domain import Job
+
+if TYPE_CHECKING:
+    from slurm_marl.policy.state import Candidate, CycleState
+
+_KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@runtime_checkable
+class OrderPlugin(Protocol):
+    key: str
+
+    def classify(self, job: Job, now_s: float) -> tuple[int, tuple]:
+        """(queue index, sort key); smaller sorts first. Ties break by submit time, job id."""
+
+    def describe(self, job: Job, now_s: float, queue: int) -> str:
+        """A few words on why the job sits where it does, for `slurm-marl explain`."""
+
+    def next_change_s(self, job: Job, now_s: float) -> float | None:
+        """When this job's queue or key changes with no other event (demotion, promotion)."""
+
+
+@runtime_checkable
+class PlacePlugin(Protocol):
+    key: str
+    needs_colocation: bool   # reads state.colocated_by_level
+    filters: bool            # feasible() may reject candidates (absent: assumed True)
+
+    def feasible(self, job: Job, cand: "Candidate", state: "CycleState") -> bool:
+        """Extra filtering on top of the framework's (free GPUs, CPUs, memory, partition)."""
+
+    def score(self, job: Job, cand: "Candidate", state: "CycleState") -> float:
+        """Higher is better, roughly in [0, 1] so weights mean something."""
+
+
+class PluginError(ValueError):
+    pass
+
+
+def load_plugin_module(kind: str, key: str):
+    if kind not in ("order", "place"):
+        raise PluginError(f"plugin kind must be 'order' or 'place', got {kind!r}")
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise PluginError(f"{kind} plugin key {key!r} is not a valid name")
+    try:
+        return importlib.import_module(f"slurm_marl.policy.{kind}.{key}")
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.endswith(f"{kind}.{key}"):
+            raise PluginError(f"no {kind} plugin {key!r}") from None
+        raise
+
+
+def build_plugin(kind: str, key: str, params: Mapping | None = None, **context):
+    module = load_plugin_module(kind, key)
+    plugin = module.build(dict(params or {}), **context)
+    if getattr(plugin, "key", None) != key:
+        raise PluginError(f"{kind} plugin module {key!r} built a plugin with key "
+                          f"{getattr(plugin, 'key', None)!r}")
+    return plugin
+
+
+def check_params(key: str, params: Mapping, allowed: Mapping[str, type | tuple]) -> None:
+    """Reject unknown or ill-typed plugin parameters with a message naming the plugin."""
+    unknown = set(params) - set(allowed)
+    if unknown:
+        raise PluginError(f"plugin {key!r}: unknown parameter(s) {sorted(unknown)}; "
+                          f"allowed: {sorted(allowed)}")
+    for name, value in params.items():
+        types = allowed[name]
+        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple)
+                                                    else (types,)):
+            raise PluginError(f"plugin {key!r}: parameter {name!r} must be {types}, "
+                              f"got {value!r}")
+        if not isinstance(value, types):
+            raise PluginError(f"plugin {key!r}: parameter {name!r} has the wrong type "
+                              f"({type(value).__name__}: {value!r})")

@@ -1,0 +1,179 @@
+"""Scheduling profiles: which order plugin, which weighted place plugins, which actions.
+
+A profile is data, so an admin can read and change a policy without touching code. It is a
+small TOML file::
+
+    name = "las-consolidate"
+    description = "Tiresias 2D-LAS order, cons_tres-like best fit"
+    preemption = true        # Tiresias demotion: running jobs yield to higher queues
+    backfill = true          # later jobs may start past a blocked one
+    backfill_reserve = false # false: Tiresias fit-first; true: hold the blocked job's GPUs
+
+    [order]
+    plugin = "tiresias_las"
+    thresholds_gpu_s = [3250, 7200, 18000]
+
+    [place]                  # plugin key = weight, in this order
+    consolidate = 1.0
+
+    [place_params.consolidate]
+
+Built-in profiles live next to this module in ``profiles/*.toml`` and are loaded by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+PROFILES_DIR = Path(__file__).with_name("profiles")
+
+_TOP_KEYS = {"name", "description", "order", "place", "place_params", "preemption",
+             "backfill", "backfill_reserve"}
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names the file and the offending key."""
+
+
+def _frozen(mapping: Mapping) -> Mapping:
+    return MappingProxyType({k: _freeze_value(v) for k, v in mapping.items()})
+
+
+def _freeze_value(value):
+    if isinstance(value, Mapping):
+        return _frozen(value)
+    if isinstance(value, list):
+        return tuple(_freeze_value(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One scheduling policy as data.
+
+    ``place`` is a tuple of (place plugin key, weight); ``place_params`` maps a plugin key to
+    its parameters. ``backfill_reserve`` (an addition to the agreed interface, default True)
+    chooses what backfill means: hold the first blocked job's resources (Slurm-like) or let
+    any later job that fits start (Tiresias' fit-first, order then enforced by preemption).
+    """
+
+    name: str
+    order: str
+    order_params: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    place: tuple[tuple[str, float], ...] = (("consolidate", 1.0),)
+    place_params: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    preemption: bool = False
+    backfill: bool = False
+    description: str = ""
+    backfill_reserve: bool = True
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.order, self.place, self.preemption, self.backfill,
+                     self.backfill_reserve))
+
+
+def plugin_keys(kind: str) -> tuple[str, ...]:
+    """Registry keys of the ``order`` or ``place`` plugins: the module names in that package."""
+    package = importlib.import_module(f"slurm_marl.policy.{kind}")
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(package.__path__)
+                        if not m.name.startswith("_")))
+
+
+def builtin_profiles() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in PROFILES_DIR.glob("*.toml")))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """A built-in profile by name (``las-consolidate``) or a TOML file by path."""
+    text_name = str(name_or_path)
+    path = Path(name_or_path)
+    if not (text_name.endswith(".toml") or path.is_file()):
+        candidate = PROFILES_DIR / f"{text_name}.toml"
+        if not candidate.is_file():
+            raise ProfileError(f"unknown profile {text_name!r}: not a file and not a built-in "
+                               f"({', '.join(builtin_profiles())})")
+        path = candidate
+    if not path.is_file():
+        raise ProfileError(f"profile file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: invalid TOML: {exc}") from None
+    return profile_from_mapping(data, source=str(path), default_name=path.stem)
+
+
+def profile_from_mapping(data: Mapping, source: str = "<profile>",
+                         default_name: str = "profile") -> Profile:
+    """Validate a parsed profile; every error names ``source`` and the key at fault."""
+    if not isinstance(data, Mapping):
+        raise ProfileError(f"{source}: a profile must be a table")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ProfileError(f"{source}: unknown key(s) {sorted(unknown)}; "
+                           f"allowed: {sorted(_TOP_KEYS)}")
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise ProfileError(f"{source}: 'name' must be a non-empty string")
+
+    order_table = data.get("order")
+    if not isinstance(order_table, Mapping) or "plugin" not in order_table:
+        raise ProfileError(f"{source}: missing [order] table with a 'plugin' key")
+    order_key = order_table["plugin"]
+    if order_key not in plugin_keys("order"):
+        raise ProfileError(f"{source}: [order] plugin {order_key!r} is unknown; "
+                           f"available: {', '.join(plugin_keys('order'))}")
+    order_params = {k: v for k, v in order_table.items() if k != "plugin"}
+
+    place_table = data.get("place", {"consolidate": 1.0})
+    if not isinstance(place_table, Mapping) or not place_table:
+        raise ProfileError(f"{source}: [place] must map at least one plugin key to a weight")
+    known_place = plugin_keys("place")
+    place: list[tuple[str, float]] = []
+    for key, weight in place_table.items():
+        if key not in known_place:
+            raise ProfileError(f"{source}: [place] plugin {key!r} is unknown; "
+                               f"available: {', '.join(known_place)}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+                or not math.isfinite(weight) or weight < 0:
+            raise ProfileError(f"{source}: [place] weight of {key!r} must be a number >= 0, "
+                               f"got {weight!r}")
+        place.append((key, float(weight)))
+
+    place_params = data.get("place_params", {})
+    if not isinstance(place_params, Mapping):
+        raise ProfileError(f"{source}: [place_params] must be a table of tables")
+    for key, params in place_params.items():
+        if key not in place_table:
+            raise ProfileError(f"{source}: [place_params.{key}] given but {key!r} is not in "
+                               f"[place]")
+        if not isinstance(params, Mapping):
+            raise ProfileError(f"{source}: [place_params.{key}] must be a table")
+
+    flags = {}
+    for flag, default in (("preemption", False), ("backfill", False),
+                          ("backfill_reserve", True)):
+        value = data.get(flag, default)
+        if not isinstance(value, bool):
+            raise ProfileError(f"{source}: {flag!r} must be true or false, got {value!r}")
+        flags[flag] = value
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise ProfileError(f"{source}: 'description' must be a string")
+
+    profile = Profile(name=name, order=order_key, order_params=_frozen(order_params),
+                      place=tuple(place), place_params=_frozen(place_params),
+                      description=description, **flags)
+    # Plugins validate their own parameters; surface their complaint with the source.
+    from slurm_marl.policy.framework import validate_profile_plugins
+    try:
+        validate_profile_plugins(profile)
+    except (TypeError, ValueError) as exc:
+        raise ProfileError(f"{source}: {exc}") from None
+    return profile

@@ -1,0 +1,218 @@
+"""`slurm-marl simulate` and `slurm-marl compare`: run traces through scheduling profiles."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+    TimeElapsedColumn
+from rich.table import Table
+
+from slurm_marl.policy.profile import ProfileError, load_profile
+from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
+from slurm_marl.sim.engine import SimulationError
+from slurm_marl.sim.metrics import jcts, plot_jct_cdf, write_jobs_csv, write_samples
+from slurm_marl.sim.perf import STRENGTHS
+from slurm_marl.sim.run import simulate as run_simulation
+from slurm_marl.sim.traces import TraceError, load_trace
+
+TraceOpt = Annotated[Path, typer.Option("--trace", help="Trace CSV: Philly, Tiresias or "
+                                        "generic format (detected from the header).")]
+WindowOpt = Annotated[Optional[str], typer.Option(
+    "--window", help="Part of the trace: vc=6c71a0,rows=0:1000,from=2017-10-01,to=...")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", help="NODESxSOCKETSxGPUS[:leaf=N]"
+                                         "[:share=K][+...] or a TOML file.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for model types and noise.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+RestartOpt = Annotated[float, typer.Option("--restart-delay",
+                                           help="Seconds of lost work per preemption.")]
+
+
+def _cell(value, key: str) -> str:
+    if value is None:
+        return "-"
+    if key == "gpu_utilisation":
+        return f"{value:.2f}"
+    if isinstance(value, float):
+        return f"{value:,.0f}"
+    return str(value)
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+def _strengths(text: str) -> list[str]:
+    out = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in out if s not in STRENGTHS]
+    if bad or not out:
+        _fail(f"--interference must be one or more of {', '.join(STRENGTHS)} "
+              f"(comma separated), got {text!r}")
+    return out
+
+
+def _progress(label: str) -> Progress:
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
+
+
+def _run(trace_jobs, cluster, profile, strength, seed, restart_delay, samples, label):
+    with _progress(label) as bar:
+        task = bar.add_task(label, total=len(trace_jobs))
+        return run_simulation(trace_jobs, cluster, profile, interference=strength, seed=seed,
+                              restart_delay_s=restart_delay, collect_samples=samples,
+                              progress=lambda done, total: bar.update(task, completed=done))
+
+
+def _load(trace: Path, window: str | None, cluster: str):
+    try:
+        jobs = load_trace(trace, window)
+        sim_cluster = parse_cluster(cluster)
+    except (TraceError, ClusterSpecError, OSError) as exc:
+        _fail(str(exc))
+    if not jobs:
+        _fail(f"no jobs in {trace} for window {window!r}")
+    return jobs, sim_cluster
+
+
+def simulate(
+    trace: TraceOpt,
+    window: WindowOpt = None,
+    cluster: ClusterOpt = "8x2x4",
+    profile: Annotated[str, typer.Option("--profile", help="Built-in profile name or TOML "
+                                         "file.")] = "las-consolidate",
+    interference: Annotated[str, typer.Option(
+        "--interference", help="none | low | medium | high")] = "none",
+    seed: SeedOpt = 0,
+    restart_delay: RestartOpt = 30.0,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Folder for summary.json, jobs.csv, jct_cdf.png (and samples).")] = None,
+    samples: Annotated[bool, typer.Option(
+        "--samples", help="Also write co-location samples (samples.jsonl) to --out.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Simulate a trace under one scheduling profile and print its metrics."""
+    strength = _strengths(interference)
+    if len(strength) != 1:
+        _fail("simulate takes one --interference strength (compare takes several)")
+    jobs, sim_cluster = _load(trace, window, cluster)
+    try:
+        prof = load_profile(profile)
+        run = _run(jobs, sim_cluster, prof, strength[0], seed, restart_delay,
+                   samples and out is not None, f"{prof.name} ({strength[0]})")
+    except (ProfileError, SimulationError, ValueError) as exc:
+        _fail(str(exc))
+    result = {"profile": prof.name, "trace": str(trace), "window": window,
+              "cluster": cluster, "interference": strength[0], "seed": seed,
+              "restart_delay_s": restart_delay, **run.summary}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
+        write_jobs_csv(out / "jobs.csv", run.outcome.jobs)
+        plot_jct_cdf(out / "jct_cdf.png", {prof.name: jcts(run.outcome.jobs)},
+                     f"{trace.name} {window or ''} on {cluster}, {strength[0]}")
+        if samples:
+            write_samples(out / "samples.jsonl", run.outcome.samples)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"{prof.name} on {cluster} ({strength[0]} interference)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in run.summary.items():
+        table.add_row(key, "-" if value is None else f"{value:,}" if isinstance(
+            value, (int, float)) else str(value))
+    Console().print(table)
+    if out is not None:
+        Console().print(f"wrote {out}/summary.json, jobs.csv, jct_cdf.png"
+                        + (", samples.jsonl" if samples else ""))
+
+
+def compare(
+    trace: TraceOpt,
+    profiles: Annotated[str, typer.Option(
+        "--profiles", help="Comma-separated profile names or TOML files.")] =
+        "fifo-consolidate,las-consolidate",
+    window: WindowOpt = None,
+    cluster: ClusterOpt = "8x2x4",
+    interference: Annotated[str, typer.Option(
+        "--interference", help="One or more of none,low,medium,high.")] = "none",
+    seed: SeedOpt = 0,
+    restart_delay: RestartOpt = 30.0,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Folder for compare.json and one JCT CDF plot per strength "
+        "(default: the plots go to the current folder).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run several profiles on one trace (and strengths), compare their metrics and plot
+    their JCT CDFs together."""
+    strengths = _strengths(interference)
+    jobs, sim_cluster = _load(trace, window, cluster)
+    try:
+        profs = [load_profile(p.strip()) for p in profiles.split(",") if p.strip()]
+    except ProfileError as exc:
+        _fail(str(exc))
+    if not profs:
+        _fail("--profiles is empty")
+    results = []
+    cdfs: dict[str, dict[str, list[float]]] = {s: {} for s in strengths}
+    for strength in strengths:
+        for prof in profs:
+            try:
+                run = _run(jobs, sim_cluster, prof, strength, seed, restart_delay, False,
+                           f"{prof.name} ({strength})")
+            except (SimulationError, ValueError) as exc:
+                _fail(f"{prof.name}: {exc}")
+            results.append({"profile": prof.name, "interference": strength, **run.summary})
+            cdfs[strength][prof.name] = jcts(run.outcome.jobs)
+    doc = {"trace": str(trace), "window": window, "cluster": cluster, "seed": seed,
+           "restart_delay_s": restart_delay, "results": results}
+    plot_dir = out if out is not None else Path(".")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
+    plots = []
+    for strength, series in cdfs.items():
+        plots.append(plot_dir / f"jct_cdf_{strength}.png")
+        plot_jct_cdf(plots[-1], series, f"{trace.name} {window or ''} on {cluster}, {strength}")
+    Console(stderr=as_json).print("wrote " + ", ".join(str(p) for p in plots)
+                                  + (f" and {out}/compare.json" if out is not None else ""))
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    table = Table(title=f"{trace.name} {window or ''} on {cluster}: average JCT (s)")
+    table.add_column("profile")
+    for s in strengths:
+        table.add_column(s, justify="right")
+    for prof in profs:
+        row = [prof.name]
+        for s in strengths:
+            r = next(x for x in results if x["profile"] == prof.name
+                     and x["interference"] == s)
+            row.append(f"{r['avg_jct_s']:,.0f}" if r["avg_jct_s"] is not None else "-")
+        table.add_row(*row)
+    Console().print(table)
+    detail = Table(title="details (seconds)")
+    columns = (("profile", "profile"), ("interference", "strength"), ("avg_jct_s", "avg JCT"),
+               ("median_jct_s", "median"), ("p95_jct_s", "p95"),
+               ("avg_queue_delay_s", "queue delay"), ("longest_wait_s", "longest wait"),
+               ("gpu_utilisation", "util"), ("preemptions", "preempt"))
+    for key, title in columns:
+        detail.add_column(title, justify="left" if key in ("profile", "interference")
+                          else "right")
+    for r in results:
+        detail.add_row(*[_cell(r[key], key) for key, _ in columns])
+    Console().print(detail)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app = typer.Typer()
+    app.command()(simulate)
+    app.command()(compare)
+    app(sys.argv[1:])

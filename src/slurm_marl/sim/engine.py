@@ -1,0 +1,596 @@
+"""The discrete-event simulator: a trace on a simulated clock, scheduled by ``run_cycle``.
+
+Events are job arrivals, job completions and policy wake-ups (the time a job's queue changes
+by itself: Tiresias demotion or starvation promotion), optionally plus a fixed period. At
+each event time the simulator settles progress, builds a ``ClusterSnapshot`` and applies the
+cycle's decisions: ``Preempt`` (the job goes back to the queue, keeps its attained service and
+pays ``restart_delay_s`` of extra work when it restarts) and ``Place(start_now=True)`` (GPUs
+taken from the named groups, lowest free indices first). ``SetPriority`` and advisory
+``Place(start_now=False)`` change nothing in the simulated cluster.
+
+A cycle is skipped when it cannot change anything: no pending job, or no free GPU and no
+preemption in the profile (tested: identical results with and without the skip).
+
+Speed: the snapshot reuses every domain object that did not change (nodes whose GPUs did
+not change, pending jobs), so a cycle costs O(pending + running) object references plus one
+refreshed ``Job`` per running job; with interference ``none`` every speed is 1 and no
+neighbourhood is computed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from slurm_marl.domain import (ClusterSnapshot, Job, JobState, Node, Place, Preempt)
+from slurm_marl.policy.framework import Policy
+from slurm_marl.sim.cluster import SimCluster
+from slurm_marl.sim.models import assign_model_types
+from slurm_marl.sim.perf import Neighbourhood, PerfParams, job_speed
+from slurm_marl.sim.traces import TraceJob
+
+FINISH, ARRIVAL, WAKE, TICK = 0, 1, 2, 3
+_EPS = 1e-6
+
+
+class SimulationError(RuntimeError):
+    pass
+
+
+@dataclass
+class SimJob:
+    """Mutable simulator state of one job (never handed to a policy)."""
+
+    job_id: int
+    submit_s: float
+    duration_s: float
+    num_gpus: int
+    gpus_per_node: int
+    node_count: int
+    model_type: str | None
+    partition: str
+    user: str
+    cpus: int
+    mem_mib: int
+    state: str = "future"                      # future, pending, running, done
+    work_done_s: float = 0.0                   # progress in seconds-alone
+    extra_work_s: float = 0.0                  # restart delays owed
+    speed: float = 1.0
+    seg_start_s: float = 0.0
+    attained_base_gpu_s: float = 0.0           # attained before the current run
+    stint_start_s: float | None = None
+    queue_since_s: float = 0.0
+    last_run_s: float = 0.0
+    first_start_s: float | None = None
+    finish_s: float | None = None
+    preemptions: int = 0
+    pending_total_s: float = 0.0
+    allocs: list = field(default_factory=list)  # [(node, group pos, (gpu indices...)), ...]
+    version: int = 0
+    job_obj: Job | None = None
+    speed_weighted_s: float = 0.0              # sum(speed x run time), for mean speed
+    run_total_s: float = 0.0
+    last_nodes: tuple[str, ...] = ()
+    hood: Neighbourhood | None = None          # what the job shares in its current segment
+
+    def attained(self, now: float) -> float:
+        if self.state == "running" and self.stint_start_s is not None:
+            return self.attained_base_gpu_s + self.num_gpus * (now - self.stint_start_s)
+        return self.attained_base_gpu_s
+
+    @property
+    def remaining_work_s(self) -> float:
+        return self.duration_s + self.extra_work_s - self.work_done_s
+
+
+@dataclass
+class SimOutcome:
+    jobs: list[SimJob]
+    cycles: int
+    wall_time_s: float
+    preemptions: int
+    reservations: int
+    samples: list[dict]
+    end_time_s: float
+    unfinished: int
+    total_gpus: int
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _with_attained(job: Job, attained: float) -> Job:
+    """A copy of a frozen Job with a new attained service, without dataclass overhead
+    (a running job is refreshed at every cycle, so this is the simulator's hottest line)."""
+    new = _new(Job)
+    fields = job.__dict__.copy()
+    fields["attained_gpu_s"] = attained
+    _set(new, "__dict__", fields)
+    return new
+
+
+class Simulator:
+    def __init__(self, cluster: SimCluster, trace: list[TraceJob], policy: Policy, *,
+                 interference: str = "none", seed: int = 0, restart_delay_s: float = 30.0,
+                 cycle_period_s: float = 0.0, collect_samples: bool = False,
+                 sample_noise: float = 0.02, min_sample_s: float = 60.0,
+                 skip_idle_cycles: bool = True, drop_oversized: bool = False,
+                 progress: Callable[[int, int], None] | None = None,
+                 perf: PerfParams | None = None) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.perf = perf or PerfParams(strength=interference)
+        self.restart_delay_s = restart_delay_s
+        self.cycle_period_s = cycle_period_s
+        self.collect_samples = collect_samples
+        self.sample_noise = sample_noise
+        self.min_sample_s = min_sample_s
+        self.skip_idle_cycles = skip_idle_cycles
+        self.progress = progress
+        self.rng = random.Random(seed + 7919)
+        self.sharing = any(p.share > 1 for p in cluster.partitions_spec)
+        # Samples need every change of neighbourhood tracked, even with no interference.
+        self.interference_on = self.perf.scale > 0 or self.sharing or collect_samples
+        self.preemptive = policy.profile.preemption
+        self.time_dependent = getattr(policy.order, "time_dependent", True) \
+            and self.preemptive
+
+        self.nodes: list[Node] = list(cluster.nodes)
+        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.group_pos = [{g.index: p for p, g in enumerate(n.gpu_groups)} for n in self.nodes]
+        self.used: list[set[int]] = [set() for _ in self.nodes]
+        self.alloc_cpus = [0] * len(self.nodes)
+        self.alloc_mem = [0] * len(self.nodes)
+        self.leaf = [n.leaf_switch for n in self.nodes]
+        self.free_slots = sum(n.gpu_count for n in self.nodes)
+        self.total_slots = self.free_slots
+        self.group_jobs = [[dict() for _ in n.gpu_groups] for n in self.nodes]
+        self.node_jobs: list[set[int]] = [set() for _ in self.nodes]
+        self.leaf_multi: dict[str | None, set[int]] = {}
+        self.gpu_jobs: dict[tuple[int, int], list[int]] = {}
+        self.snapshot_nodes: tuple[Node, ...] = tuple(self.nodes)
+
+        self.jobs = self._make_jobs(trace, seed, drop_oversized)
+        self.by_id = {j.job_id: j for j in self.jobs}
+        self.pending: dict[int, SimJob] = {}
+        self.running: dict[int, SimJob] = {}
+        self.events: list = []
+        self.seq = 0
+        self.samples: list[dict] = []
+        self.cycles = 0
+        self.preemption_count = 0
+        self.reservation_count = 0
+        self.next_wake: float | None = None
+
+    # -- setup ---------------------------------------------------------------------------
+    def _make_jobs(self, trace: list[TraceJob], seed: int, drop_oversized: bool):
+        parts = {p.name: p for p in self.cluster.partitions_spec}
+        default = self.cluster.partitions_spec[0].name
+        drawn = assign_model_types(len(trace), seed) \
+            if any(t.model_type is None for t in trace) else []
+        jobs = []
+        ids = set()
+        for i, t in enumerate(trace):
+            part_name = t.partition or default
+            part = parts.get(part_name)
+            if part is None:
+                raise SimulationError(f"job {t.job_id} asks for partition {part_name!r}, the "
+                                      f"cluster has {', '.join(parts)}")
+            slots = part.nodes * part.sockets * part.gpus_per_socket * part.share
+            per_node_slots = part.sockets * part.gpus_per_socket * part.share
+            too_big = t.num_gpus > slots or (t.gpus_per_node and t.gpus_per_node
+                                             > per_node_slots)
+            if too_big:
+                if drop_oversized:
+                    continue
+                raise SimulationError(f"job {t.job_id} needs {t.num_gpus} GPUs but partition "
+                                      f"{part_name!r} has {slots}: use a larger cluster or "
+                                      f"drop_oversized")
+            if t.job_id in ids:
+                raise SimulationError(f"job id {t.job_id} appears twice in the trace")
+            ids.add(t.job_id)
+            gpus_node = part.sockets * part.gpus_per_socket
+            cpus_per_gpu = max(1, (part.sockets * part.cores_per_socket) // gpus_node)
+            mem_per_gpu = part.mem_gib * 1024 // (2 * gpus_node)
+            per_node = t.gpus_per_node
+            jobs.append(SimJob(
+                job_id=t.job_id, submit_s=t.submit_time_s, duration_s=t.duration_s,
+                num_gpus=t.num_gpus, gpus_per_node=per_node,
+                node_count=t.num_gpus // per_node if per_node else 1,
+                model_type=t.model_type if t.model_type is not None else drawn[i],
+                partition=part_name, user=t.user, cpus=cpus_per_gpu * t.num_gpus,
+                mem_mib=mem_per_gpu * t.num_gpus))
+        return jobs
+
+    def _push(self, t: float, kind: int, job_id: int = -1, version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, job_id, version))
+
+    # -- domain objects ------------------------------------------------------------------
+    def _node_obj(self, n: int) -> Node:
+        base = self.cluster.nodes[n]
+        new = object.__new__(Node)
+        d = new.__dict__
+        d.update(base.__dict__)
+        d["used_gpu_indices"] = frozenset(self.used[n])
+        d["alloc_cpus"] = self.alloc_cpus[n]
+        d["alloc_memory_mib"] = self.alloc_mem[n]
+        d["state"] = "ALLOCATED" if self.used[n] else "IDLE"
+        return new
+
+    def _job_obj(self, j: SimJob, now: float) -> Job:
+        if j.job_obj is not None:
+            if j.state == "running":
+                return _with_attained(j.job_obj, j.attained(now))
+            return j.job_obj
+        running = j.state == "running"
+        gpu_alloc = ()
+        nodes = ()
+        if running:
+            by_node: dict[str, list[int]] = {}
+            for n, _, gpus in j.allocs:
+                by_node.setdefault(self.nodes[n].name, []).extend(gpus)
+            gpu_alloc = tuple((name, tuple(sorted(g))) for name, g in by_node.items())
+            nodes = tuple(by_node)
+        obj = Job(job_id=j.job_id, name=f"job{j.job_id}", user=j.user, partition=j.partition,
+                  state=JobState.RUNNING if running else JobState.PENDING,
+                  gpus_per_node=j.gpus_per_node,
+                  gpus_per_job=0 if j.gpus_per_node else j.num_gpus,
+                  node_count=j.node_count, cpus=j.cpus, mem_mib=j.mem_mib,
+                  submit_time_s=j.submit_s, eligible_time_s=j.submit_s,
+                  start_time_s=j.stint_start_s, nodes=nodes, gpu_alloc=gpu_alloc,
+                  restart_count=j.preemptions, attained_gpu_s=j.attained(now),
+                  last_run_s=j.last_run_s, queue_since_s=j.queue_since_s,
+                  preemptions=j.preemptions, model_type=j.model_type,
+                  duration_s=j.duration_s)
+        j.job_obj = obj
+        return obj
+
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        job_obj = self._job_obj
+        jobs = [j.job_obj or job_obj(j, now) for j in self.pending.values()]
+        for j in self.running.values():
+            obj = j.job_obj
+            if obj is None:
+                jobs.append(job_obj(j, now))
+            else:
+                jobs.append(_with_attained(
+                    obj, j.attained_base_gpu_s + j.num_gpus * (now - j.stint_start_s)))
+        return ClusterSnapshot(time_s=now, nodes=self.snapshot_nodes, jobs=tuple(jobs),
+                               partitions=self.cluster.partitions,
+                               switches=self.cluster.switches)
+
+    # -- resources -----------------------------------------------------------------------
+    def _start(self, j: SimJob, place: Place, now: float) -> list[int]:
+        if j.state != "pending":
+            raise SimulationError(f"policy placed job {j.job_id}, which is {j.state}")
+        if place.gpus != j.num_gpus:
+            raise SimulationError(f"policy gave job {j.job_id} {place.gpus} GPUs, it needs "
+                                  f"{j.num_gpus}")
+        allocs = []
+        per_node: dict[int, int] = {}
+        for a in place.allocs:
+            n = self.node_index.get(a.node)
+            if n is None or a.group not in self.group_pos[n]:
+                raise SimulationError(f"policy placed job {j.job_id} on unknown "
+                                      f"{a.node} group {a.group}")
+            if j.partition not in self.nodes[n].partitions:
+                raise SimulationError(f"policy placed job {j.job_id} (partition "
+                                      f"{j.partition}) on {a.node}")
+            pos = self.group_pos[n][a.group]
+            group = self.nodes[n].gpu_groups[pos]
+            free = [i for i in group.gpu_indices if i not in self.used[n]]
+            if len(free) < a.gpus:
+                raise SimulationError(f"policy placed {a.gpus} GPUs of job {j.job_id} on "
+                                      f"{a.node} group {a.group}, which has {len(free)} free")
+            take = tuple(free[:a.gpus])
+            self.used[n].update(take)
+            allocs.append((n, pos, take))
+            per_node[n] = per_node.get(n, 0) + a.gpus
+        if j.gpus_per_node and any(k != j.gpus_per_node for k in per_node.values()):
+            raise SimulationError(f"policy split job {j.job_id} as {per_node}, it asks for "
+                                  f"{j.gpus_per_node} GPUs on each of {j.node_count} nodes")
+        for n, k in per_node.items():
+            self.alloc_cpus[n] += math.ceil(j.cpus * k / j.num_gpus)
+            self.alloc_mem[n] += math.ceil(j.mem_mib * k / j.num_gpus)
+        self.free_slots -= j.num_gpus
+        del self.pending[j.job_id]
+        self.running[j.job_id] = j
+        j.pending_total_s += now - j.queue_since_s
+        j.state = "running"
+        j.allocs = allocs
+        j.stint_start_s = now
+        j.seg_start_s = now
+        j.speed = 1.0
+        if j.first_start_s is None:
+            j.first_start_s = now
+        j.job_obj = None
+        j.last_nodes = tuple(self.nodes[n].name for n in per_node)
+        self._index_add(j)
+        touched = list(per_node)
+        for n in touched:
+            self._refresh_node(n)
+        return touched
+
+    def _stop(self, j: SimJob, now: float) -> list[int]:
+        self._settle(j, now)
+        per_node = {n for n, _, _ in j.allocs}
+        for n, _, gpus in j.allocs:
+            self.used[n].difference_update(gpus)
+        counts: dict[int, int] = {}
+        for n, _, gpus in j.allocs:
+            counts[n] = counts.get(n, 0) + len(gpus)
+        for n, k in counts.items():
+            self.alloc_cpus[n] -= math.ceil(j.cpus * k / j.num_gpus)
+            self.alloc_mem[n] -= math.ceil(j.mem_mib * k / j.num_gpus)
+        self._index_remove(j)
+        self.free_slots += j.num_gpus
+        del self.running[j.job_id]
+        run = now - (now if j.stint_start_s is None else j.stint_start_s)
+        j.attained_base_gpu_s += j.num_gpus * run
+        j.run_total_s += run
+        j.allocs = []
+        j.hood = None
+        j.version += 1
+        j.job_obj = None
+        for n in per_node:
+            self._refresh_node(n)
+        return list(per_node)
+
+    def _refresh_node(self, n: int) -> None:
+        self.nodes[n] = self._node_obj(n)
+        nodes = list(self.snapshot_nodes)
+        nodes[n] = self.nodes[n]
+        self.snapshot_nodes = tuple(nodes)
+
+    def _index_add(self, j: SimJob) -> None:
+        nodes = set()
+        for n, g, gpus in j.allocs:
+            self.group_jobs[n][g][j.job_id] = len(gpus)
+            self.node_jobs[n].add(j.job_id)
+            nodes.add(n)
+            if self.sharing:
+                for gpu in gpus:
+                    key = (n, self.cluster.physical_gpu(self.nodes[n].name, gpu))
+                    self.gpu_jobs.setdefault(key, []).append(j.job_id)
+        if len(nodes) > 1:
+            for leaf in {self.leaf[n] for n in nodes}:
+                self.leaf_multi.setdefault(leaf, set()).add(j.job_id)
+
+    def _index_remove(self, j: SimJob) -> None:
+        nodes = set()
+        for n, g, gpus in j.allocs:
+            self.group_jobs[n][g].pop(j.job_id, None)
+            self.node_jobs[n].discard(j.job_id)
+            nodes.add(n)
+            if self.sharing:
+                for gpu in gpus:
+                    key = (n, self.cluster.physical_gpu(self.nodes[n].name, gpu))
+                    lst = self.gpu_jobs.get(key, [])
+                    if j.job_id in lst:
+                        lst.remove(j.job_id)
+        if len(nodes) > 1:
+            for leaf in {self.leaf[n] for n in nodes}:
+                self.leaf_multi.get(leaf, set()).discard(j.job_id)
+
+    # -- progress and speed --------------------------------------------------------------
+    def _settle(self, j: SimJob, now: float) -> None:
+        """Book progress since the last speed change; emit a co-location sample for it."""
+        elapsed = now - j.seg_start_s
+        if elapsed > 0:
+            j.work_done_s += j.speed * elapsed
+            j.speed_weighted_s += j.speed * elapsed
+            if self.collect_samples and elapsed >= self.min_sample_s:
+                self._emit_sample(j, now, elapsed)
+        j.seg_start_s = now
+
+    def _neighbourhood(self, j: SimJob) -> Neighbourhood:
+        by = self.by_id
+        groups, nodes_seen = [], {}
+        mine_groups = {(n, g) for n, g, _ in j.allocs}
+        for n, g, gpus in j.allocs:
+            others = tuple((by[o].model_type, k) for o, k in self.group_jobs[n][g].items()
+                           if o != j.job_id)
+            groups.append((len(gpus), len(self.nodes[n].gpu_groups[g].gpu_indices), others))
+            nodes_seen[n] = nodes_seen.get(n, 0) + len(gpus)
+        nodes = []
+        for n, mine in nodes_seen.items():
+            others = []
+            for g, jobs in enumerate(self.group_jobs[n]):
+                if (n, g) in mine_groups:
+                    continue
+                others.extend((by[o].model_type, k) for o, k in jobs.items() if o != j.job_id)
+            nodes.append((mine, self.nodes[n].gpu_count, tuple(others)))
+        leaves = {self.leaf[n] for n in nodes_seen}
+        leaf_models: tuple = ()
+        if len(nodes_seen) > 1:
+            ids = set()
+            for leaf in leaves:
+                ids.update(self.leaf_multi.get(leaf, ()))
+            ids.discard(j.job_id)
+            leaf_models = tuple(by[o].model_type for o in sorted(ids))
+        gpu_models: tuple = ()
+        if self.sharing:
+            gm = []
+            for n, _, gpus in j.allocs:
+                for gpu in gpus:
+                    key = (n, self.cluster.physical_gpu(self.nodes[n].name, gpu))
+                    gm.append(tuple(by[o].model_type for o in self.gpu_jobs.get(key, ())
+                                    if o != j.job_id))
+            gpu_models = tuple(gm)
+        return Neighbourhood(groups=tuple(groups), nodes=tuple(nodes),
+                             n_groups=len(j.allocs), n_nodes=len(nodes_seen),
+                             n_leaves=len(leaves), leaf_models=leaf_models,
+                             gpu_models=gpu_models)
+
+    def _emit_sample(self, j: SimJob, now: float, elapsed: float) -> None:
+        hood = j.hood if j.hood is not None else self._neighbourhood(j)
+        noise = math.exp(self.rng.gauss(0.0, self.sample_noise)) if self.sample_noise else 1
+        gpu_level = sorted(m or "unknown" for ms in hood.gpu_models for m in ms)
+        group_level = sorted(m or "unknown" for _, _, others in hood.groups
+                             for m, _ in others)
+        if gpu_level:
+            rest = list(group_level)
+            for m in gpu_level:
+                if m in rest:
+                    rest.remove(m)
+            group_level = rest
+        self.samples.append({
+            "time_s": round(now, 3), "job_id": j.job_id, "model_type": j.model_type,
+            "num_gpus": j.num_gpus, "groups": hood.n_groups, "nodes": hood.n_nodes,
+            "leaves": hood.n_leaves, "cross_leaf": hood.n_leaves > 1,
+            "colocated": {
+                "gpu": gpu_level, "group": group_level,
+                "node": sorted(m or "unknown" for _, _, others in hood.nodes
+                               for m, _ in others),
+                "leaf": sorted(m or "unknown" for m in hood.leaf_models)},
+            "duration_s": round(elapsed, 3), "speed": round(j.speed * noise, 5),
+            "strength": self.perf.strength})
+
+    def _reschedule(self, j: SimJob, now: float) -> None:
+        j.version += 1
+        remaining = j.remaining_work_s
+        finish = now + max(0.0, remaining) / j.speed
+        self._push(finish, FINISH, j.job_id, j.version)
+
+    def _update_speeds(self, changed_nodes: Iterable[int], started: Iterable[SimJob],
+                       multi_leaves: Iterable, now: float) -> None:
+        """Recompute speeds of jobs around changed nodes and leaves; reschedule finishes."""
+        started = list(started)
+        if not self.interference_on:
+            for j in started:
+                self._reschedule(j, now)
+            return
+        affected: set[int] = set()
+        for n in changed_nodes:
+            affected.update(self.node_jobs[n])
+        for leaf in multi_leaves:
+            affected.update(self.leaf_multi.get(leaf, ()))
+        affected.update(j.job_id for j in started)
+        fresh = {j.job_id for j in started}
+        for jid in sorted(affected):
+            j = self.running.get(jid)
+            if j is None:
+                continue
+            hood = self._neighbourhood(j)
+            speed = job_speed(j.model_type, hood, self.perf)
+            if jid in fresh:
+                j.speed, j.hood = speed, hood
+                j.seg_start_s = now
+                self._reschedule(j, now)
+            elif abs(speed - j.speed) > 1e-12:
+                self._settle(j, now)
+                j.speed, j.hood = speed, hood
+                self._reschedule(j, now)
+            elif hood != j.hood:
+                self._settle(j, now)
+                j.hood = hood
+
+    # -- main loop -----------------------------------------------------------------------
+    def run(self) -> SimOutcome:
+        wall0 = time.perf_counter()
+        for j in self.jobs:
+            self._push(j.submit_s, ARRIVAL, j.job_id)
+        if self.cycle_period_s > 0 and self.jobs:
+            self._push(self.jobs[0].submit_s + self.cycle_period_s, TICK)
+        done = 0
+        total = len(self.jobs)
+        now = 0.0
+        while self.events:
+            now = self.events[0][0]
+            changed_nodes: set[int] = set()
+            multi_leaves: set = set()
+            while self.events and self.events[0][0] <= now + _EPS:
+                t, kind, _, jid, version = heapq.heappop(self.events)
+                if kind == FINISH:
+                    j = self.by_id[jid]
+                    if j.state != "running" or version != j.version:
+                        continue
+                    nodes = self._stop(j, now)
+                    if len(nodes) > 1:
+                        multi_leaves.update(self.leaf[n] for n in nodes)
+                    changed_nodes.update(nodes)
+                    j.state = "done"
+                    j.finish_s = now
+                    done += 1
+                elif kind == ARRIVAL:
+                    j = self.by_id[jid]
+                    j.state = "pending"
+                    j.queue_since_s = now
+                    self.pending[jid] = j
+                elif kind == WAKE:
+                    if self.next_wake is not None and t >= self.next_wake - _EPS:
+                        self.next_wake = None
+                elif kind == TICK:
+                    if self.pending or self.running or any(
+                            e[1] == ARRIVAL for e in self.events):
+                        self._push(now + self.cycle_period_s, TICK)
+            if changed_nodes:
+                self._update_speeds(changed_nodes, (), multi_leaves, now)
+            if self.pending and (self.free_slots > 0 or self.preemptive
+                                 or not self.skip_idle_cycles):
+                self._cycle(now)
+            if self.progress is not None and changed_nodes:
+                self.progress(done, total)
+            if not self.events and self.pending:
+                break  # nothing will ever free resources for what is left
+        for j in list(self.running.values()):
+            self._settle(j, now)
+        unfinished = sum(1 for j in self.jobs if j.state != "done")
+        return SimOutcome(jobs=self.jobs, cycles=self.cycles,
+                          wall_time_s=time.perf_counter() - wall0,
+                          preemptions=self.preemption_count,
+                          reservations=self.reservation_count, samples=self.samples,
+                          end_time_s=now, unfinished=unfinished, total_gpus=self.total_slots)
+
+    def _cycle(self, now: float) -> None:
+        self.cycles += 1
+        snap = self.snapshot(now)
+        decisions = self.policy.run_cycle(snap)
+        changed_nodes: set[int] = set()
+        multi_leaves: set = set()
+        started: list[SimJob] = []
+        for d in decisions:
+            if isinstance(d, Preempt):
+                j = self.by_id.get(d.job_id)
+                if j is None or j.state != "running":
+                    raise SimulationError(f"policy preempted job {d.job_id}, not running")
+                nodes = self._stop(j, now)
+                changed_nodes.update(nodes)
+                if len(nodes) > 1:
+                    multi_leaves.update(self.leaf[n] for n in nodes)
+                j.state = "pending"
+                j.queue_since_s = now
+                j.last_run_s = now - (now if j.stint_start_s is None else j.stint_start_s)
+                j.preemptions += 1
+                j.extra_work_s += self.restart_delay_s
+                self.pending[j.job_id] = j
+                self.preemption_count += 1
+            elif isinstance(d, Place):
+                if not d.start_now:
+                    self.reservation_count += 1
+                    continue
+                j = self.by_id.get(d.job_id)
+                if j is None:
+                    raise SimulationError(f"policy placed unknown job {d.job_id}")
+                nodes = self._start(j, d, now)
+                changed_nodes.update(nodes)
+                if len(nodes) > 1:
+                    multi_leaves.update(self.leaf[n] for n in nodes)
+                started.append(j)
+        if changed_nodes or started:
+            self._update_speeds(changed_nodes, started, multi_leaves, now)
+        if self.time_dependent and self.pending:
+            # Only running jobs and jobs that ran before change queue by themselves.
+            candidates = [self._job_obj(j, now) for j in self.running.values()]
+            candidates.extend(self._job_obj(j, now) for j in self.pending.values()
+                              if j.last_run_s > 0)
+            wake = self.policy.next_change_s(candidates, now)
+            if wake is not None and (self.next_wake is None or wake < self.next_wake - _EPS):
+                self.next_wake = wake
+                self._push(wake, WAKE)

@@ -1,0 +1,81 @@
+"""One simulation from the names a user types: trace, window, cluster, profile, strength.
+
+Profiles with the ``least_interference`` place plugin need an interference estimator. Unless
+one is given (``estimator=`` or the plugin's ``samples_path``), it is fitted from history:
+a pilot run of the same workload with another model-type draw (``seed + 1``) under
+``las-consolidate`` (dense co-location, so many pairs are observed), on the same cluster and
+interference strength. The estimator only sees the pilot's emitted samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from slurm_marl.policy.framework import build_policy
+from slurm_marl.policy.interference import FittedEstimator, InterferenceEstimator
+from slurm_marl.policy.profile import Profile, load_profile
+from slurm_marl.sim.cluster import SimCluster, parse_cluster
+from slurm_marl.sim.engine import SimOutcome, Simulator
+from slurm_marl.sim.metrics import summarize
+from slurm_marl.sim.traces import TraceJob, Window, load_trace
+
+PILOT_PROFILE = "las-consolidate"
+
+
+@dataclass
+class SimRun:
+    profile: Profile
+    cluster: SimCluster
+    interference: str
+    seed: int
+    outcome: SimOutcome
+    summary: dict = field(default_factory=dict)
+    estimator_samples: int = 0
+
+
+def needs_estimator(profile: Profile) -> bool:
+    return any(k == "least_interference" for k, _ in profile.place) \
+        and "samples_path" not in profile.place_params.get("least_interference", {})
+
+
+def fit_estimator_from_pilot(trace: list[TraceJob], cluster: SimCluster, interference: str,
+                             seed: int, restart_delay_s: float) -> FittedEstimator:
+    pilot = build_policy(load_profile(PILOT_PROFILE))
+    history = [replace(t, model_type=None) for t in trace] \
+        if all(t.model_type is None for t in trace) else trace
+    sim = Simulator(cluster, history, pilot, interference=interference, seed=seed + 1,
+                    restart_delay_s=restart_delay_s, collect_samples=True,
+                    drop_oversized=True)
+    outcome = sim.run()
+    return FittedEstimator.fit(outcome.samples)
+
+
+def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
+             profile: Profile | str, *, window: Window | str | None = None,
+             interference: str = "none", seed: int = 0, restart_delay_s: float = 30.0,
+             cycle_period_s: float = 0.0, collect_samples: bool = False,
+             estimator: InterferenceEstimator | None = None, drop_oversized: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> SimRun:
+    jobs = trace if isinstance(trace, list) else load_trace(trace, window)
+    sim_cluster = cluster if isinstance(cluster, SimCluster) else parse_cluster(cluster)
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    context = {}
+    n_est = 0
+    if needs_estimator(prof):
+        if estimator is None:
+            estimator = fit_estimator_from_pilot(jobs, sim_cluster, interference, seed,
+                                                 restart_delay_s)
+            n_est = estimator.n_samples
+        context["interference_estimator"] = estimator
+    policy = build_policy(prof, **context)
+    sim = Simulator(sim_cluster, jobs, policy, interference=interference, seed=seed,
+                    restart_delay_s=restart_delay_s, cycle_period_s=cycle_period_s,
+                    collect_samples=collect_samples, drop_oversized=drop_oversized,
+                    progress=progress)
+    outcome = sim.run()
+    run = SimRun(profile=prof, cluster=sim_cluster, interference=interference, seed=seed,
+                 outcome=outcome, estimator_samples=n_est)
+    run.summary = summarize(outcome)
+    return run

@@ -1,0 +1,178 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from slurm_marl.domain import GroupAlloc, Place
+from slurm_marl.policy.framework import Policy, build_policy
+from slurm_marl.policy.interference import FittedEstimator
+from slurm_marl.policy.profile import load_profile
+from slurm_marl.sim.cluster import parse_cluster
+from slurm_marl.sim.data import ENV_VAR, DataNotFound, data_dir, data_file
+from slurm_marl.sim.engine import SimulationError, Simulator
+from slurm_marl.sim.metrics import percentile, summarize
+from slurm_marl.sim.run import simulate
+from slurm_marl.sim.traces import TraceJob, load_trace
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
+
+
+def tj(job_id, submit, duration, gpus, model="resnet50_bs64", **kw):
+    return TraceJob(job_id=job_id, submit_time_s=submit, duration_s=duration, num_gpus=gpus,
+                    model_type=model, **kw)
+
+
+def finish_times(run):
+    return {j.job_id: j.finish_s for j in run.outcome.jobs}
+
+
+def test_single_job_runs_its_duration():
+    run = simulate([tj(1, 5.0, 100.0, 2)], "1x2x4", "fifo-consolidate")
+    job = run.outcome.jobs[0]
+    assert (job.first_start_s, job.finish_s) == (5.0, 105.0)
+    assert run.summary["avg_jct_s"] == 100.0 and run.summary["avg_queue_delay_s"] == 0.0
+
+
+def test_fifo_queues_a_job_that_does_not_fit():
+    run = simulate([tj(1, 0, 100, 8), tj(2, 10, 50, 8), tj(3, 20, 10, 1)], "1x2x4",
+                   "fifo-consolidate")
+    assert finish_times(run) == {1: 100.0, 2: 150.0, 3: 160.0}
+    s = run.summary
+    assert s["makespan_s"] == 160.0 and s["longest_wait_s"] == 130.0
+    assert s["gpu_utilisation"] == pytest.approx((800 + 400 + 10) / (8 * 160), abs=1e-4)
+
+
+def test_preemption_costs_the_restart_delay():
+    jobs = [tj(1, 0, 10000, 1), tj(2, 4000, 100, 1)]
+    run = simulate(jobs, "1x1x1", "las-consolidate", restart_delay_s=30.0)
+    a, b = run.outcome.jobs
+    assert b.finish_s == 4100.0 and a.preemptions == 1
+    assert a.finish_s == pytest.approx(4100 + 6000 + 30)
+    assert run.summary["preemptions"] == 1
+    assert run.summary["longest_wait_s"] == 100.0
+
+
+def test_demotion_wake_lets_a_waiting_job_in_without_other_events():
+    # Job 1 holds the only GPU; job 2 (queue 0) waits until job 1 reaches 3250 GPU-s.
+    jobs = [tj(1, 0, 10000, 1), tj(2, 10, 100, 1)]
+    run = simulate(jobs, "1x1x1", "las-consolidate", restart_delay_s=0.0)
+    assert finish_times(run)[2] == pytest.approx(3250 + 100)
+
+
+def test_interference_slows_co_located_jobs_and_only_when_on():
+    jobs = [tj(1, 0, 1000, 1, "a3c"), tj(2, 0, 1000, 1, "resnet18_bs16")]
+    calm = simulate(jobs, "1x1x4", "fifo-consolidate", interference="none")
+    assert set(finish_times(calm).values()) == {1000.0}
+    busy = simulate(jobs, "1x1x4", "fifo-consolidate", interference="high")
+    assert all(t > 1050 for t in finish_times(busy).values())
+    low = simulate(jobs, "1x1x4", "fifo-consolidate", interference="low")
+    assert max(finish_times(low).values()) < max(finish_times(busy).values())
+    assert busy.summary["mean_speed"] < 1.0
+
+
+def test_samples_carry_the_documented_schema():
+    jobs = [tj(1, 0, 1000, 1, "a3c"), tj(2, 0, 500, 1, "lm_bs20"), tj(3, 0, 900, 8, "vgg19")]
+    run = simulate(jobs, "2x2x4:leaf=1", "fifo-consolidate", interference="high",
+                   collect_samples=True)
+    samples = run.outcome.samples
+    assert samples
+    keys = {"time_s", "job_id", "model_type", "num_gpus", "groups", "nodes", "leaves",
+            "cross_leaf", "colocated", "duration_s", "speed", "strength"}
+    for s in samples:
+        assert set(s) == keys
+        assert set(s["colocated"]) == {"gpu", "group", "node", "leaf"}
+        assert 0 < s["speed"] <= 1.2 and s["strength"] == "high"
+    first = next(s for s in samples if s["job_id"] == 1)
+    assert first["colocated"]["group"] == ["lm_bs20"]
+
+
+def test_skipping_idle_cycles_changes_nothing():
+    trace = load_trace(DATA / "philly_head300.csv", "vc=6214e9,rows=0:150")
+    for profile in ("fifo-consolidate", "fifo-backfill", "las-consolidate"):
+        cluster = parse_cluster("2x2x4")
+        runs = []
+        for skip in (True, False):
+            sim = Simulator(cluster, trace, build_policy(load_profile(profile)), seed=3,
+                            skip_idle_cycles=skip)
+            runs.append(sim.run())
+        assert [j.finish_s for j in runs[0].jobs] == [j.finish_s for j in runs[1].jobs]
+        assert runs[0].cycles <= runs[1].cycles
+
+
+def test_periodic_cycles_do_not_change_event_driven_results():
+    trace = load_trace(DATA / "philly_head300.csv", "vc=6214e9,rows=0:100")
+    base = simulate(trace, "2x2x4", "las-consolidate")
+    ticked = simulate(trace, "2x2x4", "las-consolidate", cycle_period_s=600.0)
+    assert finish_times(base) == pytest.approx(finish_times(ticked))
+    assert ticked.outcome.cycles > base.outcome.cycles
+
+
+class Greedy(Policy):
+    """A broken policy: always puts the first pending job on the first group."""
+
+    def run_cycle(self, snapshot):
+        for job in snapshot.pending:
+            return [Place(job_id=job.job_id, nodes=("gpu01",),
+                          allocs=(GroupAlloc("gpu01", 0, job.num_gpus),))]
+        return []
+
+
+def test_a_policy_that_overbooks_is_caught():
+    base = build_policy(load_profile("fifo-consolidate"))
+    policy = Greedy(base.profile, base.order, base.place)
+    sim = Simulator(parse_cluster("1x2x4"), [tj(1, 0, 100, 4), tj(2, 1, 100, 4)], policy)
+    with pytest.raises(SimulationError, match="group 0, which has 0 free"):
+        sim.run()
+
+
+def test_oversized_jobs_are_an_error_or_dropped():
+    jobs = [tj(1, 0, 10, 16), tj(2, 0, 10, 1)]
+    with pytest.raises(SimulationError, match="needs 16 GPUs"):
+        simulate(jobs, "1x2x4", "fifo-consolidate")
+    run = simulate(jobs, "1x2x4", "fifo-consolidate", drop_oversized=True)
+    assert [j.job_id for j in run.outcome.jobs] == [2]
+
+
+def test_model_types_are_drawn_with_the_seed():
+    trace = [tj(i, i, 10, 1, model=None) for i in range(20)]
+    a = simulate(trace, "1x2x4", "fifo-consolidate", seed=1)
+    b = simulate(trace, "1x2x4", "fifo-consolidate", seed=1)
+    c = simulate(trace, "1x2x4", "fifo-consolidate", seed=2)
+    models = lambda r: [j.model_type for j in r.outcome.jobs]  # noqa: E731
+    assert models(a) == models(b) != models(c)
+    assert len(set(models(a))) > 3
+
+
+def test_least_interference_profile_fits_its_estimator_from_a_pilot():
+    trace = load_trace(DATA / "philly_head300.csv", "vc=6214e9,rows=0:120")
+    run = simulate(trace, "2x2x4", "las-lif", interference="high")
+    assert run.estimator_samples > 0 and run.summary["unfinished"] == 0
+    est = FittedEstimator.fit(simulate(trace, "2x2x4", "las-consolidate",
+                                       interference="high", collect_samples=True)
+                              .outcome.samples)
+    assert est.n_samples > 0
+
+
+def test_percentile_matches_numpy():
+    xs = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0]
+    for q in (0, 25, 50, 95, 100):
+        assert percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+
+
+def test_summary_fields():
+    run = simulate([tj(1, 0, 10, 1)], "1x1x1", "fifo-consolidate")
+    assert {"avg_jct_s", "median_jct_s", "p95_jct_s", "avg_queue_delay_s", "makespan_s",
+            "gpu_utilisation", "preemptions", "longest_wait_s"} <= set(summarize(run.outcome))
+
+
+def test_data_dir_honours_the_environment(monkeypatch, tmp_path):
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "x.csv").write_text("a\n")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    assert data_dir() == tmp_path
+    assert data_file("traces/x.csv") == tmp_path / "traces" / "x.csv"
+    with pytest.raises(DataNotFound, match="missing from the data folder"):
+        data_file("traces/none.csv")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "nowhere"))
+    with pytest.raises(DataNotFound, match=ENV_VAR):
+        data_dir()
