@@ -21,6 +21,7 @@ _PARTS = [
     ("slurm_marl.slurm_integration.cli", "app", "cluster", "group"),
     ("slurm_marl.slurm_integration.cli", "snapshot", "snapshot", "command"),
     ("slurm_marl.demo", "demo", "demo", "command"),
+    ("slurm_marl.replay.cli", "replay", "replay", "command"),
     ("slurm_marl.topology.cli", "app", "topology", "group"),
     ("slurm_marl.topology.cli", "probe", "probe", "command"),
     ("slurm_marl.sim.cli", "simulate", "simulate", "command"),

@@ -1,22 +1,26 @@
 """`slurm-marl demo`: the README's main command.
 
-Brings up a real local Slurm cluster, submits the first jobs of the Tiresias sample trace
-with plain sbatch (their GPU counts, nothing else), takes the agent's snapshot, shows it, and
-tears the cluster down.
+A short window of the real Microsoft Philly trace is replayed twice on a fresh local Slurm
+cluster (8 nodes x 2 sockets x 4 fake GPUs under two leaf switches), submitted with plain
+sbatch: once with Slurm alone, once with the slurm-marl agent deciding order (Tiresias
+2D-LAS) and placement (nodes and GPU group). Emulated interference (the simulator's
+performance model applied to what Slurm actually placed) makes placement matter. It prints
+both runs' JCT next to the simulator's prediction, a few of the agent's decisions with their
+reasons, and writes a JCT CDF plot.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.table import Table
+
+DEMO_WINDOW = "vc=6214e9,rows=8750:8810"
 
 
 def shared_data_dir() -> Path:
@@ -32,63 +36,47 @@ def shared_data_dir() -> Path:
     return Path("../shared/data").resolve()
 
 
-def _trace_jobs(limit: int) -> list[tuple[str, int]]:
-    path = shared_data_dir() / "traces" / "tiresias_60_job.csv"
-    if not path.exists():
-        raise FileNotFoundError(f"trace not found: {path} (set SLURM_MARL_DATA)")
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    return [(f"{r['model_name']}-{r['job_id']}", int(r["num_gpu"])) for r in rows[:limit]]
+def _show_decisions(store_path: Path, console: Console, limit: int = 8) -> None:
+    from slurm_marl.daemon.cli import describe_decision, format_time
+    from slurm_marl.daemon.store import Store
+
+    if not store_path.exists():
+        return
+    rows = [r for r in Store(store_path).decisions(limit=400)
+            if r["kind"] in ("Place", "Preempt", "Reserve")][:limit]
+    table = Table(title="Some of the agent's decisions (slurm-marl decisions / explain)")
+    for col in ("time", "job", "decision", "plugin", "reason", "Slurm"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(format_time(r["time_s"]), str(r["job_id"]), describe_decision(r),
+                      r["plugin"] or "", r["reason"] or "", r["status"])
+    console.print(table)
 
 
-def demo(jobs: int = typer.Option(8, min=1, max=60, help="jobs to take from the trace"),
-         keep: bool = typer.Option(False, help="leave the cluster running"),
+def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=A:B)"),
+         speedup: float = typer.Option(120.0, min=1.0, help="time compression factor"),
+         profile: str = typer.Option("las-consolidate", help="the agent's policy profile"),
+         interference: str = typer.Option("medium", help="none, low, medium, high"),
+         out: Path = typer.Option(Path("out/demo"), help="results folder"),
          json_output: bool = typer.Option(False, "--json")) -> None:
-    """Start a local Slurm cluster, submit trace jobs with sbatch, show the agent's view."""
-    from slurm_marl.slurm_integration.cli import render_snapshot, snapshot_to_json
-    from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
-    from slurm_marl.slurm_integration.runner import SlurmRunner
-    from slurm_marl.slurm_integration.source import CliClusterSource
+    """Replay a short Philly window on a real local Slurm cluster: Slurm alone vs the agent."""
+    from slurm_marl.replay.cli import compare_replay, render
 
     console = Console(stderr=json_output)
-    spec = ClusterSpec(nodes=4, sockets=2, cores_per_socket=4, gpus_per_socket=2,
-                       nodes_per_leaf=2)
-    started = time.monotonic()
-    cluster = LocalCluster(spec=spec).up()
-    console.print(f"[bold]local Slurm cluster up[/] in {time.monotonic() - started:.1f} s: "
-                  f"{spec.nodes} nodes x {spec.sockets} sockets x {spec.gpus_per_socket} GPUs, "
-                  f"SLURM_CONF={cluster.slurm_conf}")
-    try:
-        per_node = spec.gpus_per_node
-        for name, gpus in _trace_jobs(jobs):
-            nodes = max(1, -(-gpus // per_node))
-            args = ["sbatch", "--parsable", "-J", name, f"--chdir={cluster.root}/out",
-                    f"--output={cluster.root}/out/%j.out", "-N", str(nodes),
-                    f"--gres=gpu:{min(gpus, per_node)}", "--wrap", "sleep 120"]
-            proc = subprocess.run(args, env=cluster.env, capture_output=True, text=True,
-                                  timeout=30)
-            if proc.returncode != 0:
-                console.print(f"[red]sbatch {name} failed:[/] {proc.stderr.strip()}")
-            else:
-                console.print(f"submitted {name}: {gpus} GPU(s) -> job {proc.stdout.strip()}")
-        runner = SlurmRunner(cluster.slurm_conf)
-        source = CliClusterSource(runner)
-        deadline = time.monotonic() + 15  # slurmctld's next scheduling pass starts what fits
-        snap = source.snapshot()
-        while not snap.running and time.monotonic() < deadline:
-            time.sleep(0.5)
-            snap = source.snapshot()
-        if json_output:
-            json.dump(snapshot_to_json(snap), sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            render_snapshot(snap, console)
-            console.print(f"snapshot: {len(snap.pending)} pending, {len(snap.running)} "
-                          f"running, 4 Slurm client calls per snapshot "
-                          f"({runner.calls} in all)")
-    finally:
-        if keep:
-            console.print(f"cluster left running: slurm-marl cluster down --root {cluster.root}")
-        else:
-            cluster.down()
-            console.print("cluster stopped")
+    trace = shared_data_dir() / "traces" / "philly.csv"
+    if not trace.exists():
+        console.print(f"[red]trace not found:[/] {trace} (set SLURM_MARL_DATA)")
+        raise typer.Exit(2)
+    report = compare_replay(trace, window, speedup, nodes=8, gpus_per_socket=4,
+                            profile=profile, interference=interference, out=out, seed=0,
+                            console=console, timeout_s=900)
+    if json_output:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    render(report, console)
+    _show_decisions(out / "agent" / "state" / "state.sqlite", console)
+    console.print(f"JCT CDF plot: {out / 'jct_cdf.png'}; per-job results: "
+                  f"{out}/slurm/result.json, {out}/agent/result.json")
+    console.print(f"explain one: slurm-marl explain JOBID --store "
+                  f"{out / 'agent' / 'state' / 'state.sqlite'}")

@@ -45,13 +45,13 @@ def _store(config: Optional[Path], store: Optional[Path]):
         raise typer.Exit(2)
 
 
-def _when(ts: float | None) -> str:
+def format_time(ts: float | None) -> str:
     if not ts:
         return "-"
     return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _describe(d: dict) -> str:
+def describe_decision(d: dict) -> str:
     p = d.get("payload") or {}
     kind = d["kind"]
     if kind == "SetPriority":
@@ -107,7 +107,7 @@ def decisions(config: ConfigOpt = None, store: StoreOpt = None,
         table.add_column(col)
     for r in rows:
         answer = r["status"] + (f": {r['message']}" if r["message"] else "")
-        table.add_row(_when(r["time_s"]), str(r["cycle"]), str(r["job_id"]), _describe(r),
+        table.add_row(format_time(r["time_s"]), str(r["cycle"]), str(r["job_id"]), describe_decision(r),
                       r["plugin"] or "", r["reason"] or "", answer)
     Console().print(table)
 
@@ -138,16 +138,16 @@ def explain(job_id: int, config: ConfigOpt = None, store: StoreOpt = None,
                   f"{rec.num_gpus} GPU(s), state {rec.last_state}")
         running = ""
         if rec.run_start_s and rec.last_state == "RUNNING":
-            running = f" + current run since {_when(rec.run_start_s)}"
+            running = f" + current run since {format_time(rec.run_start_s)}"
         con.print(f"  attained service {rec.attained_gpu_s:.0f} GPU-s in finished runs"
                   f"{running}; last run {rec.last_run_s:.0f} s; preempted {rec.preemptions}x")
         con.print(f"  2D-LAS queue {rec.queue if rec.queue is not None else '-'}; waiting "
-                  f"since {_when(rec.queue_since_s)}")
+                  f"since {format_time(rec.queue_since_s)}")
     for kind in ("SetPriority", "Place", "Reserve", "Preempt", "Defer", "EndReservation"):
         r = latest.get(kind)
         if not r:
             continue
-        con.print(f"  [bold]{kind}[/] at {_when(r['time_s'])}: {_describe(r)}")
+        con.print(f"  [bold]{kind}[/] at {format_time(r['time_s'])}: {describe_decision(r)}")
         con.print(f"    by {r['plugin'] or '-'}: {r['reason'] or '-'}")
         scores = (r.get("payload") or {}).get("scores") or []
         if scores:
@@ -173,7 +173,7 @@ def queues(config: ConfigOpt = None, store: StoreOpt = None,
         table.add_column(col)
     for r in recs:
         table.add_row(str(r.queue if r.queue is not None else "-"), str(r.job_id), r.user,
-                      str(r.num_gpus), f"{r.attained_gpu_s:.0f}", _when(r.queue_since_s),
+                      str(r.num_gpus), f"{r.attained_gpu_s:.0f}", format_time(r.queue_since_s),
                       str(r.preemptions))
     Console().print(table)
 
@@ -194,13 +194,13 @@ def status(config: ConfigOpt = None, store: StoreOpt = None,
     if not last:
         typer.echo("the agent has not run a cycle yet")
         raise typer.Exit(1)
-    typer.echo(f"last cycle {last['cycle']} at {_when(last['time_s'])} "
+    typer.echo(f"last cycle {last['cycle']} at {format_time(last['time_s'])} "
                f"({info['age_s']:.0f} s ago), {last['duration_s']:.3f} s: "
                f"{last['pending']} pending, {last['running']} running, "
                f"{last['decisions']} decisions, {last['written']} written, "
                f"{last['refused']} refused")
     for c in info["recent_errors"]:
-        typer.echo(f"  cycle {c['cycle']} at {_when(c['time_s'])}: {c['error']}")
+        typer.echo(f"  cycle {c['cycle']} at {format_time(c['time_s'])}: {c['error']}")
 
 
 def install_plugin(config: ConfigOpt = None,

@@ -1,0 +1,100 @@
+"""Benchmark: one agent cycle on a large generated snapshot, and the agent's memory.
+
+    .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
+
+The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
+1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
+own ``Agent.cycle`` (accounting, store, run_cycle per partition, translation) in shadow mode,
+so every step but the scontrol writes runs. Torch threads = 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import torch
+
+from slurm_marl.daemon.config import parse_config
+from slurm_marl.daemon.service import Agent
+from slurm_marl.daemon.store import Store
+from slurm_marl.domain import ClusterSnapshot, Job, JobState
+from slurm_marl.policy.framework import build_policy
+from slurm_marl.policy.profile import load_profile
+from slurm_marl.topology.synthetic import synthetic_snapshot
+
+
+def pending_jobs(n: int, partitions: list[str], now: float, seed: int = 1) -> list[Job]:
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(n):
+        gpus = rng.choice([1, 1, 1, 1, 2, 2, 4, 8, 16])
+        nodes = max(1, gpus // 8)
+        jobs.append(Job(job_id=1_000_000 + i, name=f"job{i}", user=f"u{i % 50}",
+                        partition=rng.choice(partitions), state=JobState.PENDING,
+                        gpus_per_node=gpus // nodes, node_count=nodes, cpus=4 * nodes,
+                        mem_mib=8000 * nodes, submit_time_s=now - rng.uniform(0, 3600),
+                        eligible_time_s=now + 10))
+    return jobs
+
+
+class FixedSource:
+    def __init__(self, snap: ClusterSnapshot) -> None:
+        self.snap = snap
+
+    def snapshot(self) -> ClusterSnapshot:
+        return replace(self.snap, time_s=time.time())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=2000)
+    ap.add_argument("--pending", type=int, default=1000)
+    ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--profile", default="las-consolidate")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    proc = psutil.Process()
+    rss_start = proc.memory_info().rss
+
+    base = synthetic_snapshot(args.nodes, busy_fraction=0.5, seed=0)
+    now = time.time()
+    partitions = [p.name for p in base.partitions]
+    snap = replace(base, time_s=now,
+                   jobs=base.jobs + tuple(pending_jobs(args.pending, partitions, now)))
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = parse_config({"agent": {"shadow": True, "managed_partitions": partitions,
+                                      "profile": args.profile, "state_dir": tmp}})
+        agent = Agent(cfg, FixedSource(snap), sink=None, store=Store(Path(tmp) / "s.sqlite"),
+                      policy=build_policy(load_profile(args.profile)))
+        times = []
+        for _ in range(args.cycles):
+            t0 = time.perf_counter()
+            report = agent.cycle()
+            times.append(time.perf_counter() - t0)
+            assert report.error is None, report.error
+        rss = proc.memory_info().rss
+    result = {
+        "nodes": args.nodes, "gpus": sum(n.gpu_count for n in snap.nodes),
+        "running_jobs": len(base.jobs), "pending_jobs": args.pending,
+        "profile": args.profile, "decisions_last_cycle": len(report.decisions),
+        "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
+        "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for k, v in result.items():
+            print(f"{k:>22}: {v:.3f}" if isinstance(v, float) else f"{k:>22}: {v}")
+
+
+if __name__ == "__main__":
+    main()

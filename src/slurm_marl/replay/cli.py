@@ -1,0 +1,128 @@
+"""`slurm-marl replay`: one trace window on real Slurm, twice (Slurm alone, then the agent),
+next to the simulator's prediction for the same window."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+DEFAULT_WINDOW = "vc=6214e9,rows=8750:8950"
+
+
+def _fmt(v, digits=0):
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_per_socket: int,
+                   profile: str, interference: str, out: Path, seed: int,
+                   modes: tuple[str, ...] = ("slurm", "agent"), console: Console | None = None,
+                   timeout_s: float = 3600.0) -> dict:
+    """Run the window in each mode on a fresh cluster, plus the simulator's prediction."""
+    from slurm_marl.replay.plan import plan_replay, sim_cluster_spec
+    from slurm_marl.replay.runner import run_replay
+    from slurm_marl.sim.metrics import plot_jct_cdf
+    from slurm_marl.sim.run import simulate
+    from slurm_marl.sim.traces import load_trace
+    from slurm_marl.slurm_integration.harness import ClusterSpec
+
+    console = console or Console(stderr=True)
+    spec = ClusterSpec(nodes=nodes, sockets=2, cores_per_socket=max(4, 2 * gpus_per_socket),
+                       gpus_per_socket=gpus_per_socket, nodes_per_leaf=max(1, nodes // 2),
+                       memory_mib=64000, sched_interval_s=2)
+    trace_jobs = load_trace(trace, window)
+    plan = plan_replay(trace_jobs, spec, speedup, seed)
+    console.print(f"replay: {len(plan.jobs)} jobs of {trace.name} [{window}] "
+                  f"({len(plan.dropped)} too large dropped), speedup {speedup:g}x, "
+                  f"cluster {nodes} nodes x 2 sockets x {gpus_per_socket} GPUs, "
+                  f"interference {interference}")
+    results, series = {}, {}
+    for mode in modes:
+        label = "Slurm alone" if mode == "slurm" else f"agent ({profile})"
+        with Progress(TextColumn(f"[bold]{label}[/] {{task.description}}"), BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+            task = bar.add_task("submitted", total=len(plan.jobs))
+
+            def progress(what, done, total, task=task):
+                bar.update(task, description=what, completed=done, total=total)
+
+            res = run_replay(plan, spec, mode, out / mode, profile=profile,
+                             interference=interference, progress=progress,
+                             timeout_s=timeout_s)
+        results[mode] = res.summary()
+        series[label] = res.jct_trace_s()
+    cluster = sim_cluster_spec(spec)
+    predicted = {}
+    for mode, prof in (("slurm", "fifo-backfill"), ("agent", profile)):
+        if mode not in modes:
+            continue
+        run = simulate(list(plan.sim_trace), cluster, prof, interference=interference,
+                       seed=seed)
+        predicted[mode] = run.summary
+    report = {"trace": str(trace), "window": window, "speedup": speedup, "jobs": len(plan.jobs),
+              "dropped": list(plan.dropped), "cluster": cluster, "interference": interference,
+              "measured": results, "simulated": predicted}
+    if "slurm" in results and "agent" in results:
+        m_s, m_a = results["slurm"]["avg_jct_s"], results["agent"]["avg_jct_s"]
+        p_s = predicted["slurm"].get("avg_jct_s")
+        p_a = predicted["agent"].get("avg_jct_s")
+        report["measured_ratio"] = m_a / m_s if m_s else None
+        report["simulated_ratio"] = p_a / p_s if p_s else None
+    out.mkdir(parents=True, exist_ok=True)
+    plot_jct_cdf(out / "jct_cdf.png", series, f"JCT on real Slurm, {trace.name} [{window}]")
+    (out / "replay.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def render(report: dict, console: Console) -> None:
+    table = Table(title=f"Replay of {report['jobs']} jobs ({report['window']}), JCT in trace "
+                        f"seconds")
+    for col in ("run", "completed", "avg JCT", "p95 JCT", "avg queueing", "makespan",
+                "preemptions", "sim avg JCT"):
+        table.add_column(col, justify="right")
+    for mode, res in report["measured"].items():
+        sim = report["simulated"].get(mode, {})
+        table.add_row("Slurm alone" if mode == "slurm" else f"agent ({res['profile']})",
+                      f"{res['completed']}/{res['jobs']}", _fmt(res["avg_jct_s"]),
+                      _fmt(res["p95_jct_s"]), _fmt(res["avg_queue_s"]), _fmt(res["makespan_s"]),
+                      str(res["preemptions"]), _fmt(sim.get("avg_jct_s")))
+    console.print(table)
+    if report.get("measured_ratio") is not None:
+        console.print(f"agent / Slurm avg JCT: measured {report['measured_ratio']:.2f}, "
+                      f"simulator predicts {report['simulated_ratio']:.2f}")
+    late = [r["submit_late_max_s"] for r in report["measured"].values()]
+    console.print(f"submissions late by at most {max(late):.2f} s wall")
+
+
+def replay(trace: Annotated[Optional[Path], typer.Option(
+               help="trace CSV (default: Philly from ../shared/data)")] = None,
+           window: str = typer.Option(DEFAULT_WINDOW, help="trace window (vc=, rows=A:B)"),
+           speedup: float = typer.Option(60.0, min=1.0, help="time compression factor"),
+           nodes: int = typer.Option(8, min=2, max=32),
+           gpus_per_socket: int = typer.Option(4, min=1, max=8),
+           profile: str = typer.Option("las-consolidate", help="the agent's policy profile"),
+           interference: str = typer.Option("medium", help="none, low, medium, high"),
+           out: Path = typer.Option(Path("out/replay"), help="results folder"),
+           seed: int = typer.Option(0),
+           mode: str = typer.Option("both", help="both, slurm or agent"),
+           json_output: bool = typer.Option(False, "--json")) -> None:
+    """Replay a trace window on a fresh local Slurm cluster: Slurm alone vs the agent."""
+    from slurm_marl.demo import shared_data_dir
+
+    trace = trace or shared_data_dir() / "traces" / "philly.csv"
+    modes = ("slurm", "agent") if mode == "both" else (mode,)
+    console = Console(stderr=json_output)
+    report = compare_replay(trace, window, speedup, nodes, gpus_per_socket, profile,
+                            interference, out, seed, modes, console)
+    if json_output:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render(report, console)
+        console.print(f"results and JCT CDF plot in {out}/")

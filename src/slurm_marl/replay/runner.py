@@ -1,0 +1,228 @@
+"""Replaying a plan on a fresh local Slurm cluster, with or without the agent.
+
+Mode ``slurm``: Slurm alone (its backfill, cons_tres, topology/tree). Mode ``agent``: the
+project's job_submit.lua gate plus the daemon (`slurm-marl run`, its own process) with a
+chosen profile. In both, the interference oracle runs and every job's payload advances at the
+speed the performance model gives for where Slurm actually put it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_marl.replay.oracle import Oracle
+from slurm_marl.replay.plan import ReplayPlan
+from slurm_marl.replay.timescale import time_scaled_profile
+from slurm_marl.sim.perf import PerfParams
+from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
+from slurm_marl.slurm_integration.plugin import render_job_submit_lua
+from slurm_marl.slurm_integration.runner import SlurmRunner
+from slurm_marl.slurm_integration.source import CliClusterSource
+
+log = logging.getLogger(__name__)
+
+
+class ReplayError(RuntimeError):
+    """The replay could not run to the end (submission failed, jobs lost, time out)."""
+
+
+@dataclass
+class JobTimes:
+    index: int
+    job_id: int
+    arrival_s: float           # planned, relative to replay start
+    submit_s: float            # actual, relative to replay start
+    start_s: float | None = None
+    end_s: float | None = None
+    restarts: int = 0
+    nodes: str = ""
+
+
+@dataclass
+class ReplayResult:
+    mode: str
+    profile: str
+    speedup: float
+    jobs: list[JobTimes] = field(default_factory=list)
+    wall_s: float = 0.0
+    oracle_mean_speed: float = 1.0
+
+    def completed(self) -> list[JobTimes]:
+        return [j for j in self.jobs if j.end_s is not None]
+
+    def jct_trace_s(self) -> list[float]:
+        """Job completion times in trace seconds (wall x speedup), from planned arrival."""
+        return [(j.end_s - j.arrival_s) * self.speedup for j in self.completed()]
+
+    def summary(self) -> dict:
+        from slurm_marl.sim.metrics import percentile
+
+        jct = self.jct_trace_s()
+        waits = [(j.start_s - j.arrival_s) * self.speedup for j in self.completed()
+                 if j.start_s is not None]
+        late = [j.submit_s - j.arrival_s for j in self.jobs]
+        ends = [j.end_s for j in self.completed()]
+        return {
+            "mode": self.mode, "profile": self.profile, "jobs": len(self.jobs),
+            "completed": len(jct),
+            "avg_jct_s": sum(jct) / len(jct) if jct else None,
+            "median_jct_s": percentile(jct, 50) if jct else None,
+            "p95_jct_s": percentile(jct, 95) if jct else None,
+            "avg_queue_s": sum(waits) / len(waits) if waits else None,
+            "makespan_s": max(ends) * self.speedup if ends else None,
+            "preemptions": sum(j.restarts for j in self.jobs),
+            "submit_late_avg_s": sum(late) / len(late) if late else None,
+            "submit_late_max_s": max(late) if late else None,
+            "oracle_mean_speed": self.oracle_mean_speed,
+            "wall_s": self.wall_s,
+        }
+
+
+def _agent_config(cluster: LocalCluster, out: Path, profile: str, grace_s: int,
+                  preempt: bool) -> Path:
+    cfg = out / "agent.toml"
+    preempt_line = f'preempt_partitions = ["{cluster.spec.partition}"]' if preempt else ""
+    cfg.write_text(f"""
+[slurm]
+slurm_conf = "{cluster.slurm_conf}"
+command_timeout_s = 20
+write_retries = 1
+[agent]
+interval_s = 0.5
+profile = "{profile}"
+managed_partitions = ["{cluster.spec.partition}"]
+{preempt_line}
+grace_s = {grace_s}
+state_dir = "{out / 'state'}"
+[metrics]
+enabled = false
+[log]
+level = "INFO"
+""")
+    return cfg
+
+
+def _read_job_logs(directory: Path, times: dict[int, JobTimes], t0: float) -> None:
+    for jt in times.values():
+        path = directory / "jobs" / f"{jt.job_id}.log"
+        if not path.exists():
+            continue
+        starts = 0
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if parts[:1] == ["start"]:
+                starts += 1
+                if jt.start_s is None:
+                    jt.start_s = float(parts[1]) - t0
+                if len(parts) > 3:
+                    jt.nodes = parts[3]
+            elif parts[:1] == ["end"]:
+                jt.end_s = float(parts[1]) - t0
+        jt.restarts = max(0, starts - 1)
+
+
+def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
+               profile: str = "las-consolidate", interference: str = "medium",
+               grace_s: int = 2, preempt: bool = True, timeout_s: float = 1800.0,
+               progress: Callable[[str, int, int], None] | None = None) -> ReplayResult:
+    if mode not in ("slurm", "agent"):
+        raise ValueError("mode is 'slurm' or 'agent'")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    lua = None
+    if mode == "agent":
+        lua = out / "job_submit.lua"
+        lua.write_text(render_job_submit_lua([spec.partition], grace_s, []))
+    spec = ClusterSpec(**{**spec.__dict__, "job_submit_lua": str(lua) if lua else None})
+    result = ReplayResult(mode=mode, profile=profile if mode == "agent" else "slurm",
+                          speedup=plan.speedup)
+    cluster = LocalCluster(spec=spec).up()
+    os.chmod(cluster.root / "out", 0o777)
+    daemon = None
+    oracle = None
+    try:
+        runner = SlurmRunner(cluster.slurm_conf)
+        oracle = Oracle(CliClusterSource(runner), out, PerfParams(strength=interference),
+                        tick_s=0.25).start()
+        if mode == "agent":
+            scaled = time_scaled_profile(profile, plan.speedup, out)
+            cfg = _agent_config(cluster, out, str(scaled), grace_s, preempt)
+            daemon = subprocess.Popen([sys.executable, "-m", "slurm_marl.cli", "run",
+                                       "--config", str(cfg)], env=cluster.env,
+                                      stdout=(out / "daemon.log").open("w"),
+                                      stderr=subprocess.STDOUT)
+            _wait_first_cycle(out / "state" / "state.sqlite", daemon)
+        python = sys.executable
+        restart_delay = 30.0 / plan.speedup
+        times: dict[int, JobTimes] = {}
+        t0 = time.time()
+        for k, job in enumerate(plan.jobs):
+            delay = t0 + job.arrival_s - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            cmd = ["sbatch", "--parsable", f"--chdir={cluster.root}/out", "--output=/dev/null",
+                   "--requeue", *job.sbatch_args(), "--wrap",
+                   f"exec {python} -m slurm_marl.replay.payload --work {job.work_s:.4f} "
+                   f"--dir {out} --restart-delay {restart_delay:.4f} --tick 0.2"]
+            proc = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True,
+                                  timeout=60)
+            if proc.returncode != 0:
+                raise ReplayError(f"sbatch of {job.name} failed: {proc.stderr.strip()}")
+            jid = int(proc.stdout.strip().split(";")[0])
+            times[jid] = JobTimes(job.index, jid, job.arrival_s, time.time() - t0)
+            if progress:
+                progress("submitted", k + 1, len(plan.jobs))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            _read_job_logs(out, times, t0)
+            done = sum(1 for t in times.values() if t.end_s is not None)
+            if progress:
+                progress("completed", done, len(times))
+            if done == len(times):
+                break
+            if time.monotonic() > deadline:
+                raise ReplayError(f"{len(times) - done} of {len(times)} jobs not done after "
+                                  f"{timeout_s:.0f} s")
+            if daemon is not None and daemon.poll() is not None:
+                raise ReplayError(f"the agent exited ({daemon.returncode}); see "
+                                  f"{out / 'daemon.log'}")
+            time.sleep(0.5)
+        result.jobs = sorted(times.values(), key=lambda t: t.index)
+        result.wall_s = time.time() - t0
+        if oracle.speed_n:
+            result.oracle_mean_speed = oracle.speed_sum / oracle.speed_n
+    finally:
+        if oracle is not None:
+            oracle.stop()
+        if daemon is not None and daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+        cluster.down()
+    (out / "result.json").write_text(json.dumps(
+        {"summary": result.summary(), "jobs": [t.__dict__ for t in result.jobs]}, indent=2))
+    return result
+
+
+def _wait_first_cycle(store_path: Path, daemon: subprocess.Popen, timeout_s: float = 60):
+    from slurm_marl.daemon.store import Store
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            raise ReplayError(f"the agent exited at start ({daemon.returncode})")
+        if store_path.exists() and Store(store_path).cycles(1):
+            return
+        time.sleep(0.2)
+    raise ReplayError("the agent did not finish a cycle within a minute")

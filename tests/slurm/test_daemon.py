@@ -1,0 +1,290 @@
+"""The agent daemon end to end on real Slurm daemons: plain sbatch in, decisions out.
+
+The daemon runs as its own process (`slurm-marl run`), as systemd would start it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from slurmtest import Cluster
+
+from slurm_marl.daemon.config import load_config
+from slurm_marl.daemon.service import Agent
+from slurm_marl.daemon.store import Store
+from slurm_marl.policy.framework import build_policy
+from slurm_marl.policy.profile import load_profile
+from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
+from slurm_marl.slurm_integration.plugin import render_job_submit_lua
+from slurm_marl.slurm_integration.ports import WriteStatus
+
+pytestmark = pytest.mark.slurm
+GRACE_S = 20
+SLURM_MARL = [sys.executable, "-m", "slurm_marl.cli"]
+
+# 2D-LAS with tiny thresholds so a test sees demotion within seconds.
+FAST_LAS = """
+name = "fast-las"
+preemption = true
+backfill = true
+backfill_reserve = false
+[order]
+plugin = "tiresias_las"
+thresholds_gpu_s = [40]
+[place]
+consolidate = 1.0
+"""
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    lua = tmp_path_factory.mktemp("lua") / "job_submit.lua"
+    lua.write_text(render_job_submit_lua(["gpu"], GRACE_S, []))
+    local = LocalCluster(spec=ClusterSpec(nodes=4, job_submit_lua=str(lua),
+                                          sched_interval_s=2)).up()
+    try:
+        yield Cluster(local)
+    finally:
+        local.down()
+
+
+@pytest.fixture
+def cfg_path(gated, tmp_path):
+    gated.cancel_all()
+    profile = tmp_path / "fast-las.toml"
+    profile.write_text(FAST_LAS)
+    path = tmp_path / "config.toml"
+    path.write_text(f"""
+[slurm]
+slurm_conf = "{gated.local.slurm_conf}"
+command_timeout_s = 15
+write_retries = 0
+[agent]
+interval_s = 0.5
+profile = "{profile}"
+managed_partitions = ["gpu"]
+preempt_partitions = ["gpu"]
+grace_s = {GRACE_S}
+state_dir = "{tmp_path / 'state'}"
+[metrics]
+enabled = false
+[log]
+level = "DEBUG"
+""")
+    yield path
+    gated.cancel_all()
+
+
+class Daemon:
+    def __init__(self, cfg: Path, env: dict, extra_env: dict | None = None,
+                 wait: bool = True) -> None:
+        self.log = cfg.parent / f"daemon-{time.monotonic_ns()}.log"
+        self.store_path = load_config(cfg).store_path
+        before = self.cycles()
+        self.proc = subprocess.Popen([*SLURM_MARL, "run", "--config", str(cfg)],
+                                     env={**env, **(extra_env or {})},
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        if wait:  # until it has finished a cycle of its own
+            deadline = time.monotonic() + 60
+            while self.cycles() <= before:
+                assert self.proc.poll() is None and time.monotonic() < deadline, self.output()
+                time.sleep(0.1)
+
+    def cycles(self) -> int:
+        if not self.store_path.exists():
+            return 0
+        rows = Store(self.store_path).cycles(1)
+        return rows[0]["cycle"] if rows else 0
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+def test_decision_reaches_slurm_within_3s_and_job_runs_on_chosen_group(gated, cfg_path):
+    c = gated
+    daemon = Daemon(cfg_path, c.local.env)
+    try:
+        t0 = time.monotonic()
+        job = c.sbatch("--gres=gpu:2", "-J", "agent-placed", gated=False)
+        c.wait_for(lambda: (j := c.job(job)).required_nodes or not j.is_pending, 3.0,
+                   "the agent's placement to reach Slurm")
+        reached = time.monotonic() - t0
+        ran = c.wait_state(job, "RUNNING", timeout_s=GRACE_S - 5)
+        started = time.monotonic() - t0
+        assert reached < 3.0 and started < GRACE_S / 2, (reached, started)
+        store = Store(load_config(cfg_path).store_path)
+        place = [d for d in store.decisions(job_id=job) if d["kind"] == "Place"][0]
+        assert place["status"] == "ok"
+        (node, idx), = ran.gpu_alloc
+        snap = c.source.snapshot()
+        groups = {a["group"] for a in place["payload"]["allocs"]}
+        chosen = {i for g in snap.node(node).gpu_groups if g.index in groups
+                  for i in g.gpu_indices}
+        assert node in place["payload"]["nodes"] and set(idx) <= chosen
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+
+
+def test_las_demotes_and_preempts_long_running_job_for_new_one(gated, cfg_path):
+    """A 16-GPU job crosses the 40 GPU-s threshold in ~3 s and falls to queue 1; a new
+    16-GPU job (queue 0) then takes the cluster by Tiresias preemption (requeue)."""
+    c = gated
+    daemon = Daemon(cfg_path, c.local.env)
+    try:
+        old = c.sbatch("--gres=gpu:4", "-N", "4", "-J", "old", gated=False)
+        c.wait_state(old, "RUNNING", timeout_s=5)
+        time.sleep(3.5)
+        new = c.sbatch("--gres=gpu:4", "-N", "4", "-J", "new", gated=False)
+        c.wait_state(new, "RUNNING", timeout_s=20)
+        o = c.job(old)
+        assert o.is_pending and o.restart_count == 1
+        store = Store(load_config(cfg_path).store_path)
+        pre = [d for d in store.decisions(job_id=old) if d["kind"] == "Preempt"]
+        assert pre and pre[0]["status"] == "ok"
+        rec = c.wait_for(lambda: (r := store.job_records([old])[old]).queue == 1 and r, 5,
+                         "the requeued job to be ranked in queue 1")
+        assert rec.attained_gpu_s >= 40 and rec.preemptions == 1
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+
+
+def test_kill9_fail_open_then_restart_resumes_without_duplicates(gated, cfg_path):
+    c = gated
+    daemon = Daemon(cfg_path, c.local.env)
+    first = c.sbatch("--gres=gpu:4", "-N", "4", "-J", "fill", gated=False)
+    c.wait_state(first, "RUNNING", timeout_s=5)
+    waiting = [c.sbatch("--gres=gpu:1", "-J", f"w{i}", gated=False) for i in range(3)]
+    time.sleep(1.5)
+    daemon.stop(signal.SIGKILL)
+    # Agent gone: Slurm keeps scheduling. Free the cluster; gated jobs start on their own
+    # once their (leased) begin time passes.
+    c.run("scancel", str(first))
+    for j in waiting:
+        c.wait_state(j, "RUNNING", timeout_s=GRACE_S + 15)
+    # Restart: resumes from its store (cycle numbers continue), no errors.
+    store_path = load_config(cfg_path).store_path
+    before = Store(store_path).cycles(1)[0]["cycle"]
+    daemon = Daemon(cfg_path, c.local.env)
+    try:
+        time.sleep(1.5)
+        cycles = Store(store_path).cycles(3)
+        assert cycles[0]["cycle"] > before and all(cy["error"] is None for cy in cycles)
+        shown = c.run("scontrol", "show", "reservation", check=False).stdout
+        assert shown.count("ReservationName=slurm-marl-") <= 1
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+
+
+def test_multi_node_waiting_job_gets_one_reservation_and_it_is_ended(gated, cfg_path):
+    c = gated
+    profile = cfg_path.parent / "reserve.toml"
+    profile.write_text(FAST_LAS.replace("backfill_reserve = false", "backfill_reserve = true")
+                       .replace("preemption = true", "preemption = false"))
+    cfg_path.write_text(cfg_path.read_text().replace(str(cfg_path.parent / "fast-las.toml"),
+                                                     str(profile)))
+    daemon = Daemon(cfg_path, c.local.env)
+    try:
+        busy = c.sbatch("--gres=gpu:1", "-w", "n3", "-J", "busy", gated=False)
+        c.wait_state(busy, "RUNNING", timeout_s=5)
+        big = c.sbatch("--gres=gpu:4", "-N", "4", "-J", "big", gated=False)
+        name = f"slurm-marl-{big}"
+        c.wait_for(lambda: _active_reservation(c, name), 10, "reservation created")
+        time.sleep(2.0)  # several more cycles: still exactly one reservation
+        shown = c.run("scontrol", "show", "reservation", check=False).stdout
+        assert shown.count(f"ReservationName={name}") == 1
+        c.run("scancel", str(busy))
+        c.wait_state(big, "RUNNING", timeout_s=15)
+        c.wait_for(lambda: not _active_reservation(c, name), 15, "reservation ended")
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+
+
+def _active_reservation(c: Cluster, name: str) -> bool:
+    """Listed and ACTIVE (a reservation ended while its job runs stays listed, INACTIVE)."""
+    out = c.run("scontrol", "show", "reservation", "-o", check=False).stdout
+    return any(f"ReservationName={name} " in line and "State=ACTIVE" in line
+               for line in out.splitlines())
+
+
+def test_daemon_survives_slurmctld_restart(gated, cfg_path):
+    c = gated
+    daemon = Daemon(cfg_path, c.local.env)
+    try:
+        c.local.stop_daemon("slurmctld")
+        time.sleep(12)  # at least one cycle fails against a stopped controller
+        assert daemon.proc.poll() is None
+        c.local.start_slurmctld()
+        job = c.sbatch("--gres=gpu:1", "-J", "after-restart", gated=False)
+        c.wait_state(job, "RUNNING", timeout_s=GRACE_S - 2)
+        cycles = Store(load_config(cfg_path).store_path).cycles(200)
+        assert any(cy["error"] for cy in cycles), "no cycle saw the controller down"
+        assert cycles[0]["error"] is None
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+
+
+def test_job_vanishing_between_read_and_write_is_logged_not_fatal(gated, cfg_path):
+    c = gated
+    cfg = load_config(cfg_path)
+    job = c.sbatch("--gres=gpu:1", "-J", "vanish", gated=False)
+    stale = c.source.snapshot()
+    c.run("scancel", str(job))
+    c.wait_for(lambda: not c.job(job).is_pending, 10, "job cancelled")
+
+    class Stale:
+        def snapshot(self):
+            return stale
+
+    agent = Agent(cfg, Stale(), c.sink, Store(cfg.store_path),
+                  build_policy(load_profile(cfg.agent.profile)))
+    report = agent.cycle()
+    assert report.error is None
+    mine = [r for r in report.results if r.decision.job_id == job]
+    assert mine and all(r.status is WriteStatus.VANISHED for r in mine)
+
+
+def test_notify_socket_gets_ready_and_watchdog(gated, cfg_path, tmp_path):
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(10)
+    daemon = Daemon(cfg_path, gated.local.env, {"NOTIFY_SOCKET": str(sock_path),
+                                                "WATCHDOG_USEC": "2000000"}, wait=False)
+    try:
+        messages = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (
+                not any("READY=1" in m for m in messages)
+                or sum("WATCHDOG=1" in m for m in messages) < 3):
+            messages.append(sock.recv(4096).decode())
+        assert any("READY=1" in m for m in messages)
+        assert sum("WATCHDOG=1" in m for m in messages) >= 3
+    finally:
+        sock.close()
+        assert daemon.stop() == 0, daemon.output()
+
+
+def test_malformed_config_is_a_clear_error_at_start(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[agent]\ninterval_s = 'often'\n")
+    proc = subprocess.run([*SLURM_MARL, "run", "--config", str(bad)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "agent.interval_s" in proc.stderr and "expected a number" in proc.stderr
+    bad.write_text("[agent\n")
+    proc = subprocess.run([*SLURM_MARL, "run", "--config", str(bad)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "not valid TOML" in proc.stderr and str(bad) in proc.stderr
