@@ -154,9 +154,9 @@ class Agent:
             log.warning("managed partitions not in Slurm: %s", ", ".join(sorted(missing)))
         decisions: list[Decision] = []
         decided_jobs: set[int] = set()
-        snap = self._hold_inflight(snap)
+        held = self._hold_inflight(snap)  # for deciding only; writes see the real state
         for part in managed:
-            view = self._decidable(partition_view(snap, part))
+            view = self._decidable(partition_view(held, part))
             report.pending += len(view.pending)
             report.running += len(view.running)
             for d in self.policy.run_cycle(view):
