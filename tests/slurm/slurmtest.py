@@ -56,6 +56,12 @@ class Cluster:
             lambda: (j := self.job(job_id)) is not None and j.state.value == state and j,
             timeout_s, f"job {job_id} to be {state}")
 
+    def reservation_active(self, name: str) -> bool:
+        """Listed and ACTIVE (one ended while its job ran stays listed, INACTIVE, a while)."""
+        out = self.run("scontrol", "show", "reservation", "-o", check=False).stdout
+        return any(f"ReservationName={name} " in line and "State=ACTIVE" in line
+                   for line in out.splitlines())
+
     def cancel_all(self) -> None:
         self.run("scancel", "--quiet", "--user", "root", check=False)
         for name in self.run("scontrol", "show", "reservation", "-o", check=False).stdout.split():

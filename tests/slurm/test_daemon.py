@@ -201,22 +201,15 @@ def test_multi_node_waiting_job_gets_one_reservation_and_it_is_ended(gated, cfg_
         c.wait_state(busy, "RUNNING", timeout_s=5)
         big = c.sbatch("--gres=gpu:4", "-N", "4", "-J", "big", gated=False)
         name = f"slurm-marl-{big}"
-        c.wait_for(lambda: _active_reservation(c, name), 10, "reservation created")
+        c.wait_for(lambda: c.reservation_active(name), 10, "reservation created")
         time.sleep(2.0)  # several more cycles: still exactly one reservation
         shown = c.run("scontrol", "show", "reservation", check=False).stdout
         assert shown.count(f"ReservationName={name}") == 1
         c.run("scancel", str(busy))
         c.wait_state(big, "RUNNING", timeout_s=15)
-        c.wait_for(lambda: not _active_reservation(c, name), 15, "reservation ended")
+        c.wait_for(lambda: not c.reservation_active(name), 15, "reservation ended")
     finally:
         assert daemon.stop() == 0, daemon.output()
-
-
-def _active_reservation(c: Cluster, name: str) -> bool:
-    """Listed and ACTIVE (a reservation ended while its job runs stays listed, INACTIVE)."""
-    out = c.run("scontrol", "show", "reservation", "-o", check=False).stdout
-    return any(f"ReservationName={name} " in line and "State=ACTIVE" in line
-               for line in out.splitlines())
 
 
 def test_daemon_survives_slurmctld_restart(gated, cfg_path):
