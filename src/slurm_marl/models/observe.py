@@ -1,0 +1,661 @@
+"""What a placement agent sees: its part of the topology, the job, and every GPU group's
+"what if the job landed here" numbers. Shared by the training environment and the learned
+place plugin, so both build exactly the same observation from a ``CycleState``.
+
+Per snapshot (once per scheduling cycle): the topology featuriser's level tensors
+(``topology/features.py``) restricted to each agent's rows, with the group level extended by
+the count of running jobs of each model family in the group (the vocabulary of the
+interference model).
+
+Defer is valid unless the job has waited ``max_defer_s`` since it was queued and some
+placement exists, so no policy can starve a job.
+
+Per job: candidates come from the framework's own generator (``policy.state``); every GPU
+group that some candidate uses is a valid action and stands for one candidate (its *anchor*
+map: the candidate with the fewest groups among those that use it, first in generation
+order on ties). Live features of a group then describe that candidate: free GPUs before and
+after, its span (groups, nodes, leaves), the speed the interference model predicts for the
+job there and the slowdown it predicts the job imposes on its new neighbours. The same two
+predictions make the Harmony-style reward: ``predicted speed - imposed slowdown``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
+import torch
+
+from slurm_marl.domain import ClusterSnapshot, Job
+from slurm_marl.models.gnn import LEVELS
+from slurm_marl.models.interference import LEVELS as COLOC_LEVELS
+from slurm_marl.models.interference import InterferenceModel, shape_vector
+from slurm_marl.policy.interference import span_tags
+from slurm_marl.policy.state import (CycleState, generate_candidates, job_shape, per_node_share,
+                                     split_on_node)
+from slurm_marl.topology.features import FEATURE_NAMES, Featuriser, HierarchyTensors
+from slurm_marl.topology.graph import build_topology_graph
+
+SINGLE_AGENT = "cluster"
+# A job that has waited this long since it was queued may no longer be deferred (while any
+# placement exists), so a policy can never starve a job.
+DEFAULT_MAX_DEFER_S = 1800.0
+
+JOB_FEATURES = ("log2_gpus", "log_attained_gpu_h", "log_wait_10min", "log_pending_here",
+                "free_fraction_here", "log_candidates", "log_preemptions", "ideal_speed",
+                "may_defer")
+LIVE_FEATURES = ("valid", "free_fraction", "log2_group_size", "node_free_fraction",
+                 "fits_in_group", "left_group_fraction", "left_node_fraction",
+                 "log2_cand_groups", "log2_cand_nodes", "cand_cross_leaf", "pred_speed",
+                 "imposed_slowdown", "log_group_jobs", "log_node_jobs", "speed_vs_ideal")
+
+
+def level_dims(vocab_size: int) -> dict[str, int]:
+    dims = {level: len(FEATURE_NAMES[level]) for level in LEVELS}
+    dims["gpu_group"] += vocab_size
+    return dims
+
+
+def job_dim(vocab_size: int) -> int:
+    return len(JOB_FEATURES) + vocab_size
+
+
+def feature_names(vocab: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    names = {level: tuple(FEATURE_NAMES[level]) for level in LEVELS}
+    names["gpu_group"] += tuple(f"jobs:{f}" for f in vocab)
+    names["job"] = JOB_FEATURES + tuple(f"family:{f}" for f in vocab)
+    names["live"] = LIVE_FEATURES
+    return names
+
+
+@dataclass
+class AgentView:
+    """One agent's rows of each level (global row numbers, ascending) and local parents."""
+
+    name: str
+    rows: dict[str, np.ndarray]
+    parent: dict[str, torch.Tensor]
+    local_group: np.ndarray            # global group row -> local index, -1 outside
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.rows["gpu_group"])
+
+
+def _view(name: str, node_rows: np.ndarray, index) -> AgentView:
+    node_rows = np.unique(node_rows)
+    group_parent, gpu_parent = index.parent["gpu_group"], index.parent["gpu"]
+    groups = np.flatnonzero(np.isin(group_parent, node_rows))
+    gpus = np.flatnonzero(np.isin(gpu_parent, groups))
+    leaves = np.unique(index.parent["node"][node_rows])
+    spines = np.unique(index.parent["leaf"][leaves])
+    rows = {"gpu": gpus, "gpu_group": groups, "node": node_rows, "leaf": leaves,
+            "spine": spines}
+    parent = {
+        "gpu": np.searchsorted(groups, gpu_parent[gpus]),
+        "gpu_group": np.searchsorted(node_rows, group_parent[groups]),
+        "node": np.searchsorted(leaves, index.parent["node"][node_rows]),
+        "leaf": np.searchsorted(spines, index.parent["leaf"][leaves]),
+    }
+    local = np.full(len(group_parent), -1, dtype=np.int64)
+    local[groups] = np.arange(len(groups))
+    return AgentView(name, rows, {k: torch.from_numpy(v.astype(np.int64))
+                                  for k, v in parent.items()}, local)
+
+
+def same_layout(a: ClusterSnapshot, b: ClusterSnapshot) -> bool:
+    """Same nodes in the same order with the same partitions, leaves and GPU groups."""
+    if len(a.nodes) != len(b.nodes):
+        return False
+    for x, y in zip(a.nodes, b.nodes):
+        if x is y:
+            continue
+        if x.name != y.name or x.partitions != y.partitions or \
+                x.leaf_switch != y.leaf_switch or not (x.gpu_groups is y.gpu_groups
+                                                       or x.gpu_groups == y.gpu_groups):
+            return False
+    return (a.switches is b.switches or a.switches == b.switches)
+
+
+class Topology:
+    """Everything that depends only on the cluster's layout: built once, reused per cycle."""
+
+    def __init__(self, snapshot: ClusterSnapshot, agents: Sequence[str], mode: str) -> None:
+        self.reference = snapshot
+        self.featuriser = Featuriser(build_topology_graph(snapshot=snapshot))
+        index = self.featuriser.index
+        self.index = index
+        group_row = {name: i for i, name in enumerate(index.names["gpu_group"])}
+        # Group rows in CycleState order: node k of snapshot.nodes, group position g.
+        self.state_group_rows: list[list[int]] = [
+            [group_row[f"{n.name}/g{grp.index}"] for grp in n.gpu_groups]
+            for n in snapshot.nodes]
+        self.flat_state_rows = np.array(list(chain.from_iterable(self.state_group_rows)),
+                                        dtype=np.int64)
+        # The inverse: per global group row, its (node, group position) in CycleState.
+        self.row_state = np.zeros((len(index.names["gpu_group"]), 2), dtype=np.int64)
+        self.flat_state_node = np.zeros(len(self.flat_state_rows), dtype=np.int64)
+        flat = 0
+        for k, rows in enumerate(self.state_group_rows):
+            for g, row in enumerate(rows):
+                self.row_state[row] = (k, g)
+                self.flat_state_node[flat] = k
+                flat += 1
+        self.group_node = index.parent["gpu_group"]
+        self.node_leaf = index.parent["node"]
+        self.n_groups = len(index.names["gpu_group"])
+        self.n_nodes = len(index.names["node"])
+        self.n_leaves = len(index.names["leaf"])
+        self.group_cap = index.group_size.astype(np.float32)
+        self.node_cap = np.bincount(self.group_node, weights=self.group_cap,
+                                    minlength=self.n_nodes).astype(np.float32)
+        self.views: dict[str, AgentView] = {}
+        if mode == "single":
+            self.views[agents[0]] = _view(agents[0], np.arange(self.n_nodes), index)
+        else:
+            for name in agents:
+                rows = [index.node_rows[n.name] for n in snapshot.nodes if name in n.partitions]
+                if rows:
+                    self.views[name] = _view(name, np.array(rows, dtype=np.int64), index)
+
+    def agent_for(self, partition: str, mode: str) -> str | None:
+        if mode == "single":
+            return next(iter(self.views), None)
+        return partition if partition in self.views else None
+
+
+@dataclass
+class CycleFeatures:
+    """Per snapshot: the level tensors of each agent (group level with family counts)."""
+
+    snapshot: ClusterSnapshot
+    tensors: HierarchyTensors
+    x: dict[str, dict[str, torch.Tensor]]
+    pending_by_partition: dict[str, int]
+    counts: np.ndarray                 # family counts per global group row at the snapshot
+    topology: "Topology | None" = None
+    incremental_nodes: int | None = None   # nodes re-featurised in place (None: full)
+
+
+@dataclass
+class Observation:
+    """One agent's view of one decision, plus what the caller needs to act on it.
+
+    Valid group actions stand for candidate placements: ``allocs_for(group)`` gives the
+    candidate's allocs (as ``Candidate.allocs``: (node, group position, GPUs) in
+    ``CycleState`` order); ``group_for(allocs)`` the group action that stands for it.
+    """
+
+    agent: str
+    x: dict[str, torch.Tensor]
+    parent: dict[str, torch.Tensor]
+    job: torch.Tensor          # [J]
+    live: torch.Tensor         # [G, L]
+    mask: torch.Tensor         # bool [G + 1], defer last
+    reward: np.ndarray | None = None                  # per local group
+    job_id: int | None = None
+    need: int = 0                                     # GPUs of a single-group candidate
+    multi: dict[int, tuple] = field(default_factory=dict)   # group -> allocs (2+ groups)
+    state_of_group: np.ndarray | None = None          # local group -> (node, group pos)
+
+    @property
+    def defer_action(self) -> int:
+        return int(self.mask.shape[0]) - 1
+
+    def valid_groups(self) -> list[int]:
+        return torch.nonzero(self.mask[:-1]).flatten().tolist()
+
+    def allocs_for(self, group: int) -> tuple:
+        if not (0 <= group < self.defer_action) or not bool(self.mask[group]):
+            raise ValueError(f"action {group} is masked for job {self.job_id} (valid: "
+                             f"{self.valid_groups()} and defer {self.defer_action})")
+        hit = self.multi.get(group)
+        if hit is not None:
+            return hit
+        n, g = self.state_of_group[group]
+        return ((int(n), int(g), self.need),)
+
+    def group_for(self, allocs: tuple) -> int | None:
+        """The valid group action standing for candidate ``allocs`` (lowest group first)."""
+        for group, a in sorted(self.multi.items()):
+            if a == allocs:
+                return group
+        if len(allocs) == 1 and allocs[0][2] == self.need:
+            n, g, _ = allocs[0]
+            hits = np.flatnonzero((self.state_of_group[:, 0] == n)
+                                  & (self.state_of_group[:, 1] == g))
+            if len(hits) and bool(self.mask[int(hits[0])]) and int(hits[0]) not in self.multi:
+                return int(hits[0])
+        return None
+
+
+@dataclass
+class _LiveCounts:
+    """Family counts per group as the cycle claims placements: the snapshot's counts, with
+    a group recounted from ``CycleState.colocated`` whenever its free capacity changed (a
+    claim adds a co-location entry exactly where it takes GPUs)."""
+
+    state: CycleState
+    counts: np.ndarray
+    free: np.ndarray
+
+
+class Observer:
+    def __init__(self, interference: InterferenceModel, agents: Sequence[str],
+                 mode: str = "multi", max_defer_s: float = DEFAULT_MAX_DEFER_S) -> None:
+        if mode not in ("multi", "single"):
+            raise ValueError(f"mode must be 'multi' or 'single', got {mode!r}")
+        self.model = interference
+        self.vocab = interference.vocab
+        self.agents = tuple(agents)
+        self.mode = mode
+        self.max_defer_s = max_defer_s
+        self.topology: Topology | None = None
+        self._cycle: CycleFeatures | None = None
+        self._live: _LiveCounts | None = None
+        self._imposed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._ideal: dict[tuple, float] = {}
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self.vocab)
+
+    # -- per topology / per cycle ----------------------------------------------------------
+    def topology_for(self, snapshot: ClusterSnapshot) -> Topology:
+        top = self.topology
+        if top is None or not same_layout(top.reference, snapshot):
+            top = self.topology = Topology(snapshot, self.agents, self.mode)
+            self._cycle = None
+            self._live = None
+        return top
+
+    def cycle(self, snapshot: ClusterSnapshot, state: CycleState | None = None
+              ) -> CycleFeatures:
+        """Level tensors of every agent for this snapshot (cached until the next one).
+
+        When the previous snapshot had the same layout and only a few ``Node`` objects
+        changed (the simulator reuses unchanged ones), only those nodes are re-featurised
+        (``Featuriser.update_node``) and their groups' family counts recounted from the
+        cycle's co-location index; otherwise everything is rebuilt."""
+        if self._cycle is not None and self._cycle.snapshot is snapshot:
+            return self._cycle
+        top = self.topology_for(snapshot)
+        prev = self._cycle
+        changed = None
+        if prev is not None and prev.topology is top and state is not None \
+                and state.snapshot is snapshot:
+            old = prev.snapshot.nodes
+            changed = [k for k, node in enumerate(snapshot.nodes) if node is not old[k]]
+            if len(changed) > max(16, len(old) // 20):
+                changed = None
+        if changed is None:
+            tensors = top.featuriser.featurise(snapshot)
+            counts = (self._state_counts(state, top) if state is not None
+                      and state.snapshot is snapshot else self._snapshot_counts(snapshot, top))
+        else:
+            tensors = prev.tensors
+            counts = prev.counts.copy()
+            for k in changed:
+                tensors = top.featuriser.update_node(snapshot, snapshot.nodes[k].name)
+                self._recount_node(state, top, counts, k)
+        sizes = np.maximum(top.group_cap, 1.0)[:, None]
+        group_x = torch.cat([tensors.x["gpu_group"], torch.from_numpy(counts / sizes)], dim=1)
+        x = {}
+        for name, view in top.views.items():
+            x[name] = {level: (group_x if level == "gpu_group" else tensors.x[level])
+                       [torch.from_numpy(view.rows[level])] for level in LEVELS}
+        pending: dict[str, int] = {}
+        for j in snapshot.jobs:
+            if j.is_pending:
+                pending[j.partition] = pending.get(j.partition, 0) + 1
+        self._cycle = CycleFeatures(snapshot, tensors, x, pending, counts, top,
+                                    None if changed is None else len(changed))
+        return self._cycle
+
+    def _state_counts(self, state: CycleState, top: Topology) -> np.ndarray:
+        counts = np.zeros((top.n_groups, self.n_vocab), dtype=np.float32)
+        for k in range(len(top.state_group_rows)):
+            self._recount_node(state, top, counts, k)
+        return counts
+
+    def _recount_node(self, state: CycleState, top: Topology, counts: np.ndarray,
+                      k: int) -> None:
+        index = self.vocab.index
+        for g, models in enumerate(state.colocated[k]):
+            row = top.state_group_rows[k][g]
+            counts[row] = 0.0
+            for m in models:
+                counts[row, index(m)] += 1.0
+
+    def _snapshot_counts(self, snapshot: ClusterSnapshot, top: Topology) -> np.ndarray:
+        counts = np.zeros((top.n_groups, self.n_vocab), dtype=np.float32)
+        index = top.index
+        for job in snapshot.jobs:
+            if not job.is_running or not job.gpu_alloc:
+                continue
+            fam = self.vocab.index(job.model_type)
+            rows = set()
+            for name, gpus in job.gpu_alloc:
+                r = index.node_rows.get(name)
+                if r is None:
+                    continue
+                lookup = index.gpu_row_by_index[r]
+                rows.update(index.gpu_parent_list[lookup[g]] for g in gpus if g in lookup)
+            for row in rows:
+                counts[row, fam] += 1.0
+        return counts
+
+    @staticmethod
+    def _free(state: CycleState, top: Topology) -> np.ndarray:
+        """Free GPUs per global group row in the capacity the cycle is scoring."""
+        free = np.zeros(top.n_groups, dtype=np.float32)
+        free[top.flat_state_rows] = np.fromiter(chain.from_iterable(state.view),
+                                                dtype=np.float32,
+                                                count=len(top.flat_state_rows))
+        return free
+
+    def _live_counts(self, state: CycleState, top: Topology, free: np.ndarray) -> np.ndarray:
+        live = self._live
+        if live is None or live.state is not state:
+            live = self._live = _LiveCounts(state, self._cycle.counts.copy(), free)
+            return live.counts
+        changed = np.flatnonzero(free != live.free)
+        if len(changed):
+            index = self.vocab.index
+            colocated = state.colocated
+            for row in changed.tolist():
+                k, g = top.row_state[row]
+                live.counts[row] = 0.0
+                for m in colocated[k][g]:
+                    live.counts[row, index(m)] += 1.0
+            live.free = free
+        return live.counts
+
+    # -- the imposed-slowdown table ------------------------------------------------------
+    def imposed_tables(self, family: int) -> tuple[np.ndarray, np.ndarray]:
+        """(group, node) vectors over families: the predicted slowdown (1 - speed) of a
+        1-GPU neighbour of each family when a job of ``family`` joins its group / node."""
+        hit = self._imposed.get(family)
+        if hit is not None:
+            return hit
+        v = self.n_vocab
+        jobs = torch.arange(v).repeat(2)
+        counts = torch.zeros(2 * v, len(COLOC_LEVELS), v)
+        counts[:v, COLOC_LEVELS.index("group"), family] = 1.0
+        counts[v:, COLOC_LEVELS.index("node"), family] = 1.0
+        shape = torch.tensor([shape_vector(1, ())] * (2 * v), dtype=torch.float32)
+        speed = self.model.predict_tensors(jobs, counts, shape).numpy()
+        out = (1.0 - speed[:v]).astype(np.float32), (1.0 - speed[v:]).astype(np.float32)
+        out[0][0] = out[1][0] = 0.0  # unknown neighbours: no claim
+        self._imposed[family] = out
+        return out
+
+    # -- per decision ----------------------------------------------------------------------
+    def idle(self, agent: str, snapshot: ClusterSnapshot) -> Observation:
+        """An agent with no job to place now: only defer is valid."""
+        cyc = self.cycle(snapshot)
+        view = self.topology.views[agent]
+        g = view.n_groups
+        mask = torch.zeros(g + 1, dtype=torch.bool)
+        mask[-1] = True
+        return Observation(agent, cyc.x[agent], view.parent,
+                           torch.zeros(job_dim(self.n_vocab)),
+                           torch.zeros(g, len(LIVE_FEATURES)), mask)
+
+    def observe(self, job: Job, state: CycleState) -> Observation | None:
+        """The job's agent's observation, or None when no agent owns the job's partition.
+
+        Valid actions are exactly the framework's candidates (``generate_candidates`` on
+        ``state.view``, which the plugin being node-specific makes one per fitting group):
+        single-node candidates are found with array operations, other shapes by the
+        framework's generator.
+        """
+        snapshot = state.snapshot
+        cyc = self.cycle(snapshot, state)
+        top = self.topology
+        agent = top.agent_for(job.partition, self.mode)
+        if agent is None:
+            return None
+        view = top.views[agent]
+        total, per_node, count = job_shape(job)
+        free = self._free(state, top)
+        counts = self._live_counts(state, top, free)
+        node_counts = np.zeros((top.n_nodes, self.n_vocab), dtype=np.float32)
+        np.add.at(node_counts, top.group_node, counts)
+        node_free = np.bincount(top.group_node, weights=free, minlength=top.n_nodes)
+
+        single, splits, others = self._candidates(job, state, top, free, total, per_node,
+                                                  count)
+        rows = view.rows["gpu_group"]
+        g_count = len(rows)
+        local = view.local_group
+        single = single[local[single] >= 0]
+        need = total if per_node == 0 else per_node
+        # Splits over the groups of one node: flattened to (candidate, group row, GPUs).
+        sp_cand, sp_row, sp_k = [], [], []
+        kept_splits = []
+        for allocs in splits:
+            grows = [top.state_group_rows[n][g] for n, g, _ in allocs]
+            if local[grows[0]] < 0:
+                continue
+            c = len(kept_splits)
+            kept_splits.append(allocs)
+            sp_cand.extend([c] * len(allocs))
+            sp_row.extend(grows)
+            sp_k.extend(k for _, _, k in allocs)
+        sp_cand_a = np.array(sp_cand, dtype=np.int64)
+        sp_row_a = np.array(sp_row, dtype=np.int64)
+        sp_k_a = np.array(sp_k, dtype=np.float32)
+        multi_local: dict[int, tuple] = {}
+        for c, row in zip(sp_cand, sp_row):
+            multi_local[int(local[row])] = kept_splits[c]
+        other_rows: list[tuple[tuple, list[int]]] = []
+        for allocs in others:
+            grows = [top.state_group_rows[n][g] for n, g, _ in allocs]
+            locs = [int(local[r]) for r in grows]
+            if min(locs) < 0:
+                continue
+            other_rows.append((allocs, grows))
+            for lg in locs:
+                prev = multi_local.get(lg)
+                if prev is None or len(allocs) < len(prev):
+                    multi_local[lg] = allocs
+
+        speed_s, imposed_s, speed_p, imposed_p, speed_m, imposed_m = self._predict(
+            job, total, single, (sp_cand_a, sp_row_a, len(kept_splits)), other_rows,
+            counts, node_counts, state, top)
+        ideal = self.ideal_speed(job, total, state)
+
+        live = np.zeros((g_count, len(LIVE_FEATURES)), dtype=np.float32)
+        cap = top.group_cap[rows]
+        nrow = top.group_node[rows]
+        ncap = top.node_cap[nrow]
+        live[:, 1] = np.divide(free[rows], cap, out=np.zeros_like(cap), where=cap > 0)
+        live[:, 2] = np.log2(np.maximum(cap, 1.0))
+        live[:, 3] = np.divide(node_free[nrow], ncap, out=np.zeros_like(ncap), where=ncap > 0)
+        live[:, 4] = free[rows] >= total
+        group_jobs = counts[rows].sum(1)
+        live[:, 12] = np.log1p(group_jobs)
+        live[:, 13] = np.log1p(node_counts[nrow].sum(1) - group_jobs)
+        reward = np.zeros(g_count, dtype=np.float32)
+        mask = np.zeros(g_count + 1, dtype=bool)
+        mask[-1] = True
+
+        if len(single):
+            ls = local[single]
+            live[ls, 0] = 1.0
+            live[ls, 5] = (free[single] - need) / np.maximum(top.group_cap[single], 1.0)
+            nr = top.group_node[single]
+            live[ls, 6] = (node_free[nr] - need) / np.maximum(top.node_cap[nr], 1.0)
+            live[ls, 10] = speed_s
+            live[ls, 11] = imposed_s
+            reward[ls] = speed_s - imposed_s
+            mask[ls] = True
+        if len(sp_row_a):
+            ls = local[sp_row_a]
+            nr = top.group_node[sp_row_a]
+            n_groups = np.bincount(sp_cand_a, minlength=len(kept_splits))[sp_cand_a]
+            live[ls, 0] = 1.0
+            live[ls, 5] = (free[sp_row_a] - sp_k_a) / np.maximum(top.group_cap[sp_row_a], 1.0)
+            live[ls, 6] = (node_free[nr] - need) / np.maximum(top.node_cap[nr], 1.0)
+            live[ls, 7] = np.log2(n_groups)
+            live[ls, 10] = speed_p[sp_cand_a]
+            live[ls, 11] = imposed_p[sp_cand_a]
+            reward[ls] = speed_p[sp_cand_a] - imposed_p[sp_cand_a]
+            mask[ls] = True
+        for i, (allocs, grows) in enumerate(other_rows):
+            nodes = {top.group_node[r] for r in grows}
+            leaves = {top.node_leaf[n] for n in nodes}
+            for (n, g, k), row in zip(allocs, grows):
+                lg = int(local[row])
+                if multi_local.get(lg) is not allocs:
+                    continue
+                node = top.group_node[row]
+                take_node = sum(kk for (_, _, kk), rr in zip(allocs, grows)
+                                if top.group_node[rr] == node)
+                live[lg, 0] = 1.0
+                live[lg, 5] = (free[row] - k) / max(float(top.group_cap[row]), 1.0)
+                live[lg, 6] = (node_free[node] - take_node) / max(float(top.node_cap[node]),
+                                                                  1.0)
+                live[lg, 7] = math.log2(len(allocs))
+                live[lg, 8] = math.log2(len(nodes))
+                live[lg, 9] = float(len(leaves) > 1)
+                live[lg, 10] = speed_m[i]
+                live[lg, 11] = imposed_m[i]
+                reward[lg] = speed_m[i] - imposed_m[i]
+                mask[lg] = True
+
+        live[:, 14] = np.where(live[:, 0] > 0, live[:, 10] / max(ideal, 1e-6), 0.0)
+        wait = state.now_s - (job.queue_since_s if job.queue_since_s is not None
+                              else job.submit_time_s)
+        if mask[:-1].any() and wait >= self.max_defer_s:
+            mask[-1] = False
+        job_x = np.zeros(job_dim(self.n_vocab), dtype=np.float32)
+        here_cap = float(cap.sum())
+        job_x[:len(JOB_FEATURES)] = (
+            math.log2(max(1, total)), math.log1p(max(0.0, job.attained_gpu_s) / 3600.0),
+            math.log1p(max(0.0, wait) / 600.0),
+            math.log1p(cyc.pending_by_partition.get(job.partition, 0)),
+            float(free[rows].sum()) / here_cap if here_cap else 0.0,
+            math.log1p(len(single) + len(kept_splits) + len(other_rows)),
+            math.log1p(job.preemptions), ideal, float(mask[-1]))
+        job_x[len(JOB_FEATURES) + self.vocab.index(job.model_type)] = 1.0
+        return Observation(agent, cyc.x[agent], view.parent, torch.from_numpy(job_x),
+                           torch.from_numpy(live), torch.from_numpy(mask), reward,
+                           job.job_id, need, multi_local, top.row_state[rows])
+
+    def ideal_speed(self, job: Job, total: int, state: CycleState) -> float:
+        """Predicted speed alone on the tightest possible placement (fewest nodes, then
+        fewest groups): what a placement's predicted speed is measured against."""
+        nodes = state.min_nodes(job)
+        largest = max((max(i.group_cap) for i in state.infos if i.group_cap), default=1)
+        groups = max(nodes, math.ceil(max(1, total) / max(1, largest)))
+        key = (self.vocab.index(job.model_type), total, groups, nodes)
+        hit = self._ideal.get(key)
+        if hit is None:
+            tags = span_tags(groups, nodes, 1)
+            counts = torch.zeros(1, len(COLOC_LEVELS), self.n_vocab)
+            shape = torch.tensor([shape_vector(total, tags)], dtype=torch.float32)
+            hit = self._ideal[key] = float(self.model.predict_tensors(
+                torch.tensor([key[0]]), counts, shape)[0])
+        return hit
+
+    def _candidates(self, job: Job, state: CycleState, top: Topology, free: np.ndarray,
+                    total: int, per_node: int, count: int
+                    ) -> tuple[np.ndarray, list[tuple], list[tuple]]:
+        """(global rows of single-group candidates, allocs of splits over one node's groups,
+        allocs of the other candidates): the same set as ``generate_candidates(job, state,
+        state.view)`` without node dedupe."""
+        none = np.zeros(0, dtype=np.int64)
+        if total <= 0:
+            return none, [], []
+        if per_node and count > 1:
+            return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
+        need = total if per_node == 0 else per_node
+        allowed = np.zeros(len(state.infos), dtype=bool)
+        allowed[list(state.allowed_nodes(job))] = True
+        cpus = per_node_share(job.cpus, need, total)
+        mem = per_node_share(job.mem_mib, need, total)
+        allowed &= np.asarray(state.free_cpus) >= cpus
+        allowed &= np.asarray(state.free_mem) >= mem
+        flat_free = free[top.flat_state_rows]
+        node_sum = np.bincount(top.flat_state_node, weights=flat_free,
+                               minlength=len(state.infos))
+        allowed &= node_sum >= need
+        fits = (flat_free >= need) & allowed[top.flat_state_node]
+        single = top.flat_state_rows[fits]
+        has_fit = np.zeros(len(state.infos), dtype=bool)
+        has_fit[top.flat_state_node[fits]] = True
+        split_nodes = np.flatnonzero(allowed & ~has_fit)
+        splits = []
+        for n in split_nodes.tolist():
+            split = split_on_node(state.view[n], need)
+            splits.append(tuple((n, g, k) for g, k in split))
+        if not len(single) and not splits and per_node == 0:
+            return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
+        return single, splits, []
+
+    def _predict(self, job: Job, total: int, single: np.ndarray, splits: tuple,
+                 other_rows: list, counts: np.ndarray, node_counts: np.ndarray,
+                 state: CycleState, top: Topology):
+        """Predicted speed of the job and the slowdown it imposes on its new neighbours, for
+        the single-group candidates, the one-node splits (arrays) and the others (lists)."""
+        v = self.n_vocab
+        fam = self.vocab.index(job.model_type)
+        lvl_group, lvl_node = COLOC_LEVELS.index("group"), COLOC_LEVELS.index("node")
+        lvl_leaf = COLOC_LEVELS.index("leaf")
+        sp_cand, sp_row, n_split = splits
+        n_single, n_other = len(single), len(other_rows)
+        total_rows = n_single + n_split + n_other
+        if total_rows == 0:
+            empty = np.zeros(0, dtype=np.float32)
+            return empty, empty, empty, empty, [], []
+        batch = np.zeros((total_rows, len(COLOC_LEVELS), v), dtype=np.float32)
+        shape = np.zeros((total_rows, 4), dtype=np.float32)
+        if n_single:
+            batch[:n_single, lvl_group] = counts[single]
+            batch[:n_single, lvl_node] = node_counts[top.group_node[single]] - counts[single]
+            shape[:n_single] = shape_vector(total, ())
+        if n_split:
+            part = batch[n_single:n_single + n_split]
+            group_level = np.zeros((n_split, v), dtype=np.float32)
+            np.add.at(group_level, sp_cand, counts[sp_row])
+            first = np.unique(sp_cand, return_index=True)[1]
+            part[:, lvl_group] = group_level
+            part[:, lvl_node] = node_counts[top.group_node[sp_row[first]]] - group_level
+            shape[n_single:n_single + n_split] = shape_vector(total, ("multi_group",))
+        leaf_counts = None
+        for i, (allocs, grows) in enumerate(other_rows, start=n_single + n_split):
+            nrows = sorted({int(top.group_node[r]) for r in grows})
+            batch[i, lvl_group] = counts[grows].sum(0)
+            batch[i, lvl_node] = node_counts[nrows].sum(0) - batch[i, lvl_group]
+            nodes = {n for n, _, _ in allocs}
+            leaves = {state.leaf_of[n] for n in nodes}
+            if len(nodes) > 1:
+                if leaf_counts is None:
+                    leaf_counts = self._leaf_counts(state)
+                for leaf in leaves:
+                    vec = leaf_counts.get(leaf)
+                    if vec is not None:
+                        batch[i, lvl_leaf] += vec
+            shape[i] = shape_vector(total, span_tags(len(allocs), len(nodes), len(leaves)))
+        speed = self.model.predict_tensors(torch.full((total_rows,), fam, dtype=torch.long),
+                                           torch.from_numpy(batch),
+                                           torch.from_numpy(shape)).numpy()
+        t_group, t_node = self.imposed_tables(fam)
+        imposed = batch[:, lvl_group] @ t_group + batch[:, lvl_node] @ t_node
+        a, b = n_single, n_single + n_split
+        return (speed[:a], imposed[:a], speed[a:b], imposed[a:b], speed[b:].tolist(),
+                imposed[b:].tolist())
+
+    def _leaf_counts(self, state: CycleState) -> dict:
+        out = {}
+        for leaf, models in state.leaf_multinode.items():
+            vec = np.zeros(self.n_vocab, dtype=np.float32)
+            for m in models:
+                vec[self.vocab.index(m)] += 1.0
+            out[leaf] = vec
+        return out

@@ -1,0 +1,171 @@
+"""Per-partition actor-critic agents over the hierarchical encoder (Zhao & Wu; Harmony).
+
+Each agent owns one partition (or, in the single-agent variant, the whole cluster) and has
+its own parameters: a ``HierarchicalEncoder`` over its part of the topology, an actor head
+that scores every GPU group of its part for the job at hand, a ``defer`` logit (from the
+context and the best live features on offer; valid unless the job waited too long), and a
+critic. Agents exchange summary embeddings: each agent's heads see its
+own summary (mean of its node embeddings) and the mean of the other agents' summaries.
+
+Action ``a`` of an agent with ``G`` groups: ``0..G-1`` a group (local order), ``G`` defer.
+Invalid actions are masked; ``masked_softmax`` never yields NaN, even for rows where every
+action is masked (it returns zeros there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+from slurm_marl.models.gnn import LEVELS, HierarchicalEncoder, mlp
+
+FORMAT = "slurm-marl-policy/1"
+
+
+def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over ``mask``-ed entries of the last dim; masked entries and all-masked rows
+    get probability 0 (never NaN)."""
+    mask = mask.bool()
+    any_valid = mask.any(-1, keepdim=True)
+    z = torch.where(mask, logits, torch.full_like(logits, float("-inf")))
+    z = torch.where(any_valid, z, torch.zeros_like(z))
+    p = torch.softmax(z, dim=-1)
+    return torch.where(mask, p, torch.zeros_like(p))
+
+
+def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities; masked entries get ``-inf`` (all-masked rows: all ``-inf``)."""
+    mask = mask.bool()
+    any_valid = mask.any(-1, keepdim=True)
+    z = torch.where(mask, logits, torch.full_like(logits, float("-inf")))
+    z = torch.where(any_valid, z, torch.zeros_like(z))
+    logp = torch.log_softmax(z, dim=-1)
+    return torch.where(mask, logp, torch.full_like(logp, float("-inf")))
+
+
+def masked_entropy(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    p = masked_softmax(logits, mask)
+    logp = masked_log_softmax(logits, mask)
+    return -torch.where(mask.bool(), p * logp, torch.zeros_like(p)).sum(-1)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Dimensions and agents of a placement policy; stored in the checkpoint's metadata."""
+
+    level_dims: Mapping[str, int]
+    job_dim: int
+    live_dim: int
+    agents: tuple[str, ...]
+    mode: str = "multi"                 # "multi": one agent per partition; "single"
+    hidden: int = 32
+    vocab: tuple[str, ...] = ()
+    feature_names: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["level_dims"] = dict(self.level_dims)
+        d["agents"] = list(self.agents)
+        d["vocab"] = list(self.vocab)
+        d["feature_names"] = {k: list(v) for k, v in self.feature_names.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "PolicyConfig":
+        return cls(level_dims={k: int(v) for k, v in d["level_dims"].items()},
+                   job_dim=int(d["job_dim"]), live_dim=int(d["live_dim"]),
+                   agents=tuple(d["agents"]), mode=str(d.get("mode", "multi")),
+                   hidden=int(d.get("hidden", 32)), vocab=tuple(d.get("vocab", ())),
+                   feature_names={k: tuple(v) for k, v in d.get("feature_names", {}).items()})
+
+
+@dataclass
+class AgentInput:
+    """One agent's observation batch: ``x[level]`` ``[B, rows, dim]``, ``job`` ``[B, J]``,
+    ``live`` ``[B, G, L]``, ``mask`` ``[B, G + 1]`` (bool); ``parent`` is static."""
+
+    x: Mapping[str, torch.Tensor]
+    parent: Mapping[str, torch.Tensor]
+    job: torch.Tensor
+    live: torch.Tensor
+    mask: torch.Tensor
+
+
+class AgentNet(nn.Module):
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__()
+        h = config.hidden
+        self.encoder = HierarchicalEncoder(config.level_dims, h)
+        self.job = mlp(config.job_dim, h)
+        context = 3 * h
+        self.actor = mlp(h + config.live_dim + context, 1, 2 * h)
+        # Wide-and-deep: a linear path from the live what-if features straight to the logit,
+        # so the obvious (more predicted speed, less imposed slowdown) is quick to learn.
+        self.actor_linear = nn.Linear(config.live_dim, 1)
+        # Defer is weighed against the best of what is on offer: the defer head also sees
+        # the element-wise max of the live features over the valid groups.
+        self.defer = mlp(context + config.live_dim, 1, h)
+        self.critic = mlp(context, 1, h)
+
+    def encode(self, inp: AgentInput) -> tuple[torch.Tensor, torch.Tensor]:
+        """(group embeddings ``[B, G, H]``, summary ``[B, H]``)."""
+        emb = self.encoder(inp.x, inp.parent)
+        return emb["gpu_group"], emb["node"].mean(-2)
+
+    def heads(self, groups: torch.Tensor, own: torch.Tensor, others: torch.Tensor,
+              inp: AgentInput) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits ``[B, G + 1]`` with defer last, value ``[B]``)."""
+        context = torch.cat([own, others, torch.relu(self.job(inp.job))], dim=-1)
+        n_groups = groups.shape[-2]
+        per_group = torch.cat([groups, inp.live,
+                               context.unsqueeze(-2).expand(*context.shape[:-1], n_groups,
+                                                            context.shape[-1])], dim=-1)
+        group_logits = (self.actor(per_group) + self.actor_linear(inp.live)).squeeze(-1)
+        valid = inp.mask[..., :-1].unsqueeze(-1)
+        best = torch.where(valid, inp.live, torch.full_like(inp.live, -1e4)).amax(dim=-2)
+        best = torch.where(valid.any(dim=-2), best, torch.zeros_like(best))
+        logits = torch.cat([group_logits, self.defer(torch.cat([context, best], dim=-1))],
+                           dim=-1)
+        return logits, self.critic(context).squeeze(-1)
+
+
+class PlacementPolicy(nn.Module):
+    """All agents of one cluster; ``forward`` takes a batch per agent (same batch size)."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__()
+        if not config.agents:
+            raise ValueError("a placement policy needs at least one agent")
+        missing = [lvl for lvl in LEVELS if lvl not in config.level_dims]
+        if missing:
+            raise ValueError(f"policy config lacks level dims {missing}")
+        self.config = config
+        self.agents = nn.ModuleList(AgentNet(config) for _ in config.agents)
+        self.index = {name: i for i, name in enumerate(config.agents)}
+
+    def encode(self, inputs: Mapping[str, AgentInput]
+               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        groups, summaries = {}, {}
+        for name, inp in inputs.items():
+            groups[name], summaries[name] = self.agents[self.index[name]].encode(inp)
+        return groups, summaries
+
+    @staticmethod
+    def others_summary(summaries: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
+        """Mean summary of the other agents (zeros when alone): the exchanged message."""
+        others = [s for n, s in summaries.items() if n != name]
+        if not others:
+            return torch.zeros_like(summaries[name])
+        return torch.stack(others).mean(0)
+
+    def forward(self, inputs: Mapping[str, AgentInput]
+                ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        groups, summaries = self.encode(inputs)
+        out = {}
+        for name, inp in inputs.items():
+            out[name] = self.agents[self.index[name]].heads(
+                groups[name], summaries[name], self.others_summary(summaries, name), inp)
+        return out

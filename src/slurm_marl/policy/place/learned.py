@@ -1,0 +1,222 @@
+"""Learned placement: per-partition agents (hierarchical GNN, actor-critic) pick the GPU group.
+
+Works inside ``run_cycle`` like every place plugin, so the simulator and the daemon use it
+unchanged. For each job the framework asks about, the job's agent scores every GPU group of
+its partition plus a "defer" action (``models/observe.py`` says what it sees); a group stands
+for the candidate placement that uses it (the one with the fewest groups). The agent's most
+probable action is the only feasible candidate (scored with its probability), so other
+plugins in the same profile can veto but not re-rank it. If the agent defers, every
+candidate is infeasible this cycle and the job stays queued (and is not placed by
+preempting others either).
+
+What-if scoring (the framework planning a preemption or a backfill reservation on an
+overlay capacity) is not an agent decision: it uses the fallback heuristic, as in training.
+
+Parameters: ``checkpoint`` (default: the one shipped in ``slurm_marl/data``), ``fallback``
+(a heuristic's key, default ``consolidate``), ``allow_defer`` (default true) and
+``max_defer_s`` (how long a job may be deferred while placements exist; default: what the
+checkpoint was trained with). The checkpoint is loaded with ``weights_only=True``. If it is missing, unreadable or made for other features,
+or a job's partition has no agent, the plugin falls back to a named heuristic
+(``fallback``, default ``consolidate``) and says so once in the log. Only the inference
+modules are imported here, never training code.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from slurm_marl.domain import Job
+from slurm_marl.policy.plugins import PlacePlugin, PluginError, build_plugin, check_params
+from slurm_marl.policy.state import Candidate, CycleState
+
+log = logging.getLogger(__name__)
+
+KEY = "learned"
+DEFAULT_FALLBACK = "consolidate"
+
+
+@dataclass
+class Choice:
+    """An agent's answer for one job in one cycle: defer, or one candidate's allocs."""
+
+    defer: bool = False
+    allocs: tuple | None = None
+    score: float = 1.0
+    action: int | None = None
+
+
+_FALLBACK = Choice()   # sentinel: this job is placed by the fallback heuristic
+
+
+def choice_from_probs(probs: torch.Tensor, obs, allow_defer: bool = True) -> Choice:
+    """The most probable action (defer last; never defer unless allowed)."""
+    defer = obs.defer_action
+    scored = probs.clone()
+    if not allow_defer and bool(obs.mask[:-1].any()):
+        scored[defer] = -1.0
+    best = int(torch.argmax(scored))
+    if best == defer:
+        return Choice(defer=True, action=defer, score=float(probs[defer]))
+    return Choice(allocs=obs.allocs_for(best), score=float(probs[best]), action=best)
+
+
+def choice_from_action(action: int, obs) -> Choice:
+    """The choice of one sampled action (the training environment's agent step)."""
+    action = int(action)
+    if action == obs.defer_action:
+        if not bool(obs.mask[action]):
+            raise ValueError(f"defer is masked for job {obs.job_id}: it has waited too long")
+        return Choice(defer=True, action=action)
+    return Choice(allocs=obs.allocs_for(action), action=action)
+
+
+class LearnedPlacement:
+    """The plugin mechanics; ``chooser(obs, state) -> Choice`` is the agent (the model at
+    inference, the environment's caller in training)."""
+
+    key = KEY
+    needs_colocation = True
+    node_specific = True   # a group's score depends on its place in the topology
+
+    def __init__(self, observer, chooser: Callable | None, fallback: PlacePlugin,
+                 fallback_key: str = DEFAULT_FALLBACK) -> None:
+        self.observer = observer
+        self.chooser = chooser
+        self.fallback = fallback
+        self.fallback_key = fallback_key
+        self._state: CycleState | None = None
+        self._choices: dict[int, Choice] = {}
+        self._deferred: set[int] = set()
+        self._warned: set[str] = set()
+
+    @property
+    def active(self) -> bool:
+        return self.observer is not None and self.chooser is not None
+
+    def _sync(self, state: CycleState) -> None:
+        if state is not self._state:
+            self._state = state
+            self._choices = {}
+            self._deferred = set()
+
+    def _choice(self, job: Job, state: CycleState) -> Choice:
+        if state.view is not state.free:
+            return _FALLBACK
+        hit = self._choices.get(job.job_id)
+        if hit is not None:
+            return hit
+        obs = self.observer.observe(job, state)
+        if obs is None:
+            if job.partition not in self._warned:
+                self._warned.add(job.partition)
+                log.warning("learned: no agent for partition %r in this checkpoint; jobs "
+                            "there are placed by %s", job.partition, self.fallback_key)
+            choice = _FALLBACK
+        else:
+            choice = self.chooser(obs, state)
+            if choice.defer:
+                self._deferred.add(job.job_id)
+        self._choices[job.job_id] = choice
+        return choice
+
+    def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
+        if not self.active:
+            return self.fallback.feasible(job, cand, state)
+        self._sync(state)
+        if job.job_id in self._deferred:
+            return False
+        choice = self._choice(job, state)
+        if choice is _FALLBACK:
+            return self.fallback.feasible(job, cand, state)
+        if choice.defer:
+            return False
+        return cand.allocs == choice.allocs
+
+    def score(self, job: Job, cand: Candidate, state: CycleState) -> float:
+        if not self.active:
+            return self.fallback.score(job, cand, state)
+        self._sync(state)
+        choice = self._choice(job, state)
+        if choice is _FALLBACK:
+            return self.fallback.score(job, cand, state)
+        return choice.score if cand.allocs == choice.allocs else 0.0
+
+
+class ModelChooser:
+    """Greedy decisions of a loaded checkpoint; GNN embeddings computed once per snapshot."""
+
+    def __init__(self, checkpoint, observer, allow_defer: bool = True) -> None:
+        self.checkpoint = checkpoint
+        self.policy = checkpoint.policy.eval()
+        self.observer = observer
+        self.allow_defer = allow_defer
+        self._snapshot = None
+        self._groups: dict = {}
+        self._summaries: dict = {}
+
+    @torch.no_grad()
+    def _embed(self, state: CycleState) -> None:
+        from slurm_marl.models.policy import AgentInput
+        cyc = self.observer.cycle(state.snapshot)
+        if self._snapshot is cyc.snapshot:
+            return
+        views = self.observer.topology.views
+        inputs = {name: AgentInput(x=cyc.x[name], parent=views[name].parent, job=None,
+                                   live=None, mask=None) for name in views
+                  if name in self.policy.index}
+        self._groups, self._summaries = self.policy.encode(inputs)
+        self._snapshot = cyc.snapshot
+
+    @torch.no_grad()
+    def __call__(self, obs, state: CycleState) -> Choice:
+        from slurm_marl.models.policy import AgentInput, masked_softmax
+        self._embed(state)
+        name = obs.agent
+        agent = self.policy.agents[self.policy.index[name]]
+        inp = AgentInput(x=obs.x, parent=obs.parent, job=obs.job, live=obs.live,
+                         mask=obs.mask)
+        logits, _ = agent.heads(self._groups[name], self._summaries[name],
+                                self.policy.others_summary(self._summaries, name), inp)
+        return choice_from_probs(masked_softmax(logits, obs.mask), obs, self.allow_defer)
+
+
+def load_learned(path: str | Path, fallback_key: str):
+    """The checkpoint, or None with a log line saying why and what places jobs instead."""
+    from slurm_marl.models.checkpoint import LearnedCheckpoint
+    from slurm_marl.models.interference import ModelFileError
+    try:
+        return LearnedCheckpoint.load(path)
+    except ModelFileError as exc:
+        log.warning("learned: %s; placing with %s instead", exc, fallback_key)
+        return None
+
+
+def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlacement:
+    check_params(KEY, params, {"checkpoint": str, "fallback": str, "allow_defer": bool,
+                               "max_defer_s": (int, float)})
+    fallback_key = params.get("fallback", DEFAULT_FALLBACK)
+    if fallback_key == KEY:
+        raise PluginError(f"plugin {KEY!r}: the fallback must be a heuristic plugin")
+    fallback = build_plugin("place", fallback_key, {}, **context)
+    allow_defer = bool(params.get("allow_defer", True))
+    torch.set_num_threads(1)
+    ckpt = learned_checkpoint
+    if ckpt is None:
+        from slurm_marl.models.checkpoint import shipped_checkpoint
+        ckpt = load_learned(params.get("checkpoint") or str(shipped_checkpoint()),
+                            fallback_key)
+    if ckpt is None:
+        return LearnedPlacement(None, None, fallback, fallback_key)
+    from slurm_marl.models.observe import DEFAULT_MAX_DEFER_S, Observer
+    max_defer_s = float(params.get("max_defer_s",
+                                   ckpt.training.get("max_defer_s", DEFAULT_MAX_DEFER_S)))
+    if max_defer_s < 0:
+        raise PluginError(f"plugin {KEY!r}: max_defer_s must be >= 0")
+    observer = Observer(ckpt.interference, ckpt.config.agents, ckpt.config.mode, max_defer_s)
+    return LearnedPlacement(observer, ModelChooser(ckpt, observer, allow_defer), fallback,
+                            fallback_key)

@@ -1,0 +1,287 @@
+"""`slurm-marl train interference|marl` and `slurm-marl evaluate`.
+
+Training code lives here and in the modules beside it; the daemon never imports them (it
+loads a ``state_dict`` through ``policy/place/learned.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.table import Table
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Train the interference (reward) model and the placement agents.")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+def _progress(label: str) -> Progress:
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+
+
+def _threads() -> None:
+    import torch
+    torch.set_num_threads(1)
+
+
+@app.command("interference")
+def interference(
+    samples: Annotated[Path, typer.Option("--samples", help="Co-location samples: JSONL "
+                                          "(or CSV) from `slurm-marl simulate --samples`.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for interference.pt and "
+                                      "interference.json.")],
+    epochs: Annotated[int, typer.Option("--epochs", min=1)] = 60,
+    val_fraction: Annotated[float, typer.Option("--val-fraction", min=0.01, max=0.9,
+                                                help="Share of jobs held out.")] = 0.2,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit the interference model; report held-out MAE against a mean-per-model baseline."""
+    _threads()
+    from slurm_marl.models.interference import SampleFormatError, load_samples
+    from slurm_marl.train.interference import train_interference
+
+    try:
+        rows = load_samples(samples)
+    except SampleFormatError as exc:
+        _fail(str(exc))
+    if len(rows) < 10:
+        _fail(f"{samples}: {len(rows)} samples; need at least 10 to train and validate")
+    with _progress("interference model") as bar:
+        task = bar.add_task("train", total=epochs, status="")
+        result = train_interference(
+            rows, epochs=epochs, val_fraction=val_fraction, seed=seed,
+            progress=lambda e, n, m: bar.update(task, completed=e,
+                                                status=f"val MAE {m:.4f}"))
+    result.model.metrics["samples_file"] = str(samples)
+    pt, meta = result.model.save(out)
+    doc = {"weights": str(pt), "metadata": str(meta), **result.model.metrics}
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    table = Table(title=f"interference model ({len(rows)} samples)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in ("val_mae", "baseline_val_mae", "train_mae", "best_epoch", "train_samples",
+                "val_samples", "val_jobs"):
+        table.add_row(key, str(doc[key]))
+    Console().print(table)
+    Console().print(f"wrote {pt} and {meta}")
+
+
+def _load_cluster_and_jobs(trace: Path, windows: list[str], cluster: str):
+    from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
+    from slurm_marl.sim.traces import TraceError
+    from slurm_marl.train.workload import load_workload
+    try:
+        sim_cluster = parse_cluster(cluster)
+        jobs = [load_workload(trace, w or None, sim_cluster) for w in windows]
+    except (TraceError, ClusterSpecError, OSError) as exc:
+        _fail(str(exc))
+    for w, j in zip(windows, jobs):
+        if not j:
+            _fail(f"no jobs in {trace} for window {w!r} that fit cluster {cluster!r}")
+    return sim_cluster, jobs
+
+
+def _strength(text: str) -> list[str]:
+    from slurm_marl.sim.perf import STRENGTHS
+    out = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in out if s not in STRENGTHS]
+    if bad or not out:
+        _fail(f"--interference must be one or more of {', '.join(STRENGTHS)}, got {text!r}")
+    return out
+
+
+@app.command("marl")
+def marl(
+    reward_model: Annotated[Path, typer.Option(
+        "--reward-model", help="Interference model from `train interference` (its .pt or "
+        "its folder).")],
+    trace: Annotated[Path, typer.Option("--trace", help="Trace CSV (Philly, Tiresias, "
+                                        "generic).")],
+    window: Annotated[list[str], typer.Option(
+        "--window", help="Training window(s), e.g. vc=6c71a0,rows=0:3000 (repeatable).")],
+    out: Annotated[Path, typer.Option("--out", help="Run folder: policy.pt/json, "
+                                      "train_log.csv, training_curve.png, train_state.*")],
+    cluster: Annotated[str, typer.Option("--cluster", help="Cluster spec, e.g. "
+                                         "4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b")] =
+        "4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b",
+    interference: Annotated[str, typer.Option(
+        "--interference", help="Simulated interference strength.")] = "high",
+    mode: Annotated[str, typer.Option("--mode", help="multi: one agent per partition; "
+                                      "single: one agent for the cluster.")] = "multi",
+    jobs_per_episode: Annotated[int, typer.Option("--jobs-per-episode", min=1)] = 150,
+    updates: Annotated[int, typer.Option("--updates", min=1)] = 50,
+    episodes_per_update: Annotated[int, typer.Option("--episodes-per-update", min=1)] = 4,
+    defer_cost: Annotated[float, typer.Option("--defer-cost", min=0.0)] = 0.05,
+    speed_threshold: Annotated[float, typer.Option(
+        "--speed-threshold", min=0.0, max=1.0,
+        help="A placement earns predicted speed - this x ideal speed - imposed slowdown.")]
+        = 0.8,
+    eval_window: Annotated[Optional[str], typer.Option(
+        "--eval-window", help="Validation window for the greedy policy's JCT.")] = None,
+    eval_every: Annotated[int, typer.Option("--eval-every", min=0)] = 0,
+    lr: Annotated[float, typer.Option("--lr")] = 1e-3,
+    gamma: Annotated[float, typer.Option("--gamma", min=0.0, max=1.0,
+                                         help="Discount per decision of an agent.")] = 0.8,
+    ent_coef: Annotated[float, typer.Option("--ent-coef")] = 0.01,
+    eps_start: Annotated[float, typer.Option("--eps-start")] = 0.3,
+    replay: Annotated[int, typer.Option("--replay", min=0,
+                                        help="Past rollouts kept in the FIFO replay.")] = 2,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] =
+        False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Train the placement agents (PPO, Harmony-style reward and exploration)."""
+    _threads()
+    from slurm_marl.models.interference import InterferenceModel, ModelFileError
+    from slurm_marl.train.env import PlacementEnv
+    from slurm_marl.train.evaluate import avg_jct
+    from slurm_marl.train.ppo import PPOConfig, train
+    from slurm_marl.train.workload import episodes
+
+    if mode not in ("multi", "single"):
+        _fail(f"--mode must be multi or single, got {mode!r}")
+    strength = _strength(interference)
+    if len(strength) != 1:
+        _fail("train marl takes one --interference strength")
+    try:
+        model = InterferenceModel.load(reward_model)
+    except ModelFileError as exc:
+        _fail(str(exc))
+    sim_cluster, windows = _load_cluster_and_jobs(trace, window, cluster)
+    eps = [e for jobs in windows for e in episodes(jobs, jobs_per_episode)]
+    evaluate = None
+    if eval_window:
+        _, (val_jobs,) = _load_cluster_and_jobs(trace, [eval_window], cluster)
+        evaluate = lambda ckpt: avg_jct(val_jobs, sim_cluster, ckpt, strength[0], seed)  # noqa
+    env = PlacementEnv(sim_cluster, eps, model, mode=mode, strength=strength[0],
+                       defer_cost=defer_cost, speed_threshold=speed_threshold, seed=seed)
+    cfg = PPOConfig(updates=updates, episodes_per_update=episodes_per_update, lr=lr,
+                    gamma=gamma,
+                    ent_coef=ent_coef, eps_start=eps_start, replay=replay, seed=seed,
+                    eval_every=eval_every if eval_window else 0)
+    extra = {"trace": str(trace), "windows": list(window), "cluster": cluster,
+             "interference": strength[0], "mode": mode, "jobs_per_episode": jobs_per_episode,
+             "defer_cost": defer_cost, "eval_window": eval_window,
+             "reward_model": str(reward_model)}
+    try:
+        with _progress(f"{mode}-agent PPO") as bar:
+            task = bar.add_task("train", total=updates, status="")
+            state, _ = train(env, model, cfg, out, resume=resume, evaluate=evaluate, extra=extra,
+                          progress=lambda s, row: bar.update(
+                              task, completed=s.update,
+                              status=f"reward/step {row['step_reward']:+.3f} "
+                                     f"eval JCT {row['eval_avg_jct_s'] or '-'}"))
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    finally:
+        env.close()
+    doc = {"out": str(out), "updates": state.update, "env_steps": state.env_steps,
+           "episodes": state.episodes, "wall_s": round(state.wall_s, 1),
+           "best_eval_avg_jct_s": state.best_eval_jct_s,
+           "last": state.history[-1] if state.history else None}
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    table = Table(title=f"{mode}-agent training ({out})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in ("updates", "env_steps", "episodes", "wall_s", "best_eval_avg_jct_s"):
+        table.add_row(key, str(doc[key]))
+    Console().print(table)
+    Console().print(f"wrote {out}/policy.pt, policy.json, train_log.csv, training_curve.png")
+
+
+def evaluate(
+    checkpoint: Annotated[list[Path], typer.Option(
+        "--checkpoint", help="Learned checkpoint(s) (.pt); repeat to compare several.")],
+    trace: Annotated[Path, typer.Option("--trace", help="Trace CSV.")],
+    window: Annotated[str, typer.Option("--window", help="Held-out window, e.g. "
+                                        "vc=6c71a0,rows=5000:6000.")],
+    cluster: Annotated[str, typer.Option("--cluster")] =
+        "4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b",
+    interference: Annotated[str, typer.Option(
+        "--interference", help="One or more of none,low,medium,high.")] = "high",
+    baselines: Annotated[str, typer.Option(
+        "--baselines", help="Comma-separated heuristic profiles.")] =
+        "las-consolidate,las-lif,las-skew",
+    allow_defer: Annotated[bool, typer.Option("--allow-defer/--no-defer")] = True,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write evaluate.json here.")]
+        = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run learned placement and the heuristics on a held-out window; print the JCT table."""
+    _threads()
+    from slurm_marl.policy.profile import ProfileError, load_profile
+    from slurm_marl.train.evaluate import learned_profile, run_policies
+
+    strengths = _strength(interference)
+    sim_cluster, (jobs,) = _load_cluster_and_jobs(trace, [window], cluster)
+    profiles = []
+    for path in checkpoint:
+        if not Path(path).with_suffix(".pt").is_file():
+            _fail(f"checkpoint {path} does not exist")
+        name = f"las-learned[{Path(path).parent.name}/{Path(path).stem}]"
+        profiles.append(learned_profile(path, allow_defer=allow_defer, name=name))
+    try:
+        profiles += [load_profile(p.strip()) for p in baselines.split(",") if p.strip()]
+    except ProfileError as exc:
+        _fail(str(exc))
+    results = []
+    with _progress("evaluate") as bar:
+        task = bar.add_task("runs", total=len(profiles) * len(strengths), status="")
+        for s in strengths:
+            results += run_policies(jobs, sim_cluster, profiles, s, seed,
+                                    on_done=lambda name, row: bar.update(
+                                        task, advance=1, status=name))
+    learned_names = [p.name for p in profiles[:len(checkpoint)]]
+    for s in strengths:
+        base = [r["avg_jct_s"] for r in results if r["interference"] == s
+                and r["profile"] not in learned_names and r["avg_jct_s"] is not None]
+        best = min(base) if base else None
+        for r in results:
+            if r["interference"] == s:
+                r["vs_best_heuristic"] = (round(r["avg_jct_s"] / best - 1, 4)
+                                          if best and r["avg_jct_s"] is not None else None)
+    doc = {"trace": str(trace), "window": window, "cluster": cluster, "seed": seed,
+           "jobs": len(jobs), "checkpoints": [str(c) for c in checkpoint],
+           "results": results}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "evaluate.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    table = Table(title=f"{trace.name} {window} on {cluster}: average JCT (s)")
+    table.add_column("profile")
+    for s in strengths:
+        table.add_column(s, justify="right")
+        table.add_column("vs best heuristic", justify="right")
+    for prof in profiles:
+        row = [prof.name]
+        for s in strengths:
+            r = next(x for x in results if x["profile"] == prof.name
+                     and x["interference"] == s)
+            row.append(f"{r['avg_jct_s']:,.0f}" if r["avg_jct_s"] is not None else "-")
+            row.append(f"{r['vs_best_heuristic']:+.1%}" if r["vs_best_heuristic"] is not None
+                       else "-")
+        table.add_row(*row)
+    Console().print(table)

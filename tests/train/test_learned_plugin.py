@@ -1,0 +1,219 @@
+"""The ``learned`` place plugin inside ``run_cycle``: model decisions, defer, fallback."""
+
+import logging
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+
+from slurm_marl.domain import Job, Place, Preempt
+from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
+from slurm_marl.models.policy import PlacementPolicy
+from slurm_marl.policy.framework import build_policy
+from slurm_marl.policy.profile import load_profile
+from slurm_marl.sim.run import simulate
+from slurm_marl.train.evaluate import learned_profile
+from train_helpers import tiny_workload
+
+
+@pytest.fixture
+def checkpoint(tmp_path, tiny_interference):
+    torch.manual_seed(0)
+    policy = PlacementPolicy(policy_config(tiny_interference, ("a", "b"), "multi"))
+    pt, _ = LearnedCheckpoint(policy, tiny_interference, {"max_defer_s": 1800.0}).save(
+        tmp_path / "ckpt.pt")
+    return pt
+
+
+def snapshot_with_pending(cluster, jobs, time_s=100.0):
+    from slurm_marl.domain import ClusterSnapshot
+    return ClusterSnapshot(time_s=time_s, nodes=cluster.nodes, jobs=tuple(jobs),
+                           partitions=cluster.partitions, switches=cluster.switches)
+
+
+def pending(job_id, gpus, partition, model="lm_bs20", queued_s=0.0):
+    return Job(job_id=job_id, partition=partition, gpus_per_job=gpus, cpus=1,
+               model_type=model, submit_time_s=queued_s, queue_since_s=queued_s)
+
+
+def places(decisions):
+    return {d.job_id: d for d in decisions if isinstance(d, Place) and d.start_now}
+
+
+def test_missing_checkpoint_falls_back_to_consolidate_with_a_log_line(tiny_cluster, caplog,
+                                                                     tmp_path):
+    snap = snapshot_with_pending(tiny_cluster, [pending(1, 2, "a"), pending(2, 1, "b")])
+    with caplog.at_level(logging.WARNING):
+        learned = build_policy(learned_profile(tmp_path / "missing.pt"))
+    assert "missing.json does not exist; placing with consolidate" in caplog.text
+    got = places(learned.run_cycle(snap))
+    want = places(build_policy(load_profile("las-consolidate")).run_cycle(snap))
+    assert {k: v.allocs for k, v in got.items()} == {k: v.allocs for k, v in want.items()}
+    assert len(got) == 2
+
+
+def test_corrupt_or_code_carrying_checkpoints_fall_back(tiny_cluster, checkpoint, caplog):
+    checkpoint.write_bytes(b"not a torch file")
+    with caplog.at_level(logging.WARNING):
+        build_policy(learned_profile(checkpoint))
+    assert "cannot load weights" in caplog.text
+    caplog.clear()
+    torch.save({"x": Job(job_id=1)}, checkpoint)   # a pickled object, not tensors
+    with caplog.at_level(logging.WARNING):
+        policy = build_policy(learned_profile(checkpoint))
+    assert "placing with consolidate" in caplog.text
+    assert places(policy.run_cycle(snapshot_with_pending(tiny_cluster, [pending(1, 1, "a")])))
+
+
+def test_model_places_every_job_on_free_gpus(tiny_cluster, checkpoint):
+    jobs = [pending(i, g, p) for i, (g, p) in enumerate(
+        [(1, "a"), (2, "a"), (4, "b"), (1, "b"), (1, "a")])]
+    policy = build_policy(learned_profile(checkpoint, allow_defer=False))
+    got = places(policy.run_cycle(snapshot_with_pending(tiny_cluster, jobs)))
+    assert set(got) == {j.job_id for j in jobs}
+    used: dict = {}
+    for d in got.values():
+        assert d.plugin == "learned"
+        for a in d.allocs:
+            used[(a.node, a.group)] = used.get((a.node, a.group), 0) + a.gpus
+            assert a.node.startswith(jobs[d.job_id].partition)
+    assert all(v <= 4 for v in used.values())
+
+
+def test_a_job_in_a_partition_without_agent_uses_the_fallback(tiny_cluster,
+                                                              tiny_interference, tmp_path,
+                                                              caplog):
+    policy_a = PlacementPolicy(policy_config(tiny_interference, ("a",), "multi"))
+    pt, _ = LearnedCheckpoint(policy_a, tiny_interference).save(tmp_path / "a_only.pt")
+    with caplog.at_level(logging.WARNING):
+        got = places(build_policy(learned_profile(pt, allow_defer=False)).run_cycle(
+            snapshot_with_pending(tiny_cluster, [pending(1, 1, "a"), pending(2, 1, "b")])))
+    assert "no agent for partition 'b'" in caplog.text
+    assert set(got) == {1, 2}
+
+
+def _always_defer(checkpoint):
+    ckpt = LearnedCheckpoint.load(checkpoint)
+    for agent in ckpt.policy.agents:
+        agent.defer[-1].bias.data.fill_(100.0)
+    ckpt.save(checkpoint)
+
+
+def test_defer_keeps_the_job_queued_without_preempting_until_max_defer(tiny_cluster,
+                                                                       checkpoint):
+    _always_defer(checkpoint)
+    policy = build_policy(learned_profile(checkpoint))
+    fresh = pending(1, 1, "a", queued_s=50.0)
+    decisions = policy.run_cycle(snapshot_with_pending(tiny_cluster, [fresh], time_s=100.0))
+    assert not places(decisions) and not any(isinstance(d, Preempt) for d in decisions)
+    stale = pending(1, 1, "a", queued_s=0.0)
+    late = policy.run_cycle(snapshot_with_pending(tiny_cluster, [stale], time_s=2000.0))
+    assert set(places(late)) == {1}
+
+
+def test_profile_file_with_the_learned_key_runs_in_the_simulator(tiny_cluster, checkpoint,
+                                                                 tmp_path):
+    toml = tmp_path / "las-learned.toml"
+    toml.write_text(f'''name = "las-learned"
+preemption = true
+backfill = true
+backfill_reserve = false
+
+[order]
+plugin = "tiresias_las"
+thresholds_gpu_s = [3250, 7200, 18000]
+
+[place]
+learned = 1.0
+
+[place_params.learned]
+checkpoint = "{checkpoint}"
+fallback = "consolidate"
+''')
+    profile = load_profile(toml)
+    run = simulate(tiny_workload(30, 4), tiny_cluster, profile, interference="high",
+                   drop_oversized=True)
+    assert run.summary["unfinished"] == 0 and run.summary["finished"] == 30
+
+
+def test_bad_plugin_parameters_are_clear_errors(checkpoint):
+    from slurm_marl.policy.plugins import PluginError, build_plugin
+    with pytest.raises(PluginError, match="unknown parameter"):
+        build_plugin("place", "learned", {"checkpoint": str(checkpoint), "bogus": 1})
+    with pytest.raises(PluginError, match="fallback must be a heuristic"):
+        build_plugin("place", "learned", {"fallback": "learned"})
+    with pytest.raises(PluginError, match="no place plugin"):
+        build_plugin("place", "learned", {"fallback": "nope"})
+
+
+def test_inference_never_imports_training_code(checkpoint):
+    code = ("import sys; from slurm_marl.policy.place.learned import build; "
+            f"p = build({{'checkpoint': {str(checkpoint)!r}}}); assert p.active; "
+            "bad = [m for m in sys.modules if m.startswith('slurm_marl.train')]; "
+            "assert not bad, bad; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+def test_learned_profile_is_las_consolidate_with_the_learned_plugin(tiny_cluster,
+                                                                     checkpoint):
+    prof = learned_profile(checkpoint)
+    assert prof.place == (("learned", 1.0),) and prof.order == "tiresias_las"
+    assert replace(prof, name="x").place_params["learned"]["checkpoint"] == str(checkpoint)
+
+
+def test_incremental_cycles_equal_a_fresh_observer(tiny_cluster, tiny_interference):
+    """Through a whole simulation, the observer that re-featurises only changed nodes and
+    recounts claimed groups sees exactly what a fresh one (full rebuild) sees. (The level
+    tensors are those of the cycle's first decision, so they are compared there.)"""
+    from slurm_marl.models.observe import Observer
+    from slurm_marl.policy.framework import Policy
+    from slurm_marl.policy.place.learned import Choice, LearnedPlacement
+    from slurm_marl.policy.plugins import build_plugin
+    from slurm_marl.sim.engine import Simulator
+
+    observer = Observer(tiny_interference, ("a", "b"))
+    checked = {"n": 0, "incremental": 0, "first": 0, "state": None}
+
+    def choose(obs, state):
+        fresh = Observer(tiny_interference, ("a", "b")).observe(
+            state.snapshot.job(obs.job_id), state)
+        if state is not checked["state"]:
+            checked["state"] = state
+            checked["first"] += 1
+            for level, x in obs.x.items():
+                assert torch.allclose(x, fresh.x[level]), level
+        assert torch.allclose(obs.live, fresh.live) and torch.equal(obs.mask, fresh.mask)
+        assert torch.allclose(obs.job, fresh.job)
+        checked["n"] += 1
+        checked["incremental"] += observer._cycle.incremental_nodes is not None
+        group = obs.valid_groups()[-1]          # spread-ish, so claims land everywhere
+        return Choice(allocs=obs.allocs_for(group), action=group)
+
+    plugin = LearnedPlacement(observer, choose, build_plugin("place", "consolidate"))
+    profile = load_profile("las-consolidate")
+    policy = Policy(profile, build_plugin("order", profile.order, profile.order_params),
+                    [(plugin, 1.0)])
+    Simulator(tiny_cluster, tiny_workload(40, 9, mean_gap_s=60.0), policy,
+              interference="high").run()
+    assert checked["n"] >= 40 and checked["incremental"] >= 10 and checked["first"] >= 20
+
+
+def test_the_shipped_demo_checkpoint_drives_the_demo_cluster(caplog):
+    """The checkpoint in slurm_marl/data is the plugin's default and has an agent for the
+    demo cluster's partition (4 nodes x 2 sockets x 2 GPUs, partition ``gpu``)."""
+    from slurm_marl.models.checkpoint import shipped_checkpoint
+    from slurm_marl.sim.cluster import parse_cluster
+    ckpt = LearnedCheckpoint.load(shipped_checkpoint())
+    assert ckpt.config.agents == ("gpu",)
+    assert ckpt.training["cluster"] == "4x2x2:name=gpu"
+    demo = parse_cluster("4x2x2:name=gpu")
+    with caplog.at_level(logging.WARNING):
+        policy = build_policy(learned_profile(shipped_checkpoint(), allow_defer=False))
+        got = places(policy.run_cycle(snapshot_with_pending(
+            demo, [pending(1, 1, "gpu"), pending(2, 2, "gpu"), pending(3, 4, "gpu")])))
+    assert "placing with" not in caplog.text and "no agent" not in caplog.text
+    assert set(got) == {1, 2, 3} and all(d.plugin == "learned" for d in got.values())

@@ -1,0 +1,94 @@
+"""`slurm-marl train interference|marl` and `slurm-marl evaluate` through the CLI."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from slurm_marl.cli import app as main_app
+from slurm_marl.sim.traces import write_generic
+from slurm_marl.train.cli import app, evaluate
+from train_helpers import TINY_CLUSTER, tiny_workload
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, tiny_samples):
+    d = tmp_path_factory.mktemp("cli")
+    with open(d / "samples.jsonl", "w") as fh:
+        for s in tiny_samples:
+            fh.write(json.dumps(s) + "\n")
+    write_generic(d / "trace.csv", tiny_workload(120, 11, mean_gap_s=150.0))
+    return d
+
+
+def test_registered_in_the_main_cli():
+    out = runner.invoke(main_app, ["--help"]).output
+    assert "train" in out and "evaluate" in out
+
+
+def test_train_interference_writes_model_and_reports_mae(files):
+    result = runner.invoke(app, ["interference", "--samples", str(files / "samples.jsonl"),
+                                 "--out", str(files / "im"), "--epochs", "8", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output[result.output.index("{"):])
+    assert doc["val_mae"] < doc["baseline_val_mae"]
+    assert (files / "im" / "interference.pt").is_file()
+    table = runner.invoke(app, ["interference", "--samples", str(files / "samples.jsonl"),
+                                "--out", str(files / "im2"), "--epochs", "2"])
+    assert table.exit_code == 0 and "baseline_val_mae" in table.output
+
+
+def test_train_interference_bad_samples(files):
+    bad = files / "bad.jsonl"
+    bad.write_text('{"speed": 0.9}\n{"speed": "fast"}\n')
+    result = runner.invoke(app, ["interference", "--samples", str(bad), "--out",
+                                 str(files / "x")])
+    assert result.exit_code == 2
+    assert "bad.jsonl:2: speed='fast' is not a number" in " ".join(result.output.split())
+
+
+def test_train_marl_resume_and_evaluate(files):
+    runner.invoke(app, ["interference", "--samples", str(files / "samples.jsonl"),
+                        "--out", str(files / "im3"), "--epochs", "8"])
+    common = ["marl", "--reward-model", str(files / "im3"), "--trace",
+              str(files / "trace.csv"), "--window", "rows=0:80", "--cluster", TINY_CLUSTER,
+              "--jobs-per-episode", "40", "--episodes-per-update", "1",
+              "--out", str(files / "run"), "--json"]
+    first = runner.invoke(app, common + ["--updates", "1"])
+    assert first.exit_code == 0, first.output
+    doc = json.loads(first.output[first.output.index("{"):])
+    assert doc["updates"] == 1 and doc["env_steps"] > 0
+    again = runner.invoke(app, common + ["--updates", "2", "--resume", "--eval-window",
+                                         "rows=80:120", "--eval-every", "1"])
+    assert again.exit_code == 0, again.output
+    doc = json.loads(again.output[again.output.index("{"):])
+    assert doc["updates"] == 2 and doc["best_eval_avg_jct_s"] > 0
+    for name in ("policy.pt", "policy.json", "best.pt", "train_log.csv",
+                 "training_curve.png"):
+        assert (files / "run" / name).is_file()
+
+    ev_app = __import__("typer").Typer()
+    ev_app.command()(evaluate)
+    result = runner.invoke(ev_app, ["--checkpoint", str(files / "run" / "policy.pt"),
+                                    "--trace", str(files / "trace.csv"), "--window",
+                                    "rows=80:120", "--cluster", TINY_CLUSTER,
+                                    "--baselines", "las-consolidate,las-skew", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output[result.output.index("{"):])
+    names = [r["profile"] for r in doc["results"]]
+    assert names == ["las-learned[run/policy]", "las-consolidate", "las-skew"]
+    assert all(r["finished"] == doc["jobs"] for r in doc["results"])
+    assert min(r["vs_best_heuristic"] for r in doc["results"][1:]) == 0.0
+
+
+def test_marl_errors_are_clear(files):
+    result = runner.invoke(app, ["marl", "--reward-model", str(files / "nothing"),
+                                 "--trace", str(files / "trace.csv"), "--window", "rows=0:10",
+                                 "--out", str(files / "r2"), "--cluster", TINY_CLUSTER])
+    assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())
+    result = runner.invoke(app, ["marl", "--reward-model", str(files / "im3"), "--trace",
+                                 str(files / "trace.csv"), "--window", "rows=0:10",
+                                 "--out", str(files / "r2"), "--mode", "both"])
+    assert result.exit_code == 2 and "--mode" in result.output
