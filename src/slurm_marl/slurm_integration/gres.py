@@ -26,7 +26,7 @@ class GpuRequest:
     gpu_type: str | None = None
 
 
-def _split_top(text: str) -> list[str]:
+def split_outside_parens(text: str) -> list[str]:
     """Split on commas that are not inside parentheses (``gpu:2(S:0-1),gpu:k80:1``)."""
     parts, depth, cur = [], 0, []
     for ch in text:
@@ -93,7 +93,7 @@ def parse_gpu_request(text: str | None) -> tuple[tuple[GpuRequest, ...], str | N
     if not text:
         return (), None
     reqs: list[GpuRequest] = []
-    for item in _split_top(text):
+    for item in split_outside_parens(text):
         fields = _gpu_fields(item)
         if fields is None:
             continue  # another GRES (shard, license...) is not ours to read
@@ -138,7 +138,7 @@ def parse_gres_indices(text: str | None) -> tuple[int, ...]:
     if not text:
         return ()
     held: set[int] = set()
-    for item in _split_top(text):
+    for item in split_outside_parens(text):
         if _gpu_fields(item) is None:
             continue
         m = _IDX_RE.search(item)
@@ -161,7 +161,7 @@ def parse_node_gres(text: str | None) -> tuple[tuple[NodeGpuType, ...], str | No
     if not text or text.strip() in ("(null)", "N/A"):
         return (), None
     out: list[NodeGpuType] = []
-    for item in _split_top(text):
+    for item in split_outside_parens(text):
         fields = _gpu_fields(item)
         if fields is None:
             continue

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_marl.slurm_integration.gres import split_outside_parens
 from slurm_marl.topology.confparse import (ConfigEntry, ConfigText, IncludeDirective,
                                            SourceLine, expand_hosts, parse_config_text,
                                            parse_count, parse_count_text, parse_index_ranges,
@@ -45,22 +46,6 @@ class GresSpec:
         parts = [self.name] + ([self.type] if self.type else [])
         parts += (["no_consume"] if self.no_consume else []) + [str(self.count)]
         return ":".join(parts)
-
-
-def _split_outside_parens(text: str) -> list[str]:
-    items, depth, current = [], 0, []
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)
-        if ch == "," and depth == 0:
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    items.append("".join(current))
-    return [i.strip() for i in items if i.strip()]
 
 
 def _parse_paren(annotation: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -121,7 +106,7 @@ def parse_gres_list(text: str) -> tuple[GresSpec, ...] | None:
     if stripped.lower() in ("", "(null)", "none", "n/a"):
         return ()
     specs = []
-    for item in _split_outside_parens(stripped):
+    for item in split_outside_parens(stripped):
         spec = parse_gres_item(item)
         if spec is None:
             return None
