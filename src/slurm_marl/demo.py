@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-DEMO_WINDOW = "vc=6214e9,rows=8750:8810"
+DEMO_WINDOW = "vc=6214e9,rows=8870:8950"
 
 
 def shared_data_dir() -> Path:
@@ -54,7 +54,7 @@ def _show_decisions(store_path: Path, console: Console, limit: int = 8) -> None:
 
 
 def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=A:B)"),
-         speedup: float = typer.Option(120.0, min=1.0, help="time compression factor"),
+         speedup: float = typer.Option(180.0, min=1.0, help="time compression factor"),
          profile: str = typer.Option("las-consolidate", help="the agent's policy profile"),
          interference: str = typer.Option("medium", help="none, low, medium, high"),
          out: Path = typer.Option(Path("out/demo"), help="results folder"),

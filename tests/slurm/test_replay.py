@@ -1,6 +1,7 @@
 """A short trace replayed on real Slurm, alone and with the agent: nothing lost, timings sane."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -21,10 +22,14 @@ TRACE = [TraceJob(0, 0.0, 300.0, 2, "resnet18_bs16"), TraceJob(1, 10.0, 150.0, 1
 
 
 @pytest.mark.parametrize("mode", ["slurm", "agent"])
-def test_replay_completes_every_job(mode, tmp_path):
+def test_replay_completes_every_job(mode, tmp_path, monkeypatch):
     plan = plan_replay(TRACE, SPEC, speedup=50, seed=0)
     assert len(plan.jobs) == 6 and plan.dropped == ()
-    res = run_replay(plan, SPEC, mode, tmp_path, profile="las-consolidate",
+    # an earlier run's log in the same folder (job ids restart at 1) must not be read
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "1.log").write_text("start 1.0 0\nend 2.0\n")
+    monkeypatch.chdir(tmp_path.parent)  # a relative results folder, as the CLI default is
+    res = run_replay(plan, SPEC, mode, Path(tmp_path.name), profile="las-consolidate",
                      interference="high", timeout_s=120)
     s = res.summary()
     assert s["completed"] == s["jobs"] == 6

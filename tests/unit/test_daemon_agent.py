@@ -152,3 +152,20 @@ def test_shadow_mode_writes_nothing_but_records(tmp_path):
     report = a.cycle()
     assert report.error is None and sink.calls == []
     assert [r["status"] for r in a.store.decisions(job_id=1)] == ["shadow"]
+
+
+def test_requeued_job_placed_again_where_it_was_is_restarted(tmp_path):
+    """Same placement as before its preemption: it must still get StartTime=now, or it waits
+    behind the requeue delay (and the agent's lease) for ever."""
+    now = 1000.0
+    place = Place(1, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),))
+    a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (pending(1, now, eligible_in=0),),
+                                              PARTS), [place])
+    a.cycle()
+    assert any(isinstance(d, Place) for d in sink.calls[-1])
+    requeued = pending(1, now + 60, eligible_in=121, restart_count=1)
+    a.source = Source(ClusterSnapshot(now + 60, NODES, (requeued,), PARTS))
+    before = len(sink.calls)
+    a.cycle()
+    assert len(sink.calls) == before + 1
+    assert any(isinstance(d, Place) for d in sink.calls[-1])

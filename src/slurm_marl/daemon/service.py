@@ -274,7 +274,11 @@ class Agent:
                     advice.append(d)
                 if d.start_now:
                     placed_now.add(job.job_id)
-                    if written.get((job.job_id, "place")) != _place_key(d):
+                    # Written before and the job is eligible: nothing to do. A job that is
+                    # not eligible (requeued since, or its gate) needs StartTime=now again.
+                    gated = (job.eligible_time_s is not None
+                             and job.eligible_time_s > snap.time_s + 1)
+                    if gated or written.get((job.job_id, "place")) != _place_key(d):
                         out.append(d)
                 elif len(d.nodes) > 1:
                     name = f"{RESERVATION_PREFIX}{job.job_id}"

@@ -16,6 +16,18 @@ from rich.table import Table
 DEFAULT_WINDOW = "vc=6214e9,rows=8750:8950"
 
 
+def _stop_cleanly_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so the local cluster's daemons are stopped, not leaked."""
+    import signal
+    import threading
+
+    def _raise(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise)
+
+
 def _fmt(v, digits=0):
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -33,6 +45,7 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
     from slurm_marl.slurm_integration.harness import ClusterSpec
 
     console = console or Console(stderr=True)
+    _stop_cleanly_on_sigterm()
     spec = ClusterSpec(nodes=nodes, sockets=2, cores_per_socket=max(4, 2 * gpus_per_socket),
                        gpus_per_socket=gpus_per_socket, nodes_per_leaf=max(1, nodes // 2),
                        memory_mib=64000, sched_interval_s=2)

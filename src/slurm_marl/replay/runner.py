@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,8 +137,12 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
                progress: Callable[[str, int, int], None] | None = None) -> ReplayResult:
     if mode not in ("slurm", "agent"):
         raise ValueError("mode is 'slurm' or 'agent'")
-    out = Path(out)
+    out = Path(out).resolve()  # job payloads run in another working directory
     out.mkdir(parents=True, exist_ok=True)
+    # A fresh cluster numbers jobs from 1 again: an earlier run's logs, checkpoints and store
+    # in this folder would be read as this run's.
+    for sub in ("jobs", "progress", "speed", "state"):
+        shutil.rmtree(out / sub, ignore_errors=True)
     lua = None
     if mode == "agent":
         lua = out / "job_submit.lua"
