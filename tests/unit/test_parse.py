@@ -3,7 +3,6 @@
 import json
 from pathlib import Path
 
-import pytest
 
 from slurm_marl.domain import JobState
 from slurm_marl.slurm_integration import parse as P
@@ -78,11 +77,14 @@ def test_openapi_number_wrappers():
     assert P.num("x") is None and P.num(None, 3) == 3
 
 
-@pytest.mark.parametrize("text,secs", [("UNLIMITED", None), ("60", 3600.0),
-                                       ("1:00:00", 3600.0), ("2-00:00:00", 172800.0),
-                                       ("10:30", 630.0)])
-def test_time_limits(text, secs):
-    assert P._time_limit_s(text) == secs
+def test_partition_time_limits_use_slurms_formats():
+    line = "PartitionName=p Nodes=n1 MaxTime={} State=UP"
+    for text, secs in (("UNLIMITED", None), ("N/A", None), ("60", 3600.0),
+                       ("1:00:00", 3600.0), ("2-00:00:00", 172800.0), ("1-12", 129600.0)):
+        parts, problems = P.partitions_from_scontrol(line.format(text))
+        assert problems == [] and parts[0].max_time_s == secs, text
+    parts, problems = P.partitions_from_scontrol(line.format("soon"))
+    assert parts == [] and "soon" in problems[0]
 
 
 def test_kv_line_keeps_values_with_spaces():

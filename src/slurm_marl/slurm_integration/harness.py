@@ -233,10 +233,10 @@ class LocalCluster:
         started = time.monotonic()
         try:
             self._start_munge()
-            self._start_daemon(["slurmctld", "-i"], "slurmctld")
+            self._run_daemon(["slurmctld", "-i"], "slurmctld")
             self._wait_for(lambda: self._ping_ctld(), timeout_s, "slurmctld to answer")
             for name in self.spec.node_names:
-                self._start_daemon(["slurmd", "-N", name], f"slurmd-{name}")
+                self._run_daemon(["slurmd", "-N", name], f"slurmd-{name}")
             self._wait_for(self._all_idle, timeout_s, "all nodes to be idle")
         except Exception:
             self.down()
@@ -272,9 +272,6 @@ class LocalCluster:
                f"--seed-file={self.root}/munge/munged.seed"]
         self._run_daemon(cmd, "munged")
         self._wait_for(lambda: (self.root / "munge" / "munge.sock").exists(), 10, "munged socket")
-
-    def _start_daemon(self, cmd: list[str], label: str) -> None:
-        self._run_daemon(cmd, label)
 
     def _run_daemon(self, cmd: list[str], label: str) -> None:
         proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
@@ -387,7 +384,7 @@ class LocalCluster:
 
     def start_slurmctld(self, timeout_s: float = 30.0) -> None:
         """(Re)start the controller, keeping its saved state (jobs survive)."""
-        self._start_daemon(["slurmctld"], "slurmctld")
+        self._run_daemon(["slurmctld"], "slurmctld")
         self._wait_for(self._ping_ctld, timeout_s, "slurmctld to answer")
 
     def down(self, remove: bool | None = None) -> None:

@@ -14,6 +14,7 @@ import hostlist
 
 from slurm_marl.domain import GpuGroup, Job, JobState, Node, Partition, Switch
 from slurm_marl.slurm_integration import gres as G
+from slurm_marl.topology.slurm_conf import parse_time_limit_s
 
 _KV_RE = re.compile(r"(\w[\w/:.]*)=(.*?)(?=\s+\w[\w/:.]*=|\s*$)")
 
@@ -240,25 +241,6 @@ def nodes_from_sinfo(data: dict, leaf_of: dict[str, str] | None = None
 # partitions and switches (scontrol show ... text)
 
 
-def _time_limit_s(text: str) -> float | None:
-    """Slurm time strings: ``UNLIMITED``, ``60``, ``1:00:00``, ``2-00:00:00``."""
-    text = (text or "").strip()
-    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE", "N/A"):
-        return None
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-    parts = [int(p) for p in text.split(":")]
-    if len(parts) == 1:
-        secs = parts[0] * 60
-    elif len(parts) == 2:
-        secs = parts[0] * 60 + parts[1]
-    else:
-        secs = parts[0] * 3600 + parts[1] * 60 + parts[2]
-    return float(days * 86400 + secs)
-
-
 def partitions_from_scontrol(text: str) -> tuple[list[Partition], list[str]]:
     parts, problems = [], []
     for line in text.splitlines():
@@ -271,7 +253,8 @@ def partitions_from_scontrol(text: str) -> tuple[list[Partition], list[str]]:
                 nodes=expand_hosts(kv.get("Nodes")),
                 default=kv.get("Default", "NO").upper() == "YES",
                 state=kv.get("State", "UP"),
-                max_time_s=_time_limit_s(kv.get("MaxTime", "")),
+                max_time_s=(None if kv.get("MaxTime", "") in ("", "N/A")
+                            else parse_time_limit_s(kv["MaxTime"])),
             ))
         except (ValueError, KeyError) as exc:
             problems.append(f"partition line unreadable ({exc}): {line[:120]}")
