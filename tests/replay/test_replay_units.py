@@ -105,3 +105,27 @@ def test_time_scaled_profile_divides_service_thresholds(tmp_path):
     assert prof.order_params["thresholds_gpu_s"] == (65.0, 144.0, 360.0)
     assert prof.place_params["least_interference"]["defer_below"] == 0.8  # not a time
     assert prof.preemption and prof.name == "las-lif-x50"
+
+
+def test_payload_checkpoints_its_progress_when_slurm_stops_it(tmp_path):
+    """A requeue sends SIGTERM: the payload saves how far it got (not the last 1 s
+    checkpoint) and logs the stop, so the restarted run loses no work."""
+    import signal
+
+    (tmp_path / "speed").mkdir()
+    (tmp_path / "speed" / "79").write_text("1.0\n")
+    env = dict(os.environ, SLURM_JOB_ID="79", SLURM_RESTART_COUNT="0")
+    proc = subprocess.Popen([sys.executable, "-m", "slurm_marl.replay.payload", "--work", "60",
+                             "--dir", str(tmp_path), "--tick", "0.02"], env=env)
+    log = tmp_path / "jobs" / "79.log"
+    deadline = time.monotonic() + 20
+    while not (log.exists() and log.read_text().startswith("start")):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.6)  # less than the periodic checkpoint interval
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    done = float((tmp_path / "progress" / "79").read_text().split()[0])
+    assert 0.4 < done < 3.0, done
+    lines = log.read_text().split("\n")
+    assert lines[0].startswith("start ") and lines[1].startswith("stop ")

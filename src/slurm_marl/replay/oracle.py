@@ -17,9 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from slurm_marl.domain import ClusterSnapshot, Job, JobState
+from slurm_marl.domain import ClusterSnapshot, Job
 from slurm_marl.replay.plan import parse_job_name
-from slurm_marl.sim.perf import Neighbourhood, PerfParams, job_speed
+from slurm_marl.sim.perf import Neighbourhood, PerfParams, job_speed, snapshot_neighbourhoods
 
 log = logging.getLogger(__name__)
 
@@ -30,66 +30,8 @@ def _model(job: Job) -> str | None:
 
 
 def neighbourhoods(snap: ClusterSnapshot) -> dict[int, tuple[str | None, Neighbourhood]]:
-    """For every running job: (its model, what it shares) as the performance model reads it."""
-    running = [j for j in snap.jobs if j.state is JobState.RUNNING and j.gpu_alloc]
-    # (node, group) -> {job id: GPUs there}
-    group_jobs: dict[tuple[str, int], dict[int, int]] = {}
-    leaf_multi: dict[str, set[int]] = {}
-    for j in running:
-        node_names = [n for n, _ in j.gpu_alloc]
-        for node_name, indices in j.gpu_alloc:
-            node = snap.node(node_name)
-            if node is None:
-                continue
-            for i in indices:
-                g = node.group_of_gpu(i)
-                if g is not None:
-                    slot = group_jobs.setdefault((node_name, g.index), {})
-                    slot[j.job_id] = slot.get(j.job_id, 0) + 1
-        if len(node_names) > 1:
-            for n in node_names:
-                leaf = snap.leaf_of(n)
-                if leaf:
-                    leaf_multi.setdefault(leaf, set()).add(j.job_id)
-    models = {j.job_id: _model(j) for j in running}
-    out = {}
-    for j in running:
-        groups, nodes, leaves = [], [], set()
-        mine_groups = set()
-        for node_name, indices in j.gpu_alloc:
-            node = snap.node(node_name)
-            if node is None:
-                continue
-            leaf = snap.leaf_of(node_name)
-            if leaf:
-                leaves.add(leaf)
-            per_group: dict[int, int] = {}
-            for i in indices:
-                g = node.group_of_gpu(i)
-                if g is not None:
-                    per_group[g.index] = per_group.get(g.index, 0) + 1
-            for gi, mine in per_group.items():
-                mine_groups.add((node_name, gi))
-                size = node.gpu_groups[gi].gpu_count if gi < len(node.gpu_groups) else mine
-                others = tuple((models.get(o), k) for o, k in
-                               group_jobs.get((node_name, gi), {}).items() if o != j.job_id)
-                groups.append((mine, size, others))
-            others_node = []
-            for g in node.gpu_groups:
-                if (node_name, g.index) in mine_groups:
-                    continue
-                others_node.extend((models.get(o), k) for o, k in
-                                   group_jobs.get((node_name, g.index), {}).items()
-                                   if o != j.job_id)
-            nodes.append((len(indices), node.gpu_count, tuple(others_node)))
-        leaf_models: tuple = ()
-        if len(j.gpu_alloc) > 1:
-            ids = set().union(*(leaf_multi.get(leaf, set()) for leaf in leaves)) - {j.job_id}
-            leaf_models = tuple(models.get(o) for o in sorted(ids))
-        out[j.job_id] = (models[j.job_id], Neighbourhood(
-            groups=tuple(groups), nodes=tuple(nodes), n_groups=len(groups),
-            n_nodes=len(nodes), n_leaves=len(leaves), leaf_models=leaf_models))
-    return out
+    """For every running replay job: (its model, from its name; what it shares)."""
+    return snapshot_neighbourhoods(snap, _model)
 
 
 def speeds(snap: ClusterSnapshot, params: PerfParams) -> dict[int, float]:

@@ -2,7 +2,7 @@
 
 It advances its progress at the speed the interference oracle writes for it
 (``<dir>/speed/<jobid>``, 1.0 until the oracle has seen it) and ends when its work is done.
-Progress is checkpointed to ``<dir>/progress/<jobid>``, so a job Tiresias preempted
+Progress is checkpointed to ``<dir>/progress/<jobid>`` (work done and the time), so a job Tiresias preempted
 (requeued) resumes where it stopped, after a restart delay, as in the simulator.
 Standard library only: dozens of these run at once on a small machine.
 """
@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
 from pathlib import Path
 
 
 def _read_float(path: Path, default: float) -> float:
+    """The first number in ``path`` (a progress file also carries the time it was written)."""
     try:
-        return float(path.read_text().strip() or default)
+        text = path.read_text().split()
+        return float(text[0]) if text else default
     except (OSError, ValueError):
         return default
+
+
+def _progress(done: float) -> str:
+    # "<seconds of work at full speed> <unix time>": the agent's progress reader
+    # (`agent.progress_dir`) turns two such lines into an observed speed.
+    return f"{done:.4f} {time.time():.3f}\n"
 
 
 def _write(path: Path, text: str) -> None:
@@ -50,15 +59,27 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.restart_delay)  # reload the checkpoint, rebuild the input pipeline
     last = time.monotonic()
     saved = last
+    state = {"done": done}
+
+    def _checkpoint_and_stop(signum, _frame):
+        # Slurm signals a requeued (preempted) job with SIGTERM, KillWait before SIGKILL: a
+        # training job checkpoints here, so it resumes where it stopped, as in the simulator.
+        _write(progress_file, _progress(state["done"]))
+        log.write(f"stop {time.time():.3f}\n")
+        log.close()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, _checkpoint_and_stop)
     while done < args.work:
         time.sleep(args.tick)
         now = time.monotonic()
         done += _read_float(speed_file, 1.0) * (now - last)
+        state["done"] = done
         last = now
-        if now - saved > 1.0:
-            _write(progress_file, f"{done:.4f}\n")
+        if now - saved > 0.5:
+            _write(progress_file, _progress(done))
             saved = now
-    _write(progress_file, f"{done:.4f}\n")
+    _write(progress_file, _progress(done))
     log.write(f"end {time.time():.3f}\n")
     log.close()
     return 0

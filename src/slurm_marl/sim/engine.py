@@ -30,7 +30,7 @@ from slurm_marl.domain import (ClusterSnapshot, Job, JobState, Node, Place, Pree
 from slurm_marl.policy.framework import Policy
 from slurm_marl.sim.cluster import SimCluster
 from slurm_marl.sim.models import assign_model_types
-from slurm_marl.sim.perf import Neighbourhood, PerfParams, job_speed
+from slurm_marl.sim.perf import Neighbourhood, PerfParams, job_speed, sample_colocated
 from slurm_marl.sim.traces import TraceJob
 
 FINISH, ARRIVAL, WAKE, TICK = 0, 1, 2, 3
@@ -117,7 +117,7 @@ def _with_attained(job: Job, attained: float) -> Job:
 class Simulator:
     def __init__(self, cluster: SimCluster, trace: list[TraceJob], policy: Policy, *,
                  interference: str = "none", seed: int = 0, restart_delay_s: float = 30.0,
-                 cycle_period_s: float = 0.0, collect_samples: bool = False,
+                 start_latency_s: float = 0.0, cycle_period_s: float = 0.0, collect_samples: bool = False,
                  sample_noise: float = 0.02, min_sample_s: float = 60.0,
                  skip_idle_cycles: bool = True, drop_oversized: bool = False,
                  progress: Callable[[int, int], None] | None = None,
@@ -126,6 +126,7 @@ class Simulator:
         self.policy = policy
         self.perf = perf or PerfParams(strength=interference)
         self.restart_delay_s = restart_delay_s
+        self.start_latency_s = start_latency_s
         self.cycle_period_s = cycle_period_s
         self.collect_samples = collect_samples
         self.sample_noise = sample_noise
@@ -307,6 +308,9 @@ class Simulator:
         j.stint_start_s = now
         j.seg_start_s = now
         j.speed = 1.0
+        # A real resource manager needs a moment between the decision and the job's program
+        # running (scheduler pass, launch): the GPUs are held, no progress is made.
+        j.extra_work_s += self.start_latency_s
         if j.first_start_s is None:
             j.first_start_s = now
         j.job_obj = None
@@ -431,24 +435,11 @@ class Simulator:
     def _emit_sample(self, j: SimJob, now: float, elapsed: float) -> None:
         hood = j.hood if j.hood is not None else self._neighbourhood(j)
         noise = math.exp(self.rng.gauss(0.0, self.sample_noise)) if self.sample_noise else 1
-        gpu_level = sorted(m or "unknown" for ms in hood.gpu_models for m in ms)
-        group_level = sorted(m or "unknown" for _, _, others in hood.groups
-                             for m, _ in others)
-        if gpu_level:
-            rest = list(group_level)
-            for m in gpu_level:
-                if m in rest:
-                    rest.remove(m)
-            group_level = rest
         self.samples.append({
             "time_s": round(now, 3), "job_id": j.job_id, "model_type": j.model_type,
             "num_gpus": j.num_gpus, "groups": hood.n_groups, "nodes": hood.n_nodes,
             "leaves": hood.n_leaves, "cross_leaf": hood.n_leaves > 1,
-            "colocated": {
-                "gpu": gpu_level, "group": group_level,
-                "node": sorted(m or "unknown" for _, _, others in hood.nodes
-                               for m, _ in others),
-                "leaf": sorted(m or "unknown" for m in hood.leaf_models)},
+            "colocated": sample_colocated(hood),
             "duration_s": round(elapsed, 3), "speed": round(j.speed * noise, 5),
             "strength": self.perf.strength})
 
