@@ -30,7 +30,7 @@ def test_replay_completes_every_job(mode, tmp_path, monkeypatch):
     (tmp_path / "jobs" / "1.log").write_text("start 1.0 0\nend 2.0\n")
     monkeypatch.chdir(tmp_path.parent)  # a relative results folder, as the CLI default is
     res = run_replay(plan, SPEC, mode, Path(tmp_path.name), profile="las-consolidate",
-                     interference="high", timeout_s=120)
+                     interference="high", timeout_s=120, sample_min_s=1.0)
     s = res.summary()
     assert s["completed"] == s["jobs"] == 6
     for j in res.jobs:
@@ -43,3 +43,14 @@ def test_replay_completes_every_job(mode, tmp_path, monkeypatch):
     assert saved["summary"]["completed"] == 6
     if mode == "agent":
         assert "slurm-marl agent starting" in (tmp_path / "daemon.log").read_text()
+        # the agent turned the payloads' progress reports into observed-speed samples
+        from slurm_marl.daemon.store import Store
+        from slurm_marl.models.interference import check_sample
+        samples = Store(tmp_path / "state" / "state.sqlite").speed_samples()
+        assert res.speed_samples == len(samples) >= 1
+        from slurm_marl.policy.modeltypes import model_family
+        names = {model_family(j.model_type) for j in plan.jobs}
+        for sample in samples:
+            check_sample(sample, "stored sample")
+            assert model_family(sample["model_type"]) in names and 0 < sample["speed"] <= 1.0
+            assert sample["duration_s"] >= 1.0

@@ -49,6 +49,54 @@ def test_train_interference_bad_samples(files):
     assert "bad.jsonl:2: speed='fast' is not a number" in " ".join(result.output.split())
 
 
+def test_train_interference_from_the_agents_store(files, tiny_samples, tmp_path):
+    """`--from-store`: the speeds the daemon observed (speed_samples table) train the model,
+    alone or together with simulator samples; an empty or missing store is a clear error."""
+    from slurm_marl.daemon.store import Store
+
+    store = Store(tmp_path / "state" / "state.sqlite")
+    store.add_speed_samples({**s, "source": "observed"} for s in tiny_samples)
+    store.close()
+    result = runner.invoke(app, ["interference", "--from-store", str(tmp_path / "state"),
+                                 "--out", str(tmp_path / "im"), "--epochs", "25", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output[result.output.index("{"):])
+    assert doc["train_samples"] + doc["val_samples"] == len(tiny_samples)
+    assert doc["val_mae"] < doc["baseline_val_mae"]
+    assert doc["samples_file"].startswith("store:")
+    both = runner.invoke(app, ["interference", "--from-store", str(tmp_path / "state"),
+                               "--samples", str(files / "samples.jsonl"),
+                               "--out", str(tmp_path / "im2"), "--epochs", "1", "--json"])
+    doc2 = json.loads(both.output[both.output.index("{"):])
+    assert doc2["train_samples"] + doc2["val_samples"] == 2 * len(tiny_samples)
+    Store(tmp_path / "empty.sqlite").close()
+    empty = runner.invoke(app, ["interference", "--from-store", str(tmp_path / "empty.sqlite"),
+                                "--out", str(tmp_path / "x")])
+    assert empty.exit_code == 2 and "no observed speed samples" in " ".join(empty.output.split())
+    missing = runner.invoke(app, ["interference", "--from-store", str(tmp_path / "nope"),
+                                  "--out", str(tmp_path / "x")])
+    assert missing.exit_code == 2 and "no state store" in " ".join(missing.output.split())
+    neither = runner.invoke(app, ["interference", "--out", str(tmp_path / "x")])
+    assert neither.exit_code == 2 and "--from-store" in " ".join(neither.output.split())
+
+
+def test_least_interference_uses_a_trained_model_file(files, tmp_path):
+    from slurm_marl.policy.place.least_interference import build
+    from slurm_marl.policy.plugins import PluginError
+    from slurm_marl.domain import Job
+
+    runner.invoke(app, ["interference", "--samples", str(files / "samples.jsonl"),
+                        "--out", str(tmp_path / "im"), "--epochs", "8"])
+    lif = build({"model_path": str(tmp_path / "im" / "interference.pt")})
+    job = Job(1, model_type="resnet50")
+    alone = lif.estimator.predict_speed(job, {"span": ()})
+    crowded = lif.estimator.predict_speed(job, {"group": ("vgg19",) * 3,
+                                                "node": ("lm",) * 4})
+    assert 0 < crowded < alone <= 1
+    with pytest.raises(PluginError, match="does not exist"):
+        build({"model_path": str(tmp_path / "none.pt")})
+
+
 def test_train_marl_resume_and_evaluate(files):
     runner.invoke(app, ["interference", "--samples", str(files / "samples.jsonl"),
                         "--out", str(files / "im3"), "--epochs", "8"])

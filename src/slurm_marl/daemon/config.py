@@ -38,6 +38,8 @@ class AgentSection:
     priority_base: int = 1_000_000
     state_dir: str = "/var/lib/slurm-marl"
     watchdog: bool = True
+    progress_dir: str = ""          # jobs' progress reports -> observed speeds ("" = off)
+    sample_min_s: float = 5.0       # shortest stretch of one co-location that makes a sample
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("agent", "grace_s"): (1, 3600),
     ("agent", "reservation_minutes"): (1, 1440),
     ("agent", "priority_base"): (0, 4_000_000_000),
+    ("agent", "sample_min_s"): (0.5, 86400),
     ("metrics", "port"): (0, 65535),
 }
 _SECTIONS = {"slurm": SlurmSection, "agent": AgentSection, "metrics": MetricsSection,

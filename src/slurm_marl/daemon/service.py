@@ -101,6 +101,12 @@ class Agent:
         # Jobs told to start that Slurm has not started yet: job id -> (placement, when).
         self._inflight: dict[int, tuple[Place, float]] = {}
         self.last_report: CycleReport | None = None
+        self.sampler = None
+        if config.agent.progress_dir:
+            from slurm_marl.daemon.progress import ProgressSampler, usable_dir
+            usable_dir(config.agent.progress_dir)  # warns now if it is not there yet
+            self.sampler = ProgressSampler(config.agent.progress_dir,
+                                           config.agent.sample_min_s)
 
     # ---- one cycle ----------------------------------------------------------------------
     def cycle(self) -> CycleReport:
@@ -141,6 +147,7 @@ class Agent:
         acc = account(raw, records, self._colocated)
         snap = self._with_signatures(acc)
         self.store.save_jobs(acc.records)
+        self._sample_speeds(snap)
         for run in acc.finished_runs:
             self.store.record_outcome(run.job_id, run.run, user=run.user, name=run.name,
                                       model_type=run.model_type,
@@ -185,6 +192,19 @@ class Agent:
             report.cycle, snap.time_s,
             [(r.decision, r.status.value, r.message) for r in results]
             + [(d, "planned", "waits; nothing written") for d in advice])
+
+    def _sample_speeds(self, snap: ClusterSnapshot) -> None:
+        """Observed speeds from jobs' progress reports (``agent.progress_dir``); a failure
+        here costs samples, never the cycle."""
+        if self.sampler is None:
+            return
+        try:
+            samples = self.sampler.observe(snap)
+            if samples:
+                self.store.add_speed_samples(samples)
+        except Exception:
+            log.exception("speed sampling failed this cycle; samples in progress dropped")
+            self.sampler.forget()
 
     def _hold_inflight(self, snap: ClusterSnapshot) -> ClusterSnapshot:
         """Slurm starts a released job a moment after ``StartTime=now``. Until it does (or

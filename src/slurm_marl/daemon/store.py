@@ -4,7 +4,8 @@ What must outlive a restart lives here: per-job scheduling state (attained GPU s
 last run length, queue, preemptions), what was last written to Slurm (so only changes are
 written), the reservations the agent created, every decision with its reason and Slurm's
 answer (for `slurm-marl decisions` / `explain`), cycle reports, and per-job outcomes as
-samples for retraining the interference model.
+records of each run, and the speeds jobs were observed to run at with their co-location
+(`slurm-marl train interference --from-store`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ CREATE TABLE IF NOT EXISTS outcomes (
     num_gpus INTEGER, nodes TEXT, gpu_alloc TEXT, colocated TEXT,
     start_s REAL, end_s REAL, state TEXT,
     PRIMARY KEY (job_id, run)
+);
+CREATE TABLE IF NOT EXISTS speed_samples (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time_s REAL NOT NULL, job_id INTEGER NOT NULL, run INTEGER NOT NULL,
+    sample TEXT NOT NULL                        -- JSON, the interference model's format
 );
 """
 
@@ -278,6 +284,20 @@ class Store:
     def cycles(self, limit: int = 10) -> list[dict]:
         return [dict(r) for r in self.db.execute(
             "SELECT * FROM cycles ORDER BY cycle DESC LIMIT ?", (limit,))]
+
+    def add_speed_samples(self, samples: Iterable[dict]) -> int:
+        rows = [(float(s.get("time_s", time.time())), int(s["job_id"]), int(s.get("run", 0)),
+                 json.dumps(s, sort_keys=True)) for s in samples]
+        if rows:
+            with self.transaction() as db:
+                db.executemany("INSERT INTO speed_samples (time_s, job_id, run, sample) "
+                               "VALUES (?, ?, ?, ?)", rows)
+        return len(rows)
+
+    def speed_samples(self) -> list[dict]:
+        """Observed (co-location -> speed) samples, oldest first."""
+        return [json.loads(r[0]) for r in
+                self.db.execute("SELECT sample FROM speed_samples ORDER BY id")]
 
     def outcomes(self) -> list[dict]:
         return [dict(r) for r in self.db.execute("SELECT * FROM outcomes ORDER BY end_s")]

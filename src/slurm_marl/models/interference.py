@@ -297,7 +297,8 @@ def load_state_dict(path: Path) -> dict:
 
 # -- reading samples ----------------------------------------------------------------------
 
-def _check_sample(obj, where: str) -> dict:
+def check_sample(obj, where: str) -> dict:
+    """``obj`` if it is a valid sample, else SampleFormatError naming ``where``."""
     if not isinstance(obj, dict):
         raise SampleFormatError(f"{where}: a sample must be a JSON object")
     try:
@@ -342,7 +343,7 @@ def load_samples(path: str | Path) -> list[dict]:
         for i, row in enumerate(rows):
             row.setdefault("num_gpus", int(row.get("groups", 1)))
             row["colocated"] = {k: list(v) for k, v in row["colocated"].items()}
-            out.append(_check_sample(row, f"{path}:{i + 2}"))
+            out.append(check_sample(row, f"{path}:{i + 2}"))
         return out
     try:
         with open(path, encoding="utf-8") as fh:
@@ -354,7 +355,7 @@ def load_samples(path: str | Path) -> list[dict]:
                 except json.JSONDecodeError as exc:
                     raise SampleFormatError(f"{path}:{line_no}: invalid JSON: {exc.msg}") \
                         from None
-                out.append(_check_sample(obj, f"{path}:{line_no}"))
+                out.append(check_sample(obj, f"{path}:{line_no}"))
     except UnicodeDecodeError:
         raise SampleFormatError(f"{path}: not a UTF-8 text file") from None
     return out

@@ -35,7 +35,7 @@ def _fmt(v, digits=0):
 def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_per_socket: int,
                    profile: str, interference: str, out: Path, seed: int,
                    modes: tuple[str, ...] = ("slurm", "agent"), console: Console | None = None,
-                   timeout_s: float = 3600.0) -> dict:
+                   timeout_s: float = 3600.0, interference_model: Path | None = None) -> dict:
     """Run the window in each mode on a fresh cluster, plus the simulator's prediction."""
     from slurm_marl.replay.plan import plan_replay, sim_cluster_spec
     from slurm_marl.replay.runner import run_replay
@@ -67,19 +67,24 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
 
             res = run_replay(plan, spec, mode, out / mode, profile=profile,
                              interference=interference, progress=progress,
-                             timeout_s=timeout_s)
+                             timeout_s=timeout_s, interference_model=interference_model)
         results[mode] = res.summary()
         series[label] = res.jct_trace_s()
     cluster = sim_cluster_spec(spec)
+    estimator = None
+    if interference_model is not None:
+        from slurm_marl.models.interference import InterferenceModel
+        estimator = InterferenceModel.load(interference_model)
     predicted = {}
     for mode, prof in (("slurm", "fifo-backfill"), ("agent", profile)):
         if mode not in modes:
             continue
         run = simulate(list(plan.sim_trace), cluster, prof, interference=interference,
-                       seed=seed)
+                       seed=seed, estimator=estimator if mode == "agent" else None)
         predicted[mode] = run.summary
     report = {"trace": str(trace), "window": window, "speedup": speedup, "jobs": len(plan.jobs),
               "dropped": list(plan.dropped), "cluster": cluster, "interference": interference,
+              "interference_model": str(interference_model) if interference_model else None,
               "measured": results, "simulated": predicted}
     if "slurm" in results and "agent" in results:
         m_s, m_a = results["slurm"]["avg_jct_s"], results["agent"]["avg_jct_s"]
@@ -124,6 +129,10 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
            out: Path = typer.Option(Path("out/replay"), help="results folder"),
            seed: int = typer.Option(0),
            mode: str = typer.Option("both", help="both, slurm or agent"),
+           interference_model: Annotated[Optional[Path], typer.Option(
+               help="interference model (`slurm-marl train interference`) for the profile's "
+                    "least_interference placement, e.g. one refreshed with --from-store")
+           ] = None,
            json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a trace window on a fresh local Slurm cluster: Slurm alone vs the agent."""
     from slurm_marl.demo import shared_data_dir
@@ -131,8 +140,12 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
     trace = trace or shared_data_dir() / "traces" / "philly.csv"
     modes = ("slurm", "agent") if mode == "both" else (mode,)
     console = Console(stderr=json_output)
+    if interference_model is not None and not interference_model.exists():
+        console.print(f"[red]error:[/] interference model {interference_model} does not exist")
+        raise typer.Exit(2)
     report = compare_replay(trace, window, speedup, nodes, gpus_per_socket, profile,
-                            interference, out, seed, modes, console)
+                            interference, out, seed, modes, console,
+                            interference_model=interference_model)
     if json_output:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -56,6 +56,7 @@ class ReplayResult:
     jobs: list[JobTimes] = field(default_factory=list)
     wall_s: float = 0.0
     oracle_mean_speed: float = 1.0
+    speed_samples: int = 0     # observed-speed samples the agent stored (agent mode)
 
     def completed(self) -> list[JobTimes]:
         return [j for j in self.jobs if j.end_s is not None]
@@ -84,12 +85,13 @@ class ReplayResult:
             "submit_late_avg_s": sum(late) / len(late) if late else None,
             "submit_late_max_s": max(late) if late else None,
             "oracle_mean_speed": self.oracle_mean_speed,
+            "speed_samples": self.speed_samples,
             "wall_s": self.wall_s,
         }
 
 
 def _agent_config(cluster: LocalCluster, out: Path, profile: str, grace_s: int,
-                  preempt: bool) -> Path:
+                  preempt: bool, sample_min_s: float) -> Path:
     cfg = out / "agent.toml"
     preempt_line = f'preempt_partitions = ["{cluster.spec.partition}"]' if preempt else ""
     cfg.write_text(f"""
@@ -104,6 +106,8 @@ managed_partitions = ["{cluster.spec.partition}"]
 {preempt_line}
 grace_s = {grace_s}
 state_dir = "{out / 'state'}"
+progress_dir = "{out / 'progress'}"
+sample_min_s = {sample_min_s}
 [metrics]
 enabled = false
 [log]
@@ -134,6 +138,7 @@ def _read_job_logs(directory: Path, times: dict[int, JobTimes], t0: float) -> No
 def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
                profile: str = "las-consolidate", interference: str = "medium",
                grace_s: int = 2, preempt: bool = True, timeout_s: float = 1800.0,
+               interference_model: Path | None = None, sample_min_s: float = 3.0,
                progress: Callable[[str, int, int], None] | None = None) -> ReplayResult:
     if mode not in ("slurm", "agent"):
         raise ValueError("mode is 'slurm' or 'agent'")
@@ -143,6 +148,7 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
     # in this folder would be read as this run's.
     for sub in ("jobs", "progress", "speed", "state"):
         shutil.rmtree(out / sub, ignore_errors=True)
+    (out / "progress").mkdir()  # the payloads' progress reports, the agent's speed samples
     lua = None
     if mode == "agent":
         lua = out / "job_submit.lua"
@@ -159,8 +165,11 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
         oracle = Oracle(CliClusterSource(runner), out, PerfParams(strength=interference),
                         tick_s=0.25).start()
         if mode == "agent":
-            scaled = time_scaled_profile(profile, plan.speedup, out)
-            cfg = _agent_config(cluster, out, str(scaled), grace_s, preempt)
+            extra = ({"least_interference": {"model_path": str(Path(interference_model)
+                                                                .resolve())}}
+                     if interference_model else None)
+            scaled = time_scaled_profile(profile, plan.speedup, out, extra)
+            cfg = _agent_config(cluster, out, str(scaled), grace_s, preempt, sample_min_s)
             daemon = subprocess.Popen([sys.executable, "-m", "slurm_marl.cli", "run",
                                        "--config", str(cfg)], env=cluster.env,
                                       stdout=(out / "daemon.log").open("w"),
@@ -215,6 +224,11 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
             except subprocess.TimeoutExpired:
                 daemon.kill()
         cluster.down()
+    if mode == "agent" and (out / "state" / "state.sqlite").exists():
+        from slurm_marl.daemon.store import Store
+        store = Store(out / "state" / "state.sqlite")
+        result.speed_samples = len(store.speed_samples())
+        store.close()
     (out / "result.json").write_text(json.dumps(
         {"summary": result.summary(), "jobs": [t.__dict__ for t in result.jobs]}, indent=2))
     return result

@@ -57,7 +57,11 @@ def dump_toml(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def time_scaled_profile(name_or_path: str, speedup: float, out_dir: Path) -> Path:
+def time_scaled_profile(name_or_path: str, speedup: float, out_dir: Path,
+                        place_params: dict | None = None) -> Path:
+    """The profile with its ``*_s`` parameters divided by ``speedup``, written to
+    ``out_dir``; ``place_params`` (plugin -> {key: value}) are merged in unscaled (e.g. a
+    least_interference ``model_path``)."""
     path = Path(name_or_path)
     if not path.is_file():
         path = PROFILES_DIR / f"{name_or_path}.toml"
@@ -70,6 +74,11 @@ def time_scaled_profile(name_or_path: str, speedup: float, out_dir: Path) -> Pat
     if isinstance(data.get("place_params"), dict):
         data["place_params"] = {k: _scale_params(v, speedup) if isinstance(v, dict) else v
                                 for k, v in data["place_params"].items()}
+    for plugin, extra in (place_params or {}).items():
+        if plugin not in (data.get("place") or {}):
+            raise ValueError(f"profile {data['name']} does not use the {plugin} placement "
+                             f"plugin, so {', '.join(extra)} would be ignored")
+        data.setdefault("place_params", {}).setdefault(plugin, {}).update(extra)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{data['name']}.toml"
     target.write_text(dump_toml(data))

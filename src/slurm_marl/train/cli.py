@@ -38,12 +38,38 @@ def _threads() -> None:
     torch.set_num_threads(1)
 
 
+def store_samples(path: Path) -> list[dict]:
+    """Observed speed samples the agent recorded (``agent.progress_dir``), validated in the
+    interference model's format; ``path`` is a state store or the ``state_dir`` holding one."""
+    from slurm_marl.daemon.store import Store, StoreError
+    from slurm_marl.models.interference import SampleFormatError, check_sample
+
+    db = path / "state.sqlite" if path.is_dir() else path
+    try:
+        store = Store.open_readonly(db)
+        raw = store.speed_samples()
+        store.close()
+    except (StoreError, ValueError) as exc:
+        raise SampleFormatError(str(exc)) from None
+    out = []
+    for i, s in enumerate(raw):
+        s = check_sample(s, f"{db}: speed sample {i + 1}")
+        # Slurm job ids restart from 1 on another cluster: keep them apart from other files'
+        out.append({**s, "job_id": f"{db}:{s.get('job_id')}"})
+    return out
+
+
 @app.command("interference")
 def interference(
-    samples: Annotated[Path, typer.Option("--samples", help="Co-location samples: JSONL "
-                                          "(or CSV) from `slurm-marl simulate --samples`.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for interference.pt and "
                                       "interference.json.")],
+    samples: Annotated[Optional[Path], typer.Option(
+        "--samples", help="Co-location samples: JSONL (or CSV) from `slurm-marl simulate "
+        "--samples`.")] = None,
+    from_store: Annotated[Optional[list[Path]], typer.Option(
+        "--from-store", help="The agent's state store (state.sqlite or its state_dir): the "
+        "speeds it observed from jobs' progress reports (agent.progress_dir). Repeatable; "
+        "combines with --samples.")] = None,
     epochs: Annotated[int, typer.Option("--epochs", min=1)] = 60,
     val_fraction: Annotated[float, typer.Option("--val-fraction", min=0.01, max=0.9,
                                                 help="Share of jobs held out.")] = 0.2,
@@ -55,19 +81,33 @@ def interference(
     from slurm_marl.models.interference import SampleFormatError, load_samples
     from slurm_marl.train.interference import train_interference
 
+    if samples is None and not from_store:
+        _fail("give --samples FILE and/or --from-store STATE (the agent's state.sqlite)")
+    rows: list[dict] = []
+    sources: list[str] = []
     try:
-        rows = load_samples(samples)
+        if samples is not None:
+            rows.extend(load_samples(samples))
+            sources.append(str(samples))
+        for path in from_store or []:
+            got = store_samples(path)
+            if not got:
+                _fail(f"{path}: no observed speed samples (is agent.progress_dir set, and do "
+                      "jobs write progress reports there?)")
+            rows.extend(got)
+            sources.append(f"store:{path}")
     except SampleFormatError as exc:
         _fail(str(exc))
     if len(rows) < 10:
-        _fail(f"{samples}: {len(rows)} samples; need at least 10 to train and validate")
+        _fail(f"{', '.join(sources)}: {len(rows)} samples; need at least 10 to train and "
+              "validate")
     with _progress("interference model") as bar:
         task = bar.add_task("train", total=epochs, status="")
         result = train_interference(
             rows, epochs=epochs, val_fraction=val_fraction, seed=seed,
             progress=lambda e, n, m: bar.update(task, completed=e,
                                                 status=f"val MAE {m:.4f}"))
-    result.model.metrics["samples_file"] = str(samples)
+    result.model.metrics["samples_file"] = " + ".join(sources)
     pt, meta = result.model.save(out)
     doc = {"weights": str(pt), "metadata": str(meta), **result.model.metrics}
     if as_json:

@@ -9,8 +9,10 @@ fewest nodes and groups, no neighbours): the job waits for a better spot, as Tir
 rule does for consolidation-sensitive models, but learned.
 
 The estimator comes from the context (``build_policy(profile, interference_estimator=...)``),
-or is fitted from a samples file (``samples_path``), else a neutral one predicts no
-interference (with a log warning).
+or is a trained interference model (``model_path``: the ``.pt`` of `slurm-marl train
+interference`, loaded with ``weights_only=True``; e.g. refreshed from the agent's own observed
+speeds with ``--from-store``), or is fitted from a samples file (``samples_path``), else a
+neutral one predicts no interference.
 """
 
 from __future__ import annotations
@@ -97,12 +99,18 @@ class LeastInterference:
 
 def build(params: Mapping, interference_estimator: InterferenceEstimator | None = None,
           **context) -> LeastInterference:
-    check_params(KEY, params, {"samples_path": str, "defer_below": (int, float),
-                               "include_neighbours": bool})
+    check_params(KEY, params, {"samples_path": str, "model_path": str,
+                               "defer_below": (int, float), "include_neighbours": bool})
     defer = float(params.get("defer_below", 0.0))
     if not 0.0 <= defer <= 1.0:
         raise PluginError(f"plugin {KEY!r}: defer_below must be in [0, 1], got {defer}")
     estimator = interference_estimator
+    if estimator is None and "model_path" in params:
+        from slurm_marl.models.interference import InterferenceModel, ModelFileError
+        try:
+            estimator = InterferenceModel.load(params["model_path"])
+        except ModelFileError as exc:
+            raise PluginError(f"plugin {KEY!r}: {exc}") from None
     if estimator is None and "samples_path" in params:
         try:
             estimator = FittedEstimator.from_file(params["samples_path"])
