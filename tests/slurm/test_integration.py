@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 import pytest
 
 from slurm_marl.domain import (EndReservation, GroupAlloc, JobState, Place, Preempt, Release,
@@ -110,6 +111,36 @@ def test_reservation_holds_nodes_for_job_and_is_cleaned_up(clean):
     assert res[0].ok, res
     c.wait_for(lambda: not c.reservation_active("slurm-marl-test"), 15, "reservation ended")
     assert c.job(job).is_running  # ending it does not disturb the job inside
+
+
+def test_a_reservation_that_runs_out_does_not_hold_its_job(clean):
+    """Fail-open: if the agent dies, its reservation expires without being ended. Slurm's
+    default then holds the pending job (RESV_DEL_HOLD, priority 0) until an admin acts; the
+    agent's reservations carry NO_HOLD_JOBS_AFTER_END, so the job just runs."""
+    c = clean
+    blocker = c.sbatch("--gres=gpu:4", "-w", "n4", "-J", "blocker", gated=False)
+    c.wait_state(blocker, "RUNNING")
+    job = c.sbatch("--gres=gpu:4", "-N", "2", "-J", "resv-expire")
+    results = c.sink.apply([Reserve(job, plugin="test", name="slurm-marl-expire",
+                                    nodes=("n3", "n4"), duration_s=120),
+                            Release(job, plugin="test")], c.source.snapshot())
+    assert all(r.ok for r in results), results
+    # the agent is gone: nobody ends the reservation; it runs out on its own
+    c.run("scontrol", "update", "ReservationName=slurm-marl-expire", "EndTime=now+2")
+    c.wait_for(lambda: not c.reservation_active("slurm-marl-expire"), 20, "reservation gone")
+
+    def settled():
+        out = c.run("squeue", "-h", "-j", str(job), "-o", "%T|%r|%v|%Q").stdout.strip()
+        fields = out.split("|")
+        return out if fields[0] != "PENDING" or fields[2] in ("", "(null)") else None
+
+    raw = c.wait_for(settled, 30, "Slurm to act on the job of the expired reservation")
+    # out of the reservation and free to run (elsewhere, if n4 is still busy), not held
+    assert raw.split("|")[0] in ("PENDING", "RUNNING"), raw
+    assert raw.split("|")[2] in ("", "(null)") and raw.split("|")[3] != "0", raw
+    c.run("scancel", str(blocker))
+    ran = c.wait_state(job, "RUNNING", timeout_s=30)
+    assert len(ran.nodes) == 2
 
 
 def test_requeue_decision_puts_running_job_back_to_pending(clean):

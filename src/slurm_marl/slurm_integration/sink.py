@@ -9,7 +9,10 @@
   so a crash between the steps can be repaired (``repair_half_done``). The written request
   is read back and checked.
 - Start: ``StartTime=now`` (the job was gated by job_submit.lua's begin time).
-- Multi-node holds: ``scontrol create reservation ... Flags=IGNORE_JOBS`` + ``Reservation=``.
+- Multi-node holds: ``scontrol create reservation ... Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END``
+  + ``Reservation=``. Without NO_HOLD_JOBS_AFTER_END a reservation that runs out (the agent
+  died and never ended it) leaves its pending job in RESV_DEL_HOLD with priority 0 forever;
+  with it the job just runs outside the reservation (fail-open).
 - Preemption: ``scontrol requeue``.
 
 Every write is idempotent; failures come back as WriteResult values, never as exceptions.
@@ -338,7 +341,8 @@ class CliDecisionSink:
         nodes = collapse_hosts(d.nodes)
         res = self._run(["scontrol", "create", "reservation", f"ReservationName={name}",
                          f"Nodes={nodes}", f"Users={users}", "StartTime=now",
-                         f"Duration={minutes}", "Flags=IGNORE_JOBS"], cmds)
+                         f"Duration={minutes}", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END"],
+                        cmds)
         if not res.ok and "duplicate" in res.message.lower():
             res = self._run(["scontrol", "update", f"ReservationName={name}", f"Nodes={nodes}",
                              f"Duration={minutes}"], cmds)
