@@ -71,7 +71,10 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
         results[mode] = res.summary()
         series[label] = res.jct_trace_s()
     cluster = sim_cluster_spec(spec)
-    estimator = None
+    # The simulator predicts with what the agent has: the given model, else (like a daemon
+    # whose profile names no model) the neutral estimator, not a pilot run's fitted one.
+    from slurm_marl.policy.interference import NeutralEstimator
+    estimator = NeutralEstimator()
     if interference_model is not None:
         from slurm_marl.models.interference import InterferenceModel
         estimator = InterferenceModel.load(interference_model)

@@ -37,7 +37,8 @@ class SimRun:
 
 def needs_estimator(profile: Profile) -> bool:
     return any(k == "least_interference" for k, _ in profile.place) \
-        and "samples_path" not in profile.place_params.get("least_interference", {})
+        and not {"samples_path", "model_path"} & set(
+            profile.place_params.get("least_interference", {}))
 
 
 def fit_estimator_from_pilot(trace: list[TraceJob], cluster: SimCluster, interference: str,
