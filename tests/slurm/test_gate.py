@@ -48,6 +48,10 @@ def test_gpu_batch_job_is_gated_marked_and_starts_on_its_own(gated):
     assert j.is_pending and j.pending_reason == "BeginTime"
     assert j.eligible_time_s >= submitted + GRACE_S - 1
     assert parse_marker(j.admin_comment).tres_per_node == "gres:gpu:2"
+    assert parse_marker(j.admin_comment).user_gave_no_nodes
+    pinned = c.sbatch("--gres=gpu:1", "-w", "n2", "-J", "users-own-node", gated=False)
+    assert parse_marker(c.job(pinned).admin_comment).required_nodes == "n2"
+    c.run("scancel", str(pinned))
     # Nobody acts: the job starts by itself after the grace (fail-open).
     ran = c.wait_state(job, "RUNNING", timeout_s=GRACE_S + 15)
     assert ran.start_time_s >= submitted + GRACE_S - 1

@@ -169,3 +169,46 @@ def test_requeued_job_placed_again_where_it_was_is_restarted(tmp_path):
     a.cycle()
     assert len(sink.calls) == before + 1
     assert any(isinstance(d, Place) for d in sink.calls[-1])
+
+
+class RecordingPolicy:
+    """Records the snapshots the agent lets the policy decide on."""
+
+    def __init__(self):
+        self.seen = []
+
+    def run_cycle(self, snapshot):
+        self.seen.append(snapshot)
+        return []
+
+
+def test_a_requeued_job_is_free_to_resume_elsewhere_unless_the_user_pinned_it(tmp_path):
+    """Slurm keeps the agent's ReqNodeList across a requeue. The marker says whether the
+    user named nodes: if not, the list is the agent's own pin and the policy sees no
+    constraint (Tiresias resumes a preempted job wherever GPUs are free)."""
+    now = 1000.0
+    own = pending(1, now, eligible_in=121, restart_count=1, required_nodes=("n1",),
+                  admin_comment="slurm-marl:v1;tpn=gres:gpu:1;tpj=;req=")
+    users = pending(2, now, eligible_in=121, restart_count=1, required_nodes=("n1",),
+                    admin_comment="slurm-marl:v1;tpn=gres:gpu:1;tpj=;req=n1")
+    unknown = pending(3, now, eligible_in=121, restart_count=1, required_nodes=("n1",),
+                      admin_comment="slurm-marl:v1;tpn=gres:gpu:1;tpj=")
+    a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (own, users, unknown), PARTS), [])
+    a.policy = RecordingPolicy()
+    a.cycle()
+    seen = a.policy.seen[-1]
+    assert seen.job(1).required_nodes == ()
+    assert seen.job(2).required_nodes == ("n1",) and seen.job(3).required_nodes == ("n1",)
+
+
+def test_fifo_inside_a_queue_keeps_the_first_submit_time_across_a_requeue(tmp_path):
+    """Slurm resets SubmitTime when it requeues a job; Tiresias orders by arrival."""
+    now = 1000.0
+    a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (pending(1, now),), PARTS), [])
+    a.policy = RecordingPolicy()
+    a.cycle()
+    requeued = replace(pending(1, now + 100, eligible_in=121, restart_count=1),
+                       submit_time_s=now + 99)
+    a.source = Source(ClusterSnapshot(now + 100, NODES, (requeued,), PARTS))
+    a.cycle()
+    assert a.policy.seen[-1].job(1).submit_time_s == now - 5

@@ -17,3 +17,13 @@ def test_unmarked_job():
     assert parse_marker("some admin note") is None
     assert with_marker(None, Marker("gres:gpu:s0:1,gres:gpu:s1:1")) == \
         "slurm-marl:v1;tpn=gres:gpu:s0:1,gres:gpu:s1:1;tpj="
+
+
+def test_required_nodes_recorded_or_unknown():
+    mine = parse_marker("slurm-marl:v1;tpn=gres:gpu:1;tpj=;req=")
+    assert mine.required_nodes == "" and mine.user_gave_no_nodes
+    users = parse_marker("slurm-marl:v1;tpn=gres:gpu:1;tpj=;req=n[1-2]")
+    assert users.required_nodes == "n[1-2]" and not users.user_gave_no_nodes
+    old = parse_marker("slurm-marl:v1;tpn=gres:gpu:1;tpj=")   # before req existed
+    assert old.required_nodes is None and not old.user_gave_no_nodes
+    assert parse_marker(with_marker("", users)) == users

@@ -158,7 +158,10 @@ def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
         attained = rec.attained_gpu_s
         if job.state is JobState.RUNNING and rec.run_start_s is not None:
             attained += rec.num_gpus * max(0.0, now - rec.run_start_s)
+        # Slurm resets SubmitTime when it requeues a job; Tiresias' FIFO inside a queue is
+        # by arrival, so the first submit time seen is kept.
         enriched.append(job.with_(attained_gpu_s=attained, last_run_s=rec.last_run_s,
+                                  submit_time_s=rec.submit_time_s or job.submit_time_s,
                                   queue_since_s=rec.queue_since_s,
                                   preemptions=rec.preemptions,
                                   model_type=job.model_type or rec.model_type))

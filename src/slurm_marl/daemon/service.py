@@ -29,6 +29,7 @@ from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Reserve, SetPriority)
+from slurm_marl.slurm_integration.marker import parse_marker
 from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
 
@@ -260,6 +261,13 @@ class Agent:
             if j.is_pending:
                 if j.pending_reason.startswith(_UNSCHEDULABLE_REASONS):
                     continue
+                if j.required_nodes:
+                    # Slurm keeps the agent's ReqNodeList across a requeue; unless the user
+                    # named nodes at submission, it is the agent's own pin, not a constraint
+                    # (else a preempted job could only ever resume where it ran before).
+                    marker = parse_marker(j.admin_comment)
+                    if marker is not None and marker.user_gave_no_nodes:
+                        j = j.with_(required_nodes=())
                 # a user's later --begin is theirs; Slurm's own delay after a requeue
                 # (cred_expire + 1 s) is not, and the agent restarts such jobs in turn
                 if (j.eligible_time_s and j.eligible_time_s > horizon

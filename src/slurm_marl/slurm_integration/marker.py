@@ -4,7 +4,13 @@ Written by ``job_submit.lua`` at submit time (or by the sink before its first re
 job whose GPU request was cleared mid-way through a two-step re-pin can always get its
 original request back. Format (no spaces, so it is one scontrol argument)::
 
-    slurm-marl:v1;tpn=gres:gpu:2;tpj=
+    slurm-marl:v1;tpn=gres:gpu:2;tpj=;req=
+
+``req`` is the node list the user asked for (``-w``), empty if none: the agent writes
+``ReqNodeList`` itself when it places a job, and after a requeue it must know that such a
+list is its own pin, free to change, and not the user's constraint. Markers written before
+``req`` existed parse with ``required_nodes=None`` (unknown: the list is kept as a
+constraint).
 
 The marker is appended after any text an admin put there, separated by ``|``.
 """
@@ -20,9 +26,17 @@ PREFIX = "slurm-marl:v1"
 class Marker:
     tres_per_node: str = ""
     tres_per_job: str = ""
+    required_nodes: str | None = None
 
     def render(self) -> str:
-        return f"{PREFIX};tpn={self.tres_per_node};tpj={self.tres_per_job}"
+        req = "" if self.required_nodes is None else f";req={self.required_nodes}"
+        return f"{PREFIX};tpn={self.tres_per_node};tpj={self.tres_per_job}{req}"
+
+    @property
+    def user_gave_no_nodes(self) -> bool:
+        """True when the job's submission named no nodes (so any ReqNodeList is the
+        agent's own pin)."""
+        return self.required_nodes == ""
 
 
 def parse_marker(admin_comment: str | None) -> Marker | None:
@@ -36,7 +50,8 @@ def parse_marker(admin_comment: str | None) -> Marker | None:
     for part in body.split(";")[1:]:
         key, _, value = part.partition("=")
         fields[key.strip()] = value.strip()
-    return Marker(tres_per_node=fields.get("tpn", ""), tres_per_job=fields.get("tpj", ""))
+    return Marker(tres_per_node=fields.get("tpn", ""), tres_per_job=fields.get("tpj", ""),
+                  required_nodes=fields.get("req"))
 
 
 def with_marker(admin_comment: str | None, marker: Marker) -> str:

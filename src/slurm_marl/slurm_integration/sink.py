@@ -222,13 +222,19 @@ class CliDecisionSink:
         if place is not None:
             fields["ReqNodeList"] = collapse_hosts(place.nodes)
             request, field, why = desired_gpu_request(place, snapshot, job)
+            marked = job is None or parse_marker(job.admin_comment) is not None
             if request and job is not None and request != self._current_request(job):
-                cleared = self._clear_gpu_request(job, field, cmds)
+                cleared = self._clear_gpu_request(job, field, cmds)  # marks it too
                 if not cleared.ok:
                     results += [self._result(d, cleared, cmds)
                                 for d in (place, prio, release) if d is not None]
                     return results
                 fields[field] = request
+                marked = True
+            if not marked:
+                # before the first pin: remember what the user asked for, nodes included
+                fields["AdminComment"] = with_marker(job.admin_comment,
+                                                     self.original_request(job))
             elif why:
                 pin_note = f"nodes only ({why})"
             if place.start_now:
@@ -275,7 +281,8 @@ class CliDecisionSink:
             tres_per_node=(G.format_gpu_request({job.gpu_type: job.gpus_per_node})
                            if job.gpus_per_node else ""),
             tres_per_job=(G.format_gpu_request({job.gpu_type: job.gpus_per_job})
-                          if job.gpus_per_job else ""))
+                          if job.gpus_per_job else ""),
+            required_nodes=collapse_hosts(job.required_nodes) if job.required_nodes else "")
 
     def _clear_gpu_request(self, job: Job, field: str, cmds: list[str]) -> CommandResult:
         """Step 1 of a re-pin: save the original request, clear it, hold the start."""
