@@ -117,7 +117,7 @@ def _with_attained(job: Job, attained: float) -> Job:
 class Simulator:
     def __init__(self, cluster: SimCluster, trace: list[TraceJob], policy: Policy, *,
                  interference: str = "none", seed: int = 0, restart_delay_s: float = 30.0,
-                 start_latency_s: float = 0.0, cycle_period_s: float = 0.0, collect_samples: bool = False,
+                 cycle_period_s: float = 0.0, collect_samples: bool = False,
                  sample_noise: float = 0.02, min_sample_s: float = 60.0,
                  skip_idle_cycles: bool = True, drop_oversized: bool = False,
                  progress: Callable[[int, int], None] | None = None,
@@ -126,7 +126,6 @@ class Simulator:
         self.policy = policy
         self.perf = perf or PerfParams(strength=interference)
         self.restart_delay_s = restart_delay_s
-        self.start_latency_s = start_latency_s
         self.cycle_period_s = cycle_period_s
         self.collect_samples = collect_samples
         self.sample_noise = sample_noise
@@ -308,9 +307,6 @@ class Simulator:
         j.stint_start_s = now
         j.seg_start_s = now
         j.speed = 1.0
-        # A real resource manager needs a moment between the decision and the job's program
-        # running (scheduler pass, launch): the GPUs are held, no progress is made.
-        j.extra_work_s += self.start_latency_s
         if j.first_start_s is None:
             j.first_start_s = now
         j.job_obj = None

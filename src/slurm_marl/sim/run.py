@@ -56,7 +56,7 @@ def fit_estimator_from_pilot(trace: list[TraceJob], cluster: SimCluster, interfe
 def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
              profile: Profile | str, *, window: Window | str | None = None,
              interference: str = "none", seed: int = 0, restart_delay_s: float = 30.0,
-             start_latency_s: float = 0.0, cycle_period_s: float = 0.0, collect_samples: bool = False,
+             cycle_period_s: float = 0.0, collect_samples: bool = False,
              estimator: InterferenceEstimator | None = None, drop_oversized: bool = False,
              progress: Callable[[int, int], None] | None = None) -> SimRun:
     jobs = trace if isinstance(trace, list) else load_trace(trace, window)
@@ -72,8 +72,7 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
         context["interference_estimator"] = estimator
     policy = build_policy(prof, **context)
     sim = Simulator(sim_cluster, jobs, policy, interference=interference, seed=seed,
-                    restart_delay_s=restart_delay_s, start_latency_s=start_latency_s,
-                    cycle_period_s=cycle_period_s,
+                    restart_delay_s=restart_delay_s, cycle_period_s=cycle_period_s,
                     collect_samples=collect_samples, drop_oversized=drop_oversized,
                     progress=progress)
     outcome = sim.run()
