@@ -572,8 +572,6 @@ class Observer:
         none = np.zeros(0, dtype=np.int64)
         if total <= 0:
             return none, [], []
-        if per_node and count > 1:
-            return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
         need = total if per_node == 0 else per_node
         allowed = np.zeros(len(state.infos), dtype=bool)
         allowed[list(state.allowed_nodes(job))] = True
@@ -585,6 +583,12 @@ class Observer:
         node_sum = np.bincount(top.flat_state_node, weights=flat_free,
                                minlength=len(state.infos))
         allowed &= node_sum >= need
+        if per_node and count > 1:
+            # the framework's multi-node generator, over the nodes that can host a share
+            # (the same filter it applies, done here in one vector pass)
+            nodes = np.flatnonzero(allowed).tolist()
+            return none, [], [c.allocs for c in generate_candidates(job, state, state.view,
+                                                                    nodes)]
         fits = (flat_free >= need) & allowed[top.flat_state_node]
         single = top.flat_state_rows[fits]
         has_fit = np.zeros(len(state.infos), dtype=bool)
