@@ -76,7 +76,7 @@ def test_baseline_is_mean_per_model_type():
 
 
 def test_model_learns_what_the_baseline_cannot():
-    result = train_interference(synthetic_samples(900), epochs=30, seed=0)
+    result = train_interference(synthetic_samples(900), epochs=30, seed=0, min_steps=0)
     m = result.metrics
     assert m["val_mae"] < 0.6 * m["baseline_val_mae"], m
     model = result.model
@@ -97,7 +97,7 @@ def test_predictions_are_in_unit_interval_even_untrained():
 
 
 def test_save_load_roundtrip_and_estimator_protocol(tmp_path):
-    model = train_interference(synthetic_samples(200), epochs=3, seed=0).model
+    model = train_interference(synthetic_samples(200), epochs=3, seed=0, min_steps=0).model
     pt, meta = model.save(tmp_path)
     assert json.loads(meta.read_text())["vocab"] == list(model.vocab.families)
     loaded = InterferenceModel.load(tmp_path)

@@ -27,4 +27,4 @@ def tiny_samples(tiny_cluster):
 @pytest.fixture(scope="session")
 def tiny_interference(tiny_samples) -> InterferenceModel:
     from slurm_marl.train.interference import train_interference
-    return train_interference(tiny_samples, epochs=25, seed=0).model
+    return train_interference(tiny_samples, epochs=25, seed=0, min_steps=0).model

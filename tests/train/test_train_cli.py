@@ -30,13 +30,13 @@ def test_registered_in_the_main_cli():
 
 def test_train_interference_writes_model_and_reports_mae(files):
     result = runner.invoke(app, ["interference", "--samples", str(files / "samples.jsonl"),
-                                 "--out", str(files / "im"), "--epochs", "8", "--json"])
+                                 "--out", str(files / "im"), "--epochs", "8", "--min-steps", "0", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output[result.output.index("{"):])
     assert doc["val_mae"] < doc["baseline_val_mae"]
     assert (files / "im" / "interference.pt").is_file()
     table = runner.invoke(app, ["interference", "--samples", str(files / "samples.jsonl"),
-                                "--out", str(files / "im2"), "--epochs", "2"])
+                                "--out", str(files / "im2"), "--epochs", "2", "--min-steps", "0"])
     assert table.exit_code == 0 and "baseline_val_mae" in table.output
 
 
@@ -58,15 +58,16 @@ def test_train_interference_from_the_agents_store(files, tiny_samples, tmp_path)
     store.add_speed_samples({**s, "source": "observed"} for s in tiny_samples)
     store.close()
     result = runner.invoke(app, ["interference", "--from-store", str(tmp_path / "state"),
-                                 "--out", str(tmp_path / "im"), "--epochs", "25", "--json"])
+                                 "--out", str(tmp_path / "im"), "--epochs", "2", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output[result.output.index("{"):])
     assert doc["train_samples"] + doc["val_samples"] == len(tiny_samples)
     assert doc["val_mae"] < doc["baseline_val_mae"]
     assert doc["samples_file"].startswith("store:")
+    assert doc["steps"] >= 2000 and doc["epochs"] > 2  # a small set gets enough passes
     both = runner.invoke(app, ["interference", "--from-store", str(tmp_path / "state"),
                                "--samples", str(files / "samples.jsonl"),
-                               "--out", str(tmp_path / "im2"), "--epochs", "1", "--json"])
+                               "--out", str(tmp_path / "im2"), "--epochs", "1", "--min-steps", "0", "--json"])
     doc2 = json.loads(both.output[both.output.index("{"):])
     assert doc2["train_samples"] + doc2["val_samples"] == 2 * len(tiny_samples)
     Store(tmp_path / "empty.sqlite").close()
@@ -86,7 +87,7 @@ def test_least_interference_uses_a_trained_model_file(files, tmp_path):
     from slurm_marl.domain import Job
 
     runner.invoke(app, ["interference", "--samples", str(files / "samples.jsonl"),
-                        "--out", str(tmp_path / "im"), "--epochs", "8"])
+                        "--out", str(tmp_path / "im"), "--epochs", "8", "--min-steps", "0"])
     lif = build({"model_path": str(tmp_path / "im" / "interference.pt")})
     job = Job(1, model_type="resnet50")
     alone = lif.estimator.predict_speed(job, {"span": ()})
@@ -99,7 +100,7 @@ def test_least_interference_uses_a_trained_model_file(files, tmp_path):
 
 def test_train_marl_resume_and_evaluate(files):
     runner.invoke(app, ["interference", "--samples", str(files / "samples.jsonl"),
-                        "--out", str(files / "im3"), "--epochs", "8"])
+                        "--out", str(files / "im3"), "--epochs", "8", "--min-steps", "0"])
     common = ["marl", "--reward-model", str(files / "im3"), "--trace",
               str(files / "trace.csv"), "--window", "rows=0:80", "--cluster", TINY_CLUSTER,
               "--jobs-per-episode", "40", "--episodes-per-update", "1",

@@ -70,7 +70,11 @@ def interference(
         "--from-store", help="The agent's state store (state.sqlite or its state_dir): the "
         "speeds it observed from jobs' progress reports (agent.progress_dir). Repeatable; "
         "combines with --samples.")] = None,
-    epochs: Annotated[int, typer.Option("--epochs", min=1)] = 60,
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="Passes over the samples "
+                                        "(more if --min-steps needs them).")] = 60,
+    min_steps: Annotated[int, typer.Option("--min-steps", min=0, help="Gradient steps at "
+                                           "least (small sample sets need many passes).")
+                         ] = 2000,
     val_fraction: Annotated[float, typer.Option("--val-fraction", min=0.01, max=0.9,
                                                 help="Share of jobs held out.")] = 0.2,
     seed: Annotated[int, typer.Option("--seed")] = 0,
@@ -104,8 +108,8 @@ def interference(
     with _progress("interference model") as bar:
         task = bar.add_task("train", total=epochs, status="")
         result = train_interference(
-            rows, epochs=epochs, val_fraction=val_fraction, seed=seed,
-            progress=lambda e, n, m: bar.update(task, completed=e,
+            rows, epochs=epochs, val_fraction=val_fraction, seed=seed, min_steps=min_steps,
+            progress=lambda e, n, m: bar.update(task, completed=e, total=n,
                                                 status=f"val MAE {m:.4f}"))
     result.model.metrics["samples_file"] = " + ".join(sources)
     pt, meta = result.model.save(out)

@@ -62,11 +62,14 @@ def mae(pred: np.ndarray, truth: np.ndarray) -> float:
 
 def train_interference(samples: Sequence[Mapping], *, epochs: int = 60, batch_size: int = 256,
                        lr: float = 3e-3, embed_dim: int = 8, hidden: int = 64,
-                       val_fraction: float = 0.2, seed: int = 0,
+                       val_fraction: float = 0.2, seed: int = 0, min_steps: int = 2000,
                        progress: Callable[[int, int, float], None] | None = None
                        ) -> InterferenceTraining:
     """Fit on the training jobs, keep the epoch with the lowest validation MAE.
 
+    At least ``min_steps`` gradient steps are taken: a small sample set (a few hundred
+    observed speeds from one day of the agent's store) is one batch per epoch, and 60 epochs
+    of it leave the network near its initial guess, worse than the per-model mean.
     ``progress(epoch, epochs, val_mae)`` is called after every epoch.
     """
     if len(samples) < 10:
@@ -84,6 +87,8 @@ def train_interference(samples: Sequence[Mapping], *, epochs: int = 60, batch_si
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     best_state, best_mae, best_epoch = None, math.inf, 0
+    batches = max(1, math.ceil(len(train) / batch_size))
+    epochs = max(epochs, math.ceil(min_steps / batches))
     for epoch in range(1, epochs + 1):
         net.train()
         order = torch.randperm(len(train), generator=gen)
@@ -108,7 +113,7 @@ def train_interference(samples: Sequence[Mapping], *, epochs: int = 60, batch_si
         "val_mae": round(best_mae, 5),
         "baseline_val_mae": round(mae(baseline, val.speed.numpy()), 5),
         "train_mae": round(_evaluate(net, train), 5),
-        "best_epoch": best_epoch, "epochs": epochs,
+        "best_epoch": best_epoch, "epochs": epochs, "steps": epochs * batches,
         "train_samples": len(train), "val_samples": len(val),
         "val_jobs": len({str(j) for j in val.job_ids}),
         "baseline": "mean speed per model type (training split)",
