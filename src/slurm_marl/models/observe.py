@@ -258,6 +258,7 @@ class Observer:
         self._live: _LiveCounts | None = None
         self._imposed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._ideal: dict[tuple, float] = {}
+        self._largest_group: tuple | None = None   # (state.infos, largest group capacity)
 
     @property
     def n_vocab(self) -> int:
@@ -551,7 +552,11 @@ class Observer:
         """Predicted speed alone on the tightest possible placement (fewest nodes, then
         fewest groups): what a placement's predicted speed is measured against."""
         nodes = state.min_nodes(job)
-        largest = max((max(i.group_cap) for i in state.infos if i.group_cap), default=1)
+        memo = self._largest_group
+        if memo is None or memo[0] is not state.infos:
+            memo = self._largest_group = (state.infos, max(
+                (max(i.group_cap) for i in state.infos if i.group_cap), default=1))
+        largest = memo[1]
         groups = max(nodes, math.ceil(max(1, total) / max(1, largest)))
         key = (self.vocab.index(job.model_type), total, groups, nodes)
         hit = self._ideal.get(key)

@@ -455,21 +455,25 @@ def _single_node_candidates(job, state, cap, nodes, need, total) -> list[Candida
     return out
 
 
-def _pack_nodes(job, state, cap, pool, total) -> list[tuple[int, int, int]] | None:
+def _pack_nodes(job, state, cap, pool, total, free_of=None
+                ) -> list[tuple[int, int, int]] | None:
     """Fill nodes with the most free GPUs first; the remainder goes to the node that fits it
-    most tightly (best fit), so a multi-node job leaves few scattered holes."""
-    order = sorted(pool, key=lambda n: (-sum(cap[n]), n))
+    most tightly (best fit), so a multi-node job leaves few scattered holes. ``free_of``
+    (node -> free GPUs) saves recounting ``cap`` when several pools are packed."""
+    if free_of is None:
+        free_of = {n: sum(cap[n]) for n in pool}
+    order = sorted(pool, key=lambda n: (-free_of[n], n))
     chosen: list[tuple[int, int]] = []
     left = total
     idx = 0
     while left > 0 and idx < len(order):
         n = order[idx]
-        free = sum(cap[n])
+        free = free_of[n]
         if free <= 0:
             break
         if free >= left:
-            rest = [m for m in order[idx:] if sum(cap[m]) >= left]
-            best = min(rest, key=lambda m: (sum(cap[m]), m))
+            best = min((m for m in order[idx:] if free_of[m] >= left),
+                       key=lambda m: (free_of[m], m))
             chosen.append((best, left))
             left = 0
             break
@@ -489,8 +493,9 @@ def _pack_nodes(job, state, cap, pool, total) -> list[tuple[int, int, int]] | No
 
 def _flexible_multi_node(job, state, cap, nodes, total) -> list[Candidate]:
     leaf_of = state.leaf_of
-    usable = [n for n in nodes if sum(cap[n]) > 0]
-    if sum(sum(cap[n]) for n in usable) < total:
+    free_of = {n: sum(cap[n]) for n in nodes}
+    usable = [n for n in nodes if free_of[n] > 0]
+    if sum(free_of[n] for n in usable) < total:
         return []
     by_leaf: dict = {}
     for n in usable:
@@ -500,9 +505,9 @@ def _flexible_multi_node(job, state, cap, nodes, total) -> list[Candidate]:
         pools.append(usable)
     out, seen = [], set()
     for pool in pools:
-        if sum(sum(cap[n]) for n in pool) < total:
+        if sum(free_of[n] for n in pool) < total:
             continue
-        allocs = _pack_nodes(job, state, cap, pool, total)
+        allocs = _pack_nodes(job, state, cap, pool, total, free_of)
         if allocs is None:
             continue
         cand = make_candidate(allocs, leaf_of)
