@@ -58,6 +58,23 @@ def test_place_pins_job_to_node_and_starts_it(clean):
     assert [r.status for r in results] == [WriteStatus.OK], results
     ran = c.wait_state(job, "RUNNING")
     assert ran.nodes == ("n4",)
+    # the first pin marks the job with its own request: no nodes of the user's
+    assert parse_marker(ran.admin_comment).user_gave_no_nodes
+
+
+def test_nodes_only_placement_marks_the_job_and_says_why(clean):
+    """A job spanning both GPU groups of a node is pinned by node only; the marker (with
+    the user's own node list, none here) is written in the same update."""
+    c = clean
+    job = c.sbatch("--gres=gpu:4", "-J", "two-groups")
+    results = c.sink.apply([Place(job, plugin="test", nodes=("n3",),
+                                  allocs=(GroupAlloc("n3", 0, 2), GroupAlloc("n3", 1, 2)))],
+                           c.source.snapshot())
+    assert results[0].ok and "nodes only" in results[0].message, results
+    ran = c.wait_state(job, "RUNNING")
+    assert ran.nodes == ("n3",)
+    marker = parse_marker(ran.admin_comment)
+    assert marker.tres_per_node == "gres:gpu:4" and marker.user_gave_no_nodes
 
 
 def test_gpu_group_pin_overrides_slurms_own_choice(clean):

@@ -231,12 +231,12 @@ class CliDecisionSink:
                     return results
                 fields[field] = request
                 marked = True
+            elif why:
+                pin_note = f"nodes only ({why})"
             if not marked:
                 # before the first pin: remember what the user asked for, nodes included
                 fields["AdminComment"] = with_marker(job.admin_comment,
                                                      self.original_request(job))
-            elif why:
-                pin_note = f"nodes only ({why})"
             if place.start_now:
                 fields["StartTime"] = "now"
         if release is not None:
