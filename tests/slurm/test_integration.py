@@ -125,7 +125,7 @@ def test_reservation_holds_nodes_for_job_and_is_cleaned_up(clean):
     assert set(ran.nodes) == {"n3", "n4"} and ran.reservation == "slurm-marl-test"
     assert c.reservation_active("slurm-marl-test")
     res = c.sink.apply([EndReservation(job, name="slurm-marl-test")])
-    assert res[0].ok, res
+    assert res[0].ok, (res[0].message, res[0].commands)
     c.wait_for(lambda: not c.reservation_active("slurm-marl-test"), 15, "reservation ended")
     assert c.job(job).is_running  # ending it does not disturb the job inside
 

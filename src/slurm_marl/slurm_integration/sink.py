@@ -365,4 +365,8 @@ class CliDecisionSink:
             # In use by a running job: end it now, the job keeps running.
             res = self._run(["scontrol", "update", f"ReservationName={name}", "EndTime=now"],
                             cmds)
+            if not res.ok and "invalid time" in res.message.lower():
+                # created this very second: an end equal to its start is refused
+                res = self._run(["scontrol", "update", f"ReservationName={name}",
+                                 "EndTime=now+2"], cmds)
         return self._result(d, res, cmds)

@@ -17,7 +17,9 @@ class CliClusterSource:
     ``scontrol show topology``: four calls, whatever the number of jobs and nodes.
 
     Partitions and topology change only on reconfiguration, so they are cached for
-    ``static_ttl_s`` (0 = read every time).
+    ``static_ttl_s`` (0 = read every time). A node equal to the one of the previous snapshot
+    is that same object: consumers that keep per-node work (the learned placement's
+    featuriser) redo it only for nodes that changed.
     """
 
     def __init__(self, runner: SlurmRunner, static_ttl_s: float = 0.0) -> None:
@@ -25,6 +27,7 @@ class CliClusterSource:
         self.static_ttl_s = static_ttl_s
         self._static: tuple[float, list, list, dict] | None = None
         self.last_problems: list[str] = []
+        self._last_nodes: dict = {}
 
     def _static_parts(self):
         now = time.monotonic()
@@ -50,6 +53,9 @@ class CliClusterSource:
         problems = list(getattr(self, "_static_problems", []))
         nodes, probs = P.nodes_from_sinfo(self.runner.run_json(["sinfo", "--json"]), leaf_of)
         problems += probs
+        last = self._last_nodes
+        nodes = [n if (old := last.get(n.name)) is None or old != n else old for n in nodes]
+        self._last_nodes = {n.name: n for n in nodes}
         jobs, probs = P.jobs_from_squeue(self.runner.run_json(["squeue", "--json"]))
         problems += probs
         for p in problems:
