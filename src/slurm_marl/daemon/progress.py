@@ -75,11 +75,16 @@ class ProgressSampler:
         running = {j.job_id: j for j in snap.jobs
                    if j.state is JobState.RUNNING and j.gpu_alloc}
         hoods = snapshot_neighbourhoods(snap, lambda j: j.model_type)
+        colocated = {job_id: sample_colocated(hood) for job_id, (_, hood) in hoods.items()}
+
+        def key(job: Job) -> str | None:
+            levels = colocated.get(job.job_id)
+            return None if levels is None else repr((job.gpu_alloc, levels))
+
         for job_id in list(self.open):
             job = running.get(job_id)
             seg = self.open[job_id]
-            key = self._key(job, hoods) if job is not None else None
-            if job is not None and key == seg.key and \
+            if job is not None and key(job) == seg.key and \
                     (job.start_time_s or seg.run_start_s) == seg.run_start_s:
                 if seg.first is None:
                     seg.first = self._report(job_id, seg.run_start_s)
@@ -97,17 +102,9 @@ class ProgressSampler:
                       "num_gpus": sum(len(i) for _, i in job.gpu_alloc) or job.num_gpus,
                       "groups": max(1, hood.n_groups), "nodes": max(1, hood.n_nodes),
                       "leaves": max(1, hood.n_leaves), "cross_leaf": hood.n_leaves > 1,
-                      "colocated": sample_colocated(hood), "source": "observed"}
-            self.open[job_id] = _Segment(self._key(job, hoods), sample, start,
-                                         self._report(job_id, start))
+                      "colocated": colocated[job_id], "source": "observed"}
+            self.open[job_id] = _Segment(key(job), sample, start, self._report(job_id, start))
         return out
-
-    @staticmethod
-    def _key(job: Job, hoods: dict) -> str | None:
-        entry = hoods.get(job.job_id)
-        if entry is None:
-            return None
-        return repr((job.gpu_alloc, sample_colocated(entry[1])))
 
     def _close(self, job_id: int, seg: _Segment) -> dict | None:
         first = seg.first

@@ -258,7 +258,6 @@ class Observer:
         self._live: _LiveCounts | None = None
         self._imposed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._ideal: dict[tuple, float] = {}
-        self._largest_group: tuple | None = None   # (state.infos, largest group capacity)
 
     @property
     def n_vocab(self) -> int:
@@ -552,12 +551,7 @@ class Observer:
         """Predicted speed alone on the tightest possible placement (fewest nodes, then
         fewest groups): what a placement's predicted speed is measured against."""
         nodes = state.min_nodes(job)
-        memo = self._largest_group
-        if memo is None or memo[0] is not state.infos:
-            memo = self._largest_group = (state.infos, max(
-                (max(i.group_cap) for i in state.infos if i.group_cap), default=1))
-        largest = memo[1]
-        groups = max(nodes, math.ceil(max(1, total) / max(1, largest)))
+        groups = max(nodes, math.ceil(max(1, total) / max(1, state.largest_group_cap)))
         key = (self.vocab.index(job.model_type), total, groups, nodes)
         hit = self._ideal.get(key)
         if hit is None:
@@ -577,6 +571,8 @@ class Observer:
         none = np.zeros(0, dtype=np.int64)
         if total <= 0:
             return none, [], []
+        if per_node and count > 1:
+            return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
         need = total if per_node == 0 else per_node
         allowed = np.zeros(len(state.infos), dtype=bool)
         allowed[list(state.allowed_nodes(job))] = True
@@ -588,12 +584,6 @@ class Observer:
         node_sum = np.bincount(top.flat_state_node, weights=flat_free,
                                minlength=len(state.infos))
         allowed &= node_sum >= need
-        if per_node and count > 1:
-            # the framework's multi-node generator, over the nodes that can host a share
-            # (the same filter it applies, done here in one vector pass)
-            nodes = np.flatnonzero(allowed).tolist()
-            return none, [], [c.allocs for c in generate_candidates(job, state, state.view,
-                                                                    nodes)]
         fits = (flat_free >= need) & allowed[top.flat_state_node]
         single = top.flat_state_rows[fits]
         has_fit = np.zeros(len(state.infos), dtype=bool)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from slurm_marl.domain import ClusterSnapshot, Job, JobState, Node
 
@@ -280,6 +281,11 @@ class CycleState:
             nodes = tuple(n for n in nodes if infos[n].name not in exc)
         return nodes
 
+    @cached_property
+    def largest_group_cap(self) -> int:
+        """GPUs in the largest GPU group of the cluster (1 if it has none)."""
+        return max((max(i.group_cap) for i in self.infos if i.group_cap), default=1)
+
     def min_nodes(self, job: Job) -> int:
         """The fewest nodes any placement of this job could use on this cluster."""
         total, per_node, count = job_shape(job)
@@ -455,13 +461,10 @@ def _single_node_candidates(job, state, cap, nodes, need, total) -> list[Candida
     return out
 
 
-def _pack_nodes(job, state, cap, pool, total, free_of=None
-                ) -> list[tuple[int, int, int]] | None:
+def _pack_nodes(job, state, cap, pool, total, free_of) -> list[tuple[int, int, int]] | None:
     """Fill nodes with the most free GPUs first; the remainder goes to the node that fits it
-    most tightly (best fit), so a multi-node job leaves few scattered holes. ``free_of``
-    (node -> free GPUs) saves recounting ``cap`` when several pools are packed."""
-    if free_of is None:
-        free_of = {n: sum(cap[n]) for n in pool}
+    most tightly (best fit), so a multi-node job leaves few scattered holes. ``free_of``:
+    node -> free GPUs in ``cap``, counted once for all the pools of a job."""
     order = sorted(pool, key=lambda n: (-free_of[n], n))
     chosen: list[tuple[int, int]] = []
     left = total

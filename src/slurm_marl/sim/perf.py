@@ -28,12 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from slurm_marl.domain import ClusterSnapshot, Job, JobState
 from slurm_marl.sim.models import family_profile, sharing_factor
-
-if TYPE_CHECKING:
-    from slurm_marl.domain import ClusterSnapshot, Job
 
 STRENGTHS = {"none": 0.0, "low": 0.25, "medium": 0.5, "high": 1.0}
 
@@ -127,11 +124,10 @@ def job_speed(model: str | None, hood: Neighbourhood, params: PerfParams) -> flo
     return share / (1.0 + penalty(model, hood, params))
 
 
-def snapshot_neighbourhoods(snap: "ClusterSnapshot", model_of: Callable[["Job"], str | None]
+def snapshot_neighbourhoods(snap: ClusterSnapshot, model_of: Callable[[Job], str | None]
                             ) -> dict[int, tuple[str | None, Neighbourhood]]:
     """For every running job of a real cluster's snapshot: (its model, what it shares) as the
     performance model reads it. ``model_of`` names a job's model (its signature)."""
-    from slurm_marl.domain import JobState
     running = [j for j in snap.jobs if j.state is JobState.RUNNING and j.gpu_alloc]
     # (node, group) -> {job id: GPUs there}
     group_jobs: dict[tuple[str, int], dict[int, int]] = {}

@@ -54,7 +54,7 @@ class CliClusterSource:
         nodes, probs = P.nodes_from_sinfo(self.runner.run_json(["sinfo", "--json"]), leaf_of)
         problems += probs
         last = self._last_nodes
-        nodes = [n if (old := last.get(n.name)) is None or old != n else old for n in nodes]
+        nodes = [old if (old := last.get(n.name)) == n else n for n in nodes]
         self._last_nodes = {n.name: n for n in nodes}
         jobs, probs = P.jobs_from_squeue(self.runner.run_json(["squeue", "--json"]))
         problems += probs

@@ -68,8 +68,7 @@ class LeastInterference:
     def ideal_speed(self, job: Job, state: CycleState) -> float:
         total, per_node, count = job_shape(job)
         nodes = state.min_nodes(job)
-        largest_group = max((max(i.group_cap) for i in state.infos if i.group_cap), default=1)
-        groups = max(nodes, math.ceil(total / largest_group))
+        groups = max(nodes, math.ceil(total / state.largest_group_cap))
         return float(self.estimator.predict_speed(job, {"span": span_tags(groups, nodes, 1)}))
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
