@@ -217,3 +217,50 @@ def test_the_shipped_demo_checkpoint_drives_the_demo_cluster(caplog):
             demo, [pending(1, 1, "gpu"), pending(2, 2, "gpu"), pending(3, 4, "gpu")])))
     assert "placing with" not in caplog.text and "no agent" not in caplog.text
     assert set(got) == {1, 2, 3} and all(d.plugin == "learned" for d in got.values())
+
+
+def test_a_deferral_stands_until_the_options_change_and_is_bounded_from_the_first(
+        tiny_cluster, tiny_interference):
+    """The agent is not asked again about a job it deferred while the job's options are
+    unchanged; ``max_defer_s`` counts from the first deferral, not from queueing."""
+    from slurm_marl.models.observe import Observer
+    from slurm_marl.policy.framework import Policy
+    from slurm_marl.policy.place.learned import Choice, LearnedPlacement
+    from slurm_marl.policy.plugins import build_plugin
+
+    asked = []
+
+    def choose(obs, state):
+        asked.append(state.now_s)
+        if bool(obs.mask[obs.defer_action]):
+            return Choice(defer=True, action=obs.defer_action)
+        group = obs.valid_groups()[0]
+        return Choice(allocs=obs.allocs_for(group), action=group)
+
+    observer = Observer(tiny_interference, ("a", "b"), max_defer_s=1000.0)
+    plugin = LearnedPlacement(observer, choose, build_plugin("place", "consolidate"))
+    profile = load_profile("las-consolidate")
+    policy = Policy(profile, build_plugin("order", profile.order, profile.order_params),
+                    [(plugin, 1.0)])
+    job = pending(1, 1, "a", queued_s=-5000.0)      # queued long before: irrelevant now
+    for now in (100.0, 500.0, 900.0):
+        assert not places(policy.run_cycle(snapshot_with_pending(tiny_cluster, [job], now)))
+    assert asked == [100.0]                         # the deferral stood at 500 and 900
+    got = places(policy.run_cycle(snapshot_with_pending(tiny_cluster, [job], 1100.0)))
+    assert asked == [100.0, 1100.0] and set(got) == {1}   # 1000 s after the first defer
+
+
+def test_what_if_parameters(checkpoint):
+    from slurm_marl.policy.place.least_interference import LeastInterference
+    from slurm_marl.policy.plugins import PluginError, build_plugin
+    plugin = build_plugin("place", "learned", {"checkpoint": str(checkpoint)})
+    assert isinstance(plugin.what_if, LeastInterference)
+    assert plugin.what_if.defer_below == 0.8
+    assert plugin.what_if.estimator is plugin.observer.model
+    plugin = build_plugin("place", "learned", {"checkpoint": str(checkpoint),
+                                               "what_if": "consolidate"})
+    assert plugin.what_if.key == "consolidate"
+    with pytest.raises(PluginError, match="what_if must be a heuristic"):
+        build_plugin("place", "learned", {"what_if": "learned"})
+    with pytest.raises(PluginError, match=r"what_if_defer_below must be in \[0, 1\]"):
+        build_plugin("place", "learned", {"what_if_defer_below": 1.5})

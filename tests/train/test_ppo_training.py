@@ -49,7 +49,7 @@ def test_exploration_takes_heuristic_choices_with_true_behaviour_probability(
     policy = PlacementPolicy(policy_config(tiny_interference, ("a", "b"), "multi"))
     _, infos = env.reset(seed=0)
     gen = torch.Generator().manual_seed(0)
-    agent, action, logp, _, raw = act(policy, env, infos, 1.0, gen, random.Random(0))
+    agent, action, logp, _, raw, _, _ = act(policy, env, infos, 1.0, gen, random.Random(0))
     assert action in (infos[agent]["pack_action"], infos[agent]["balance_action"])
     assert logp <= 0.0 and logp > -2.0        # a 25% or 75% (or both) mixture weight
     env.close()
@@ -118,4 +118,57 @@ def test_resume_refuses_another_setup(trained, tiny_cluster, tiny_interference):
                        mode="single")
     with pytest.raises(ValueError, match="agents"):
         train(env, tiny_interference, PPOConfig(updates=9), out, resume=True)
+    env.close()
+
+
+def _teacher_agreement(env, policy, workloads) -> float:
+    """Share of the teacher's decisions (on the teacher's own trajectory) that the greedy
+    policy would take too."""
+    greedy = greedy_chooser(policy, env)
+    hits = total = 0
+
+    def choose(infos):
+        nonlocal hits, total
+        active = next(a for a, i in infos.items() if i["active"])
+        teacher = infos[active]["teacher_action"]
+        hits += greedy(infos) == teacher
+        total += 1
+        return teacher
+    run_episodes(env, choose, workloads)
+    return hits / total
+
+
+def test_imitation_warm_start_clones_the_teacher_then_hands_over_to_ppo(
+        tiny_cluster, tiny_interference, tmp_path):
+    train_loads = [tiny_workload(40, 300 + k, mean_gap_s=60.0) for k in range(6)]
+    env = PlacementEnv(tiny_cluster, train_loads, tiny_interference, seed=0)
+    _, infos = env.reset(seed=0)
+    active = next(a for a, i in infos.items() if i["active"])
+    assert infos[active]["raw"].mask[infos[active]["teacher_action"]]
+    cfg = PPOConfig(updates=6, imitate_updates=5, episodes_per_update=2, lr=3e-3,
+                    minibatch=64, epochs=3, seed=0)
+    _, policy = train(env, tiny_interference, cfg, tmp_path)
+    rows = list(csv.DictReader(open(tmp_path / "train_log.csv")))
+    assert [r["phase"] for r in rows] == ["imitate"] * 5 + ["ppo"]
+    assert rows[0]["policy_loss"] == "" and rows[-1]["policy_loss"] != ""
+    assert float(rows[4]["imitation_loss"]) < float(rows[0]["imitation_loss"])
+    held_out = [tiny_workload(40, 400 + k, mean_gap_s=60.0) for k in range(2)]
+    check = PlacementEnv(tiny_cluster, held_out, tiny_interference)
+    torch.manual_seed(0)
+    untrained = PlacementPolicy(policy_config(tiny_interference, ("a", "b"), "multi"))
+    before = _teacher_agreement(check, untrained, [0, 1])
+    after = _teacher_agreement(check, policy, [0, 1])
+    check.close()
+    env.close()
+    assert after > before + 0.1 and after > 0.6, (before, after)
+
+
+def test_imitation_needs_a_teacher_and_some_ppo(tiny_cluster, tiny_interference, tmp_path):
+    env = PlacementEnv(tiny_cluster, [tiny_workload(10, 1)], tiny_interference, teacher=None)
+    with pytest.raises(ValueError, match="teacher"):
+        train(env, tiny_interference, PPOConfig(updates=3, imitate_updates=1), tmp_path)
+    env.close()
+    env = PlacementEnv(tiny_cluster, [tiny_workload(10, 1)], tiny_interference)
+    with pytest.raises(ValueError, match="fewer than"):
+        train(env, tiny_interference, PPOConfig(updates=3, imitate_updates=3), tmp_path)
     env.close()

@@ -141,3 +141,10 @@ def test_marl_errors_are_clear(files):
                                  str(files / "trace.csv"), "--window", "rows=0:10",
                                  "--out", str(files / "r2"), "--mode", "both"])
     assert result.exit_code == 2 and "--mode" in result.output
+    base = ["marl", "--reward-model", str(files / "im3"), "--trace", str(files / "trace.csv"),
+            "--window", "rows=0:10", "--out", str(files / "r2"), "--cluster", TINY_CLUSTER]
+    result = runner.invoke(app, base + ["--updates", "2", "--imitate-updates", "2"])
+    assert result.exit_code == 2 and "--imitate-updates (2) must be fewer" in result.output
+    result = runner.invoke(app, base + ["--updates", "2", "--imitate-updates", "1",
+                                        "--teacher", "no-such-profile"])
+    assert result.exit_code == 2 and "--teacher" in result.output

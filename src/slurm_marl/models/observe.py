@@ -7,8 +7,13 @@ Per snapshot (once per scheduling cycle): the topology featuriser's level tensor
 the count of running jobs of each model family in the group (the vocabulary of the
 interference model).
 
-Defer is valid unless the job has waited ``max_defer_s`` since it was queued and some
-placement exists, so no policy can starve a job.
+With ``max_defer_s`` > 0, defer is no longer valid once the job has been deferred that long
+(since the agent first deferred it; the caller says when) while some placement exists: a
+bound on how long a policy may keep a job waiting for a better spot. The default, 0, sets
+no bound, like ``las-lif``'s ``defer_below``: on a busy Philly window that rule keeps some
+jobs waiting more than a week, and any bound up to a week cost 9-10% of average JCT there
+(docs/benchmarks.md). Counting from the job's queueing instead of its first deferral took
+the choice to wait away from exactly the jobs that had queued long.
 
 Per job: candidates come from the framework's own generator (``policy.state``); every GPU
 group that some candidate uses is a valid action and stands for one candidate (its *anchor*
@@ -40,9 +45,9 @@ from slurm_marl.topology.features import FEATURE_NAMES, Featuriser, HierarchyTen
 from slurm_marl.topology.graph import build_topology_graph
 
 SINGLE_AGENT = "cluster"
-# A job that has waited this long since it was queued may no longer be deferred (while any
-# placement exists), so a policy can never starve a job.
-DEFAULT_MAX_DEFER_S = 1800.0
+# A job deferred this long (since its first deferral) may no longer be deferred while any
+# placement exists; 0: no bound (see the module docstring).
+DEFAULT_MAX_DEFER_S = 0.0
 
 JOB_FEATURES = ("log2_gpus", "log_attained_gpu_h", "log_wait_10min", "log_pending_here",
                 "free_fraction_here", "log_candidates", "log_preemptions", "ideal_speed",
@@ -405,8 +410,10 @@ class Observer:
                            torch.zeros(job_dim(self.n_vocab)),
                            torch.zeros(g, len(LIVE_FEATURES)), mask)
 
-    def observe(self, job: Job, state: CycleState) -> Observation | None:
+    def observe(self, job: Job, state: CycleState, deferred_since_s: float | None = None
+                ) -> Observation | None:
         """The job's agent's observation, or None when no agent owns the job's partition.
+        ``deferred_since_s``: when the agent first deferred the job (None: never).
 
         Valid actions are exactly the framework's candidates (``generate_candidates`` on
         ``state.view``, which the plugin being node-specific makes one per fitting group):
@@ -531,7 +538,8 @@ class Observer:
         live[:, 14] = np.where(live[:, 0] > 0, live[:, 10] / max(ideal, 1e-6), 0.0)
         wait = state.now_s - (job.queue_since_s if job.queue_since_s is not None
                               else job.submit_time_s)
-        if mask[:-1].any() and wait >= self.max_defer_s:
+        if (self.max_defer_s > 0 and mask[:-1].any() and deferred_since_s is not None
+                and state.now_s - deferred_since_s >= self.max_defer_s):
             mask[-1] = False
         job_x = np.zeros(job_dim(self.n_vocab), dtype=np.float32)
         here_cap = float(cap.sum())

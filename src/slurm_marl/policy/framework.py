@@ -210,6 +210,12 @@ class Policy:
                 best, best_total, best_terms = cand, total, terms
         return best, best_terms, n_ok
 
+    def best_candidate(self, job: Job, cands: list[Candidate], state: CycleState
+                       ) -> Candidate | None:
+        """The candidate this policy's place plugins would take now, or None (none
+        feasible: the job would wait); ``state.view`` must be the free capacity."""
+        return self._score(job, cands, state)[0]
+
     def _best(self, job: Job, state: CycleState, cap):
         cands = generate_candidates(job, state, cap)
         if not cands:

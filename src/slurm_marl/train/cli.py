@@ -188,6 +188,19 @@ def marl(
     replay: Annotated[int, typer.Option("--replay", min=0,
                                         help="Past rollouts kept in the FIFO replay.")] = 2,
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    imitate_updates: Annotated[int, typer.Option(
+        "--imitate-updates", min=0,
+        help="Warm start: the first N updates clone --teacher (DAgger), then PPO.")] = 0,
+    teacher: Annotated[str, typer.Option(
+        "--teacher", help="Profile whose placement (waits included) the warm start clones; "
+        "its estimator is the --reward-model.")] = "las-lif",
+    bc_coef: Annotated[float, typer.Option(
+        "--bc-coef", min=0.0,
+        help="Weight of the teacher cross-entropy in PPO's loss, fading to 0.")] = 0.0,
+    max_defer_s: Annotated[float, typer.Option(
+        "--max-defer-s", min=0.0,
+        help="How long the agents may keep a job deferred while placements exist "
+             "(0: no bound, like las-lif); stored in the checkpoint.")] = 0.0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] =
         False,
     as_json: JsonOpt = False,
@@ -202,6 +215,14 @@ def marl(
 
     if mode not in ("multi", "single"):
         _fail(f"--mode must be multi or single, got {mode!r}")
+    if imitate_updates >= updates:
+        _fail(f"--imitate-updates ({imitate_updates}) must be fewer than --updates "
+              f"({updates})")
+    from slurm_marl.policy.profile import ProfileError, load_profile
+    try:
+        teacher_profile = load_profile(teacher)
+    except ProfileError as exc:
+        _fail(f"--teacher: {exc}")
     strength = _strength(interference)
     if len(strength) != 1:
         _fail("train marl takes one --interference strength")
@@ -216,14 +237,17 @@ def marl(
         _, (val_jobs,) = _load_cluster_and_jobs(trace, [eval_window], cluster)
         evaluate = lambda ckpt: avg_jct(val_jobs, sim_cluster, ckpt, strength[0], seed)  # noqa
     env = PlacementEnv(sim_cluster, eps, model, mode=mode, strength=strength[0],
-                       defer_cost=defer_cost, speed_threshold=speed_threshold, seed=seed)
+                       defer_cost=defer_cost, speed_threshold=speed_threshold, seed=seed,
+                       teacher=teacher_profile, max_defer_s=max_defer_s)
     cfg = PPOConfig(updates=updates, episodes_per_update=episodes_per_update, lr=lr,
                     gamma=gamma,
                     ent_coef=ent_coef, eps_start=eps_start, replay=replay, seed=seed,
+                    imitate_updates=imitate_updates, bc_coef=bc_coef,
                     eval_every=eval_every if eval_window else 0)
     extra = {"trace": str(trace), "windows": list(window), "cluster": cluster,
              "interference": strength[0], "mode": mode, "jobs_per_episode": jobs_per_episode,
              "defer_cost": defer_cost, "eval_window": eval_window,
+             "teacher": teacher if imitate_updates or bc_coef else None,
              "reward_model": str(reward_model)}
     try:
         with _progress(f"{mode}-agent PPO") as bar:

@@ -46,8 +46,9 @@ from slurm_marl.models.interference import InterferenceModel
 from slurm_marl.models.observe import (DEFAULT_MAX_DEFER_S, JOB_FEATURES, LIVE_FEATURES,
                                       SINGLE_AGENT, Observation, Observer, job_dim)
 from slurm_marl.models.gnn import LEVELS
-from slurm_marl.policy.framework import Policy
-from slurm_marl.policy.place.learned import (Choice, LearnedPlacement, choice_from_action)
+from slurm_marl.policy.framework import Policy, build_policy
+from slurm_marl.policy.place.learned import (DEFAULT_WHAT_IF, Choice, LearnedPlacement,
+                                             build_what_if, choice_from_action)
 from slurm_marl.policy.plugins import build_plugin
 from slurm_marl.policy.profile import Profile, load_profile
 from slurm_marl.policy.state import CycleState, generate_candidates
@@ -66,7 +67,8 @@ class PlacementEnv(ParallelEnv):
                  defer_cost: float = 0.05, speed_threshold: float = 0.8,
                  max_steps: int = 0, seed: int = 0,
                  restart_delay_s: float = 30.0,
-                 max_defer_s: float = DEFAULT_MAX_DEFER_S) -> None:
+                 max_defer_s: float = DEFAULT_MAX_DEFER_S,
+                 teacher: Profile | str | None = "las-lif") -> None:
         self.cluster = cluster if isinstance(cluster, SimCluster) else parse_cluster(cluster)
         self.workloads = [list(w) for w in workloads if w]
         if not self.workloads:
@@ -92,6 +94,13 @@ class PlacementEnv(ParallelEnv):
             raise ValueError(f"partitions without nodes: {missing}")
         self._pack = build_plugin("place", "consolidate")
         self._balance = build_plugin("place", "spread")
+        # What-if questions (preemption, backfill planning) get the learned plugin's
+        # default answerer, so training sees what inference will do.
+        self._what_if = build_what_if(DEFAULT_WHAT_IF, interference)
+        self.teacher = None
+        if teacher is not None:
+            prof = teacher if isinstance(teacher, Profile) else load_profile(teacher)
+            self.teacher = build_policy(prof, interference_estimator=interference)
         self._rng = random.Random(seed)
         self._runner = ThreadRunner()
         self._pending: tuple[Observation, CycleState, dict] | None = None
@@ -130,7 +139,9 @@ class PlacementEnv(ParallelEnv):
         return self._runner.pause((obs, state, self._heuristics(obs, state)))
 
     def _heuristics(self, obs: Observation, state: CycleState) -> dict:
-        """The group actions standing for the bin-packing and the load-balancing choice."""
+        """The group actions standing for the bin-packing and the load-balancing choice,
+        and the teacher's (defer if it would wait; its placement's group action, or the
+        bin-packing one when no group action stands for exactly that placement)."""
         job = state.snapshot.job(obs.job_id)
         cands = generate_candidates(job, state, state.view)
         out = {}
@@ -143,6 +154,16 @@ class PlacementEnv(ParallelEnv):
                 if best_score is None or s > best_score + 1e-12:
                     best, best_score = cand, s
             out[key] = obs.group_for(best.allocs) if best is not None else obs.defer_action
+        if self.teacher is not None:
+            best = self.teacher.best_candidate(job, cands, state)
+            if best is None:
+                action = obs.defer_action if bool(obs.mask[obs.defer_action]) \
+                    else out["pack_action"]
+            else:
+                action = obs.group_for(best.allocs)
+                if action is None:
+                    action = out["pack_action"]
+            out["teacher_action"] = action
         return out
 
     def _handle(self, msg: tuple[str, object]) -> bool:
@@ -203,7 +224,8 @@ class PlacementEnv(ParallelEnv):
         if index is None:
             index = self._rng.randrange(len(self.workloads))
         sim_seed = options.get("sim_seed", self._rng.randrange(2 ** 31))
-        plugin = LearnedPlacement(self.observer, self._choose, self._pack, "consolidate")
+        plugin = LearnedPlacement(self.observer, self._choose, self._pack, "consolidate",
+                                  self._what_if)
         order = build_plugin("order", self.profile.order, self.profile.order_params)
         policy = Policy(self.profile, order, [(plugin, 1.0)])
         sim = Simulator(self.cluster, self.workloads[index], policy,

@@ -17,6 +17,16 @@
    a run resumes where it stopped), and every ``eval_every`` updates evaluate the greedy
    policy on a validation window in the simulator (average JCT).
 
+Imitation warm start (optional, ``imitate_updates``): the first updates clone a teacher
+heuristic (the environment's ``teacher_action``, by default ``las-lif``'s least-interference
+choice, waits included) DAgger-style: episodes are acted by the teacher with a probability
+falling from 1 to 0.2 and by the policy otherwise, every visited decision is labelled with the
+teacher's action, and the loss is cross-entropy to the label plus the value loss over the
+aggregated data (the replay buffer). PPO then starts from a policy that already knows when
+waiting pays, which the reward alone did not teach (docs/benchmarks.md). With ``bc_coef`` the
+cross-entropy stays in PPO's loss, fading linearly to 0, so fine-tuning starts near the
+teacher and may leave it where the reward says so.
+
 The single-agent variant is the same loop with ``mode="single"``: one agent over the whole
 cluster, the partition only restricting its mask.
 """
@@ -30,7 +40,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +55,8 @@ from slurm_marl.train.env import PlacementEnv
 
 CSV_COLUMNS = ["update", "env_steps", "episodes", "wall_s", "epsilon", "episode_reward",
                "step_reward", "defer_rate", "train_avg_jct_s", "policy_loss", "value_loss",
-               "entropy", "approx_kl", "clipfrac", "eval_avg_jct_s"]
+               "entropy", "approx_kl", "clipfrac", "phase", "teacher_agreement",
+               "imitation_loss", "eval_avg_jct_s"]
 
 
 @dataclass
@@ -68,6 +79,8 @@ class PPOConfig:
     seed: int = 0
     checkpoint_every: int = 5
     eval_every: int = 0
+    imitate_updates: int = 0
+    bc_coef: float = 0.0
 
 
 @dataclass
@@ -82,6 +95,7 @@ class Transition:
     value: float
     reward: float
     episode: int
+    teacher: int = -1            # the teacher's action here (-1: none)
     advantage: float = 0.0
     ret: float = 0.0
 
@@ -138,8 +152,23 @@ def _inputs(env: PlacementEnv, batch: list[Transition]) -> dict[str, AgentInput]
     return out
 
 
-def evaluate_batch(policy: PlacementPolicy, env: PlacementEnv, batch: list[Transition]):
-    """(log-prob of the taken actions, entropy, value), in batch order."""
+def teacher_prob_at(update: int, cfg: PPOConfig) -> float:
+    """DAgger's mixing: the share of imitation-phase decisions the teacher acts on."""
+    frac = update / max(1, cfg.imitate_updates - 1)
+    return 1.0 - 0.8 * min(1.0, frac)
+
+
+def bc_coef_at(update: int, cfg: PPOConfig) -> float:
+    """Weight of the teacher cross-entropy during PPO: ``bc_coef`` fading to 0."""
+    ppo_updates = cfg.updates - cfg.imitate_updates
+    done = update - cfg.imitate_updates
+    return cfg.bc_coef * max(0.0, 1.0 - done / max(1, ppo_updates))
+
+
+def evaluate_batch(policy: PlacementPolicy, env: PlacementEnv, batch: list[Transition],
+                   actions: list[int] | None = None):
+    """(log-prob of the taken actions, or of ``actions``, entropy, value), in batch
+    order."""
     inputs = _inputs(env, batch)
     groups, summaries = policy.encode(inputs)
     logp = torch.zeros(len(batch))
@@ -157,8 +186,9 @@ def evaluate_batch(policy: PlacementPolicy, env: PlacementEnv, batch: list[Trans
         net = policy.agents[policy.index[agent]]
         logits, v = net.heads(groups[agent][sel], summaries[agent][sel],
                               policy.others_summary(summaries, agent)[sel], inp)
-        actions = torch.tensor([batch[i].action for i in idx])
-        lp = masked_log_softmax(logits, inp.mask).gather(1, actions[:, None]).squeeze(1)
+        chosen = torch.tensor([(actions[i] if actions is not None else batch[i].action)
+                               for i in idx])
+        lp = masked_log_softmax(logits, inp.mask).gather(1, chosen[:, None]).squeeze(1)
         logp = logp.index_put((sel,), lp)
         ent = ent.index_put((sel,), masked_entropy(logits, inp.mask))
         value = value.index_put((sel,), v)
@@ -167,8 +197,10 @@ def evaluate_batch(policy: PlacementPolicy, env: PlacementEnv, batch: list[Trans
 
 @torch.no_grad()
 def act(policy: PlacementPolicy, env: PlacementEnv, infos: dict, eps: float,
-        gen: torch.Generator, rng: random.Random):
-    """(agent, action, behaviour log-prob, value, raw observation) for the active agent."""
+        gen: torch.Generator, rng: random.Random, teacher_prob: float = 0.0):
+    """(agent, action, behaviour log-prob, value, raw observation, teacher's action,
+    whether the policy's most probable action is the teacher's) for the active agent.
+    With ``teacher_prob`` the teacher acts (imitation phase; no exploration then)."""
     active = next(a for a, i in infos.items() if i["active"])
     raw = infos[active]["raw"]
     probe = Transition(active, {a: infos[a]["raw"].x for a in env.views}, raw.job, raw.live,
@@ -188,6 +220,14 @@ def act(policy: PlacementPolicy, env: PlacementEnv, infos: dict, eps: float,
         if bool(valid.any()) else 1.0
     poor = bool(raw.mask[defer]) and best_vs_ideal < POOR_SPEED
     w_pack, w_balance, w_wait = exploration_mix(float(raw.job[0]), poor)
+    teacher = int(infos[active].get("teacher_action", -1))
+    if teacher >= 0 and not bool(raw.mask[teacher]):
+        teacher = -1
+    agrees = teacher >= 0 and int(torch.argmax(probs)) == teacher
+    if teacher_prob > 0:
+        action = teacher if teacher >= 0 and rng.random() < teacher_prob else \
+            int(torch.multinomial(probs, 1, generator=gen))
+        return active, action, 0.0, float(value[0]), raw, teacher, agrees
     if rng.random() < eps:
         u = rng.random()
         action = pack if u < w_pack else balance if u < w_pack + w_balance else defer
@@ -196,23 +236,27 @@ def act(policy: PlacementPolicy, env: PlacementEnv, infos: dict, eps: float,
     behaviour = (1 - eps) * float(probs[action]) + eps * (
         w_pack * (action == pack) + w_balance * (action == balance)
         + w_wait * (action == defer))
-    return active, action, math.log(max(behaviour, 1e-12)), float(value[0]), raw
+    return (active, action, math.log(max(behaviour, 1e-12)), float(value[0]), raw, teacher,
+            agrees)
 
 
-def rollout(policy, env, n_episodes, eps, gen, rng, episode_base):
+def rollout(policy, env, n_episodes, eps, gen, rng, episode_base, teacher_prob=0.0):
     """Whole episodes; returns transitions and per-episode stats."""
     transitions: list[Transition] = []
     stats = []
     for k in range(n_episodes):
         _, infos = env.reset()
-        defers = steps = 0
+        defers = steps = agree = labelled = 0
         while env.agents:
-            agent, action, logp, value, raw = act(policy, env, infos, eps, gen, rng)
+            agent, action, logp, value, raw, teacher, agrees = act(
+                policy, env, infos, eps, gen, rng, teacher_prob)
             _, rewards, _, _, infos_next = env.step({agent: action})
             transitions.append(Transition(
                 agent, {a: infos[a]["raw"].x for a in env.views}, raw.job, raw.live,
-                raw.mask, action, logp, value, rewards[agent], episode_base + k))
+                raw.mask, action, logp, value, rewards[agent], episode_base + k, teacher))
             defers += action == raw.defer_action
+            agree += agrees
+            labelled += teacher >= 0
             steps += 1
             infos = infos_next
         jct = None
@@ -220,15 +264,54 @@ def rollout(policy, env, n_episodes, eps, gen, rng, episode_base):
             done = [j.finish_s - j.submit_s for j in env.outcome.jobs if j.finish_s is not None]
             jct = sum(done) / len(done) if done else None
         stats.append({"steps": steps, "defers": defers, "avg_jct_s": jct,
+                      "agree": agree, "labelled": labelled,
                       "reward": sum(env.episode_rewards.values())})
     return transitions, stats
 
 
+def _imitation_loss(policy, env, batch: list[Transition]) -> torch.Tensor | None:
+    """Cross-entropy of the policy to the teacher's actions (labelled transitions)."""
+    labelled = [t for t in batch if t.teacher >= 0]
+    if not labelled:
+        return None
+    logp, _, _ = evaluate_batch(policy, env, labelled, [t.teacher for t in labelled])
+    return -logp.mean()
+
+
+def imitation_update(policy, env, optimizer, batch_all: list[Transition], cfg: PPOConfig,
+                     gen: torch.Generator) -> dict:
+    """Behaviour cloning of the teacher (DAgger's aggregated data) plus the value loss."""
+    n = len(batch_all)
+    out = {"imitation_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
+    count = 0
+    for _ in range(cfg.epochs):
+        order = torch.randperm(n, generator=gen).tolist()
+        for start in range(0, n, cfg.minibatch):
+            batch = [batch_all[i] for i in order[start:start + cfg.minibatch]
+                     if batch_all[i].teacher >= 0]
+            if len(batch) < 2:
+                continue
+            logp, ent, value = evaluate_batch(policy, env, batch,
+                                              [t.teacher for t in batch])
+            ce = -logp.mean()
+            v_loss = 0.5 * ((value - torch.tensor([t.ret for t in batch])) ** 2).mean()
+            loss = ce + cfg.vf_coef * v_loss
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            out["imitation_loss"] += float(ce.detach())
+            out["value_loss"] += float(v_loss.detach())
+            out["entropy"] += float(ent.mean().detach())
+            count += 1
+    return {k: v / max(1, count) for k, v in out.items()}
+
+
 def ppo_update(policy, env, optimizer, batch_all: list[Transition], cfg: PPOConfig,
-               gen: torch.Generator) -> dict:
+               gen: torch.Generator, bc_coef: float = 0.0) -> dict:
     n = len(batch_all)
     out = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0,
-           "clipfrac": 0.0}
+           "clipfrac": 0.0, "imitation_loss": 0.0}
     count = 0
     for _ in range(cfg.epochs):
         order = torch.randperm(n, generator=gen).tolist()
@@ -245,6 +328,9 @@ def ppo_update(policy, env, optimizer, batch_all: list[Transition], cfg: PPOConf
             pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
             v_loss = 0.5 * ((value - ret) ** 2).mean()
             loss = pg + cfg.vf_coef * v_loss - cfg.ent_coef * ent.mean()
+            ce = _imitation_loss(policy, env, batch) if bc_coef > 0 else None
+            if ce is not None:
+                loss = loss + bc_coef * ce
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
@@ -255,6 +341,7 @@ def ppo_update(policy, env, optimizer, batch_all: list[Transition], cfg: PPOConf
                 out["entropy"] += float(ent.mean())
                 out["approx_kl"] += float(((ratio - 1) - torch.log(ratio)).mean())
                 out["clipfrac"] += float(((ratio - 1).abs() > cfg.clip).float().mean())
+                out["imitation_loss"] += float(ce) if ce is not None else 0.0
             count += 1
     return {k: v / max(1, count) for k, v in out.items()}
 
@@ -357,19 +444,36 @@ def train(env: PlacementEnv, interference: InterferenceModel, cfg: PPOConfig, ou
         with open(csv_path, "w", newline="", encoding="utf-8") as fh:
             csv.writer(fh).writerow(CSV_COLUMNS)
 
+    if cfg.imitate_updates and env.teacher is None:
+        raise ValueError("imitate_updates needs an environment with a teacher profile")
+    if cfg.imitate_updates >= cfg.updates:
+        raise ValueError(f"imitate_updates ({cfg.imitate_updates}) must be fewer than "
+                         f"updates ({cfg.updates}): PPO needs some")
     replay: deque[list[Transition]] = deque(maxlen=max(0, cfg.replay))
+    # DAgger aggregates every imitation rollout; PPO's buffer holds the last ``replay``.
+    imitation: list[list[Transition]] = []
     while state.update < cfg.updates:
         t0 = time.perf_counter()
-        eps = epsilon_at(state.update, cfg)
+        imitating = state.update < cfg.imitate_updates
+        eps = 0.0 if imitating else epsilon_at(state.update - cfg.imitate_updates,
+                                               replace(cfg, updates=cfg.updates
+                                                       - cfg.imitate_updates))
         policy.eval()
-        transitions, stats = rollout(policy, env, cfg.episodes_per_update, eps, gen, rng,
-                                     state.episodes)
+        transitions, stats = rollout(
+            policy, env, cfg.episodes_per_update, eps, gen, rng, state.episodes,
+            teacher_prob_at(state.update, cfg) if imitating else 0.0)
         compute_gae(transitions, cfg.gamma, cfg.gae_lambda)
         policy.train()
-        batch = transitions + [t for old in replay for t in old]
-        losses = ppo_update(policy, env, optimizer, batch, cfg, gen)
-        if cfg.replay > 0:
-            replay.append(transitions)
+        if imitating:
+            imitation.append(transitions)
+            losses = imitation_update(policy, env, optimizer,
+                                      [t for run in imitation for t in run], cfg, gen)
+        else:
+            batch = transitions + [t for old in replay for t in old]
+            losses = ppo_update(policy, env, optimizer, batch, cfg, gen,
+                                bc_coef_at(state.update, cfg))
+            if cfg.replay > 0:
+                replay.append(transitions)
         state.update += 1
         state.env_steps += len(transitions)
         state.episodes += len(stats)
@@ -384,7 +488,12 @@ def train(env: PlacementEnv, interference: InterferenceModel, cfg: PPOConfig, ou
                "defer_rate": round(sum(s["defers"] for s in stats)
                                    / max(1, sum(s["steps"] for s in stats)), 4),
                "train_avg_jct_s": round(float(np.mean(jcts)), 1) if jcts else "",
-               **{k: round(v, 5) for k, v in losses.items()}, "eval_avg_jct_s": ""}
+               **{k: round(v, 5) for k, v in losses.items()},
+               "phase": "imitate" if imitating else "ppo",
+               "teacher_agreement": (round(sum(s["agree"] for s in stats)
+                                           / sum(s["labelled"] for s in stats), 4)
+                                     if sum(s["labelled"] for s in stats) else ""),
+               "eval_avg_jct_s": ""}
         last = state.update == cfg.updates
         if evaluate is not None and cfg.eval_every and (state.update % cfg.eval_every == 0
                                                         or last):
