@@ -94,11 +94,23 @@ def test_a_job_in_a_partition_without_agent_uses_the_fallback(tiny_cluster,
     assert set(got) == {1, 2}
 
 
-def _always_defer(checkpoint):
+def _always_defer(checkpoint, defer_only_below=1.01):
+    """Agents that always wait; ``defer_only_below`` > 1 lets them wait even where a spot
+    at the job's ideal speed is free (the default 0.8 would not)."""
     ckpt = LearnedCheckpoint.load(checkpoint)
     for agent in ckpt.policy.agents:
         agent.defer[-1].bias.data.fill_(100.0)
+    ckpt.training["defer_only_below"] = defer_only_below
     ckpt.save(checkpoint)
+
+
+def test_no_agent_can_keep_a_job_off_an_idle_partition(tiny_cluster, checkpoint):
+    """Defer is valid only while every spot is poor (below 80% of the job's ideal speed):
+    an agent that always wants to wait still places a job on an idle partition."""
+    _always_defer(checkpoint, defer_only_below=0.8)
+    policy = build_policy(learned_profile(checkpoint))
+    got = places(policy.run_cycle(snapshot_with_pending(tiny_cluster, [pending(1, 1, "a")])))
+    assert set(got) == {1} and got[1].plugin == "learned"
 
 
 def test_defer_keeps_the_job_queued_without_preempting_until_max_defer(tiny_cluster,
@@ -237,7 +249,8 @@ def test_a_deferral_stands_until_the_options_change_and_is_bounded_from_the_firs
         group = obs.valid_groups()[0]
         return Choice(allocs=obs.allocs_for(group), action=group)
 
-    observer = Observer(tiny_interference, ("a", "b"), max_defer_s=1000.0)
+    observer = Observer(tiny_interference, ("a", "b"), max_defer_s=1000.0,
+                        defer_only_below=1.01)
     plugin = LearnedPlacement(observer, choose, build_plugin("place", "consolidate"))
     profile = load_profile("las-consolidate")
     policy = Policy(profile, build_plugin("order", profile.order, profile.order_params),

@@ -77,18 +77,22 @@ def test_balance_and_pack_differ_and_rewards_come_from_the_model(env):
         assert rewards[agent] == pytest.approx(speed - imposed - 0.8 * ideal, abs=1e-5)
 
 
-def test_defer_costs_and_masked_actions_are_refused(env):
+def test_defer_costs_and_masked_actions_are_refused(env, tiny_cluster, tiny_interference):
+    # the first job meets an idle cluster: a spot at its ideal speed is free, so no waiting
     obs, infos = env.reset(seed=1)
     agent = next(a for a in env.agents if infos[a]["active"])
     defer = len(obs[agent]["action_mask"]) - 1
-    _, rewards, _, _, _ = env.step({agent: defer})
-    assert rewards[agent] == pytest.approx(-env.defer_cost)
-    obs, infos = env.reset(seed=1)
-    agent = next(a for a in env.agents if infos[a]["active"])
-    masked = np.flatnonzero(obs[agent]["action_mask"] == 0)
-    if len(masked):
-        with pytest.raises(ValueError, match="masked"):
-            env.step({agent: int(masked[0])})
+    assert obs[agent]["action_mask"][defer] == 0
+    with pytest.raises(ValueError, match="defer is masked"):
+        env.step({agent: defer})
+    lenient = PlacementEnv(tiny_cluster, [tiny_workload(30, 7)], tiny_interference,
+                           defer_only_below=1.01)
+    obs, infos = lenient.reset(seed=1)
+    agent = next(a for a in lenient.agents if infos[a]["active"])
+    assert obs[agent]["action_mask"][defer] == 1
+    _, rewards, _, _, _ = lenient.step({agent: defer})
+    assert rewards[agent] == pytest.approx(-lenient.defer_cost)
+    lenient.close()
 
 
 def test_truncation_stops_the_simulator(tiny_cluster, tiny_interference):

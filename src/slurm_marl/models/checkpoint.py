@@ -77,6 +77,10 @@ class LearnedCheckpoint:
         if meta.get("format") != FORMAT:
             raise ModelFileError(f"{meta_path}: not a learned placement checkpoint (format "
                                  f"{meta.get('format')!r}, expected {FORMAT!r})")
+        if meta.get("policy_format", POLICY_FORMAT) != POLICY_FORMAT:
+            raise ModelFileError(f"{meta_path}: made for another policy network (format "
+                                 f"{meta.get('policy_format')!r}, this version reads "
+                                 f"{POLICY_FORMAT!r}); retrain with `slurm-marl train marl`")
         state = load_state_dict(pt)
         return cls.from_parts(meta, state, str(pt))
 

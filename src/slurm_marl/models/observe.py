@@ -7,7 +7,13 @@ Per snapshot (once per scheduling cycle): the topology featuriser's level tensor
 the count of running jobs of each model family in the group (the vocabulary of the
 interference model).
 
-With ``max_defer_s`` > 0, defer is no longer valid once the job has been deferred that long
+Defer is valid only while no placement on offer reaches ``defer_only_below`` (0.8) of the
+job's ideal speed (``speed_vs_ideal``): an agent may wait for a better spot when every spot
+is poor, never when a good one is free. That keeps every policy live (a job on an idle
+partition is always placed; an untrained agent that deferred everything left jobs queued
+for ever with no other bound) and is the same condition under which ``las-lif`` waits; the
+agent still decides whether waiting pays. With ``max_defer_s`` > 0, defer is also no longer
+valid once the job has been deferred that long
 (since the agent first deferred it; the caller says when) while some placement exists: a
 bound on how long a policy may keep a job waiting for a better spot. The default, 0, sets
 no bound, like ``las-lif``'s ``defer_below``: on a busy Philly window that rule keeps some
@@ -48,6 +54,7 @@ SINGLE_AGENT = "cluster"
 # A job deferred this long (since its first deferral) may no longer be deferred while any
 # placement exists; 0: no bound (see the module docstring).
 DEFAULT_MAX_DEFER_S = 0.0
+DEFAULT_DEFER_ONLY_BELOW = 0.8
 
 JOB_FEATURES = ("log2_gpus", "log_attained_gpu_h", "log_wait_10min", "log_pending_here",
                 "free_fraction_here", "log_candidates", "log_preemptions", "ideal_speed",
@@ -250,7 +257,8 @@ class _LiveCounts:
 
 class Observer:
     def __init__(self, interference: InterferenceModel, agents: Sequence[str],
-                 mode: str = "multi", max_defer_s: float = DEFAULT_MAX_DEFER_S) -> None:
+                 mode: str = "multi", max_defer_s: float = DEFAULT_MAX_DEFER_S,
+                 defer_only_below: float = DEFAULT_DEFER_ONLY_BELOW) -> None:
         if mode not in ("multi", "single"):
             raise ValueError(f"mode must be 'multi' or 'single', got {mode!r}")
         self.model = interference
@@ -258,6 +266,7 @@ class Observer:
         self.agents = tuple(agents)
         self.mode = mode
         self.max_defer_s = max_defer_s
+        self.defer_only_below = defer_only_below
         self.topology: Topology | None = None
         self._cycle: CycleFeatures | None = None
         self._live: _LiveCounts | None = None
@@ -538,7 +547,10 @@ class Observer:
         live[:, 14] = np.where(live[:, 0] > 0, live[:, 10] / max(ideal, 1e-6), 0.0)
         wait = state.now_s - (job.queue_since_s if job.queue_since_s is not None
                               else job.submit_time_s)
-        if (self.max_defer_s > 0 and mask[:-1].any() and deferred_since_s is not None
+        valid = mask[:-1]
+        if valid.any() and float(live[valid, 14].max()) >= self.defer_only_below - 1e-9:
+            mask[-1] = False
+        if (self.max_defer_s > 0 and valid.any() and deferred_since_s is not None
                 and state.now_s - deferred_since_s >= self.max_defer_s):
             mask[-1] = False
         job_x = np.zeros(job_dim(self.n_vocab), dtype=np.float32)

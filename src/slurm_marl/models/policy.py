@@ -22,7 +22,7 @@ from torch import nn
 
 from slurm_marl.models.gnn import LEVELS, HierarchicalEncoder, mlp
 
-FORMAT = "slurm-marl-policy/1"
+FORMAT = "slurm-marl-policy/2"   # 2: the defer head's linear path
 
 
 def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -108,6 +108,10 @@ class AgentNet(nn.Module):
         # Defer is weighed against the best of what is on offer: the defer head also sees
         # the element-wise max of the live features over the valid groups.
         self.defer = mlp(context + config.live_dim, 1, h)
+        # ... and, as for the groups, a linear path from that best offer straight to the
+        # defer logit: "wait when even the best spot is poor" then holds in states whose
+        # context (long queues, long waits) training rarely saw (docs/benchmarks.md).
+        self.defer_linear = nn.Linear(config.live_dim, 1)
         self.critic = mlp(context, 1, h)
 
     def encode(self, inp: AgentInput) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,8 +131,8 @@ class AgentNet(nn.Module):
         valid = inp.mask[..., :-1].unsqueeze(-1)
         best = torch.where(valid, inp.live, torch.full_like(inp.live, -1e4)).amax(dim=-2)
         best = torch.where(valid.any(dim=-2), best, torch.zeros_like(best))
-        logits = torch.cat([group_logits, self.defer(torch.cat([context, best], dim=-1))],
-                           dim=-1)
+        defer = self.defer(torch.cat([context, best], dim=-1)) + self.defer_linear(best)
+        logits = torch.cat([group_logits, defer], dim=-1)
         return logits, self.critic(context).squeeze(-1)
 
 

@@ -43,7 +43,7 @@ from pettingzoo import ParallelEnv
 
 from slurm_marl.domain import ClusterSnapshot
 from slurm_marl.models.interference import InterferenceModel
-from slurm_marl.models.observe import (DEFAULT_MAX_DEFER_S, JOB_FEATURES, LIVE_FEATURES,
+from slurm_marl.models.observe import (DEFAULT_DEFER_ONLY_BELOW, DEFAULT_MAX_DEFER_S, JOB_FEATURES, LIVE_FEATURES,
                                       SINGLE_AGENT, Observation, Observer, job_dim)
 from slurm_marl.models.gnn import LEVELS
 from slurm_marl.policy.framework import Policy, build_policy
@@ -68,6 +68,7 @@ class PlacementEnv(ParallelEnv):
                  max_steps: int = 0, seed: int = 0,
                  restart_delay_s: float = 30.0,
                  max_defer_s: float = DEFAULT_MAX_DEFER_S,
+                 defer_only_below: float = DEFAULT_DEFER_ONLY_BELOW,
                  teacher: Profile | str | None = "las-lif") -> None:
         self.cluster = cluster if isinstance(cluster, SimCluster) else parse_cluster(cluster)
         self.workloads = [list(w) for w in workloads if w]
@@ -83,7 +84,8 @@ class PlacementEnv(ParallelEnv):
         names = [p.name for p in self.cluster.partitions]
         self.possible_agents = list(names) if mode == "multi" else [SINGLE_AGENT]
         self.agents: list[str] = []
-        self.observer = Observer(interference, self.possible_agents, mode, max_defer_s)
+        self.observer = Observer(interference, self.possible_agents, mode, max_defer_s,
+                                 defer_only_below)
         self._empty = ClusterSnapshot(time_s=0.0, nodes=self.cluster.nodes,
                                       partitions=self.cluster.partitions,
                                       switches=self.cluster.switches)

@@ -412,6 +412,7 @@ def train(env: PlacementEnv, interference: InterferenceModel, cfg: PPOConfig, ou
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     extra = {**(extra or {}), "max_defer_s": env.observer.max_defer_s,
+             "defer_only_below": env.observer.defer_only_below,
              "defer_cost": env.defer_cost, "speed_threshold": env.speed_threshold}
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)

@@ -82,7 +82,8 @@ def choice_from_action(action: int, obs) -> Choice:
     action = int(action)
     if action == obs.defer_action:
         if not bool(obs.mask[action]):
-            raise ValueError(f"defer is masked for job {obs.job_id}: it has waited too long")
+            raise ValueError(f"defer is masked for job {obs.job_id}: a good spot is free, or "
+                             f"it has been deferred for max_defer_s")
         return Choice(defer=True, action=action)
     return Choice(allocs=obs.allocs_for(action), action=action)
 
@@ -261,12 +262,15 @@ def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlaceme
                             fallback_key)
     if ckpt is None:
         return LearnedPlacement(None, None, fallback, fallback_key)
-    from slurm_marl.models.observe import DEFAULT_MAX_DEFER_S, Observer
+    from slurm_marl.models.observe import (DEFAULT_DEFER_ONLY_BELOW, DEFAULT_MAX_DEFER_S,
+                                           Observer)
     max_defer_s = float(params.get("max_defer_s",
                                    ckpt.training.get("max_defer_s", DEFAULT_MAX_DEFER_S)))
     if max_defer_s < 0:
         raise PluginError(f"plugin {KEY!r}: max_defer_s must be >= 0")
-    observer = Observer(ckpt.interference, ckpt.config.agents, ckpt.config.mode, max_defer_s)
+    observer = Observer(ckpt.interference, ckpt.config.agents, ckpt.config.mode, max_defer_s,
+                        float(ckpt.training.get("defer_only_below",
+                                                DEFAULT_DEFER_ONLY_BELOW)))
     what_if = build_what_if(what_if_key, ckpt.interference, what_if_defer, context)
     return LearnedPlacement(observer, ModelChooser(ckpt, observer, allow_defer), fallback,
                             fallback_key, what_if)
