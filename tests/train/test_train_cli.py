@@ -132,6 +132,26 @@ def test_train_marl_resume_and_evaluate(files):
     assert min(r["vs_best_heuristic"] for r in doc["results"][1:]) == 0.0
 
 
+def test_evaluate_table_with_a_checkpoint_in_the_current_folder(files, monkeypatch, tmp_path,
+                                                               tiny_interference):
+    """A bare file name once made the profile "las-learned[/policy]", which the progress
+    bar read as a rich closing tag and crashed on."""
+    from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
+    from slurm_marl.models.policy import PlacementPolicy
+    (tmp_path / "run").mkdir()
+    policy = PlacementPolicy(policy_config(tiny_interference, ("a", "b"), "multi"))
+    LearnedCheckpoint(policy, tiny_interference).save(tmp_path / "run" / "policy.pt")
+    monkeypatch.chdir(tmp_path / "run")
+    ev_app = __import__("typer").Typer()
+    ev_app.command()(evaluate)
+    result = runner.invoke(ev_app, ["--checkpoint", "policy.pt", "--trace",
+                                    str(files / "trace.csv"), "--window", "rows=80:100",
+                                    "--cluster", TINY_CLUSTER, "--baselines",
+                                    "las-consolidate"])
+    assert result.exit_code == 0, result.output
+    assert "las-learned[run/policy]" in result.output
+
+
 def test_marl_errors_are_clear(files):
     result = runner.invoke(app, ["marl", "--reward-model", str(files / "nothing"),
                                  "--trace", str(files / "trace.csv"), "--window", "rows=0:10",

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
@@ -307,7 +308,8 @@ def evaluate(
     for path in checkpoint:
         if not Path(path).with_suffix(".pt").is_file():
             _fail(f"checkpoint {path} does not exist")
-        name = f"las-learned[{Path(path).parent.name}/{Path(path).stem}]"
+        folder = Path(path).resolve().parent.name
+        name = f"las-learned[{folder + '/' if folder else ''}{Path(path).stem}]"
         profiles.append(learned_profile(path, allow_defer=allow_defer, name=name))
     try:
         profiles += [load_profile(p.strip()) for p in baselines.split(",") if p.strip()]
@@ -319,7 +321,7 @@ def evaluate(
         for s in strengths:
             results += run_policies(jobs, sim_cluster, profiles, s, seed,
                                     on_done=lambda name, row: bar.update(
-                                        task, advance=1, status=name))
+                                        task, advance=1, status=escape(name)))
     learned_names = [p.name for p in profiles[:len(checkpoint)]]
     for s in strengths:
         base = [r["avg_jct_s"] for r in results if r["interference"] == s
@@ -344,7 +346,7 @@ def evaluate(
         table.add_column(s, justify="right")
         table.add_column("vs best heuristic", justify="right")
     for prof in profiles:
-        row = [prof.name]
+        row = [escape(prof.name)]   # "las-learned[run/best]" is not rich markup
         for s in strengths:
             r = next(x for x in results if x["profile"] == prof.name
                      and x["interference"] == s)
