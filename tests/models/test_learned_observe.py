@@ -47,7 +47,11 @@ def test_one_gpu_job_sees_its_partition_and_neighbours(two_partitions, model):
         "gpu": (8, 4), "gpu_group": (4, 5 + 4), "node": (2, 8), "leaf": (1, 5),
         "spine": (1, 5)}
     assert obs.job.shape == (job_dim(4),) and obs.live.shape == (4, len(LIVE_FEATURES))
-    assert obs.mask.tolist() == [True] * 5            # 4 groups + defer
+    # 4 groups; no defer: a group at the job's ideal speed (a02, empty) is free
+    assert obs.mask.tolist() == [True] * 4 + [False]
+    assert obs.live[:, COL["speed_vs_ideal"]].max() >= 0.8
+    lenient = Observer(model, ("a", "b"), defer_only_below=1.01).observe(job, state)
+    assert lenient.mask.tolist() == [True] * 5 and torch.equal(lenient.live, obs.live)
     assert obs.allocs_for(1) == ((0, 1, 1),) and obs.group_for(((1, 0, 1),)) == 2
     live = obs.live
     assert live[0, COL["free_fraction"]] == 0.5        # a01/g0: one of two GPUs busy
@@ -71,7 +75,7 @@ def test_multi_group_job_anchors_on_the_split_candidate(two_partitions, model):
                          pending=[job])
     state = cycle_state(snap)
     obs = Observer(model, ("a", "b")).observe(job, state)
-    assert obs.mask.tolist() == [False, False, True, True, True]
+    assert obs.mask.tolist() == [False, False, True, True, False]   # a good spot: no defer
     split = ((1, 0, 2), (1, 1, 2))           # a02 (state node 1): two GPUs in each group
     assert obs.multi == {2: split, 3: split}
     assert obs.allocs_for(3) == split and obs.group_for(split) == 2
@@ -89,7 +93,7 @@ def test_single_agent_sees_every_group_but_may_use_only_the_jobs_partition(two_p
     state = cycle_state(snap)
     obs = Observer(model, ("cluster",), mode="single").observe(job, state)
     assert obs.agent == "cluster" and obs.mask.shape == (9,)
-    assert obs.mask.tolist() == [False] * 4 + [True] * 4 + [True]
+    assert obs.mask.tolist() == [False] * 4 + [True] * 4 + [False]
 
 
 def test_claims_earlier_in_the_cycle_change_the_next_observation(two_partitions, model):
