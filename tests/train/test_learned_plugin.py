@@ -92,6 +92,17 @@ def test_a_job_in_a_partition_without_agent_uses_the_fallback(tiny_cluster,
             snapshot_with_pending(tiny_cluster, [pending(1, 1, "a"), pending(2, 1, "b")])))
     assert "no agent for partition 'b'" in caplog.text
     assert set(got) == {1, 2}
+    # what-if questions (an overlay capacity) about b's jobs go to the fallback too
+    from slurm_marl.policy.place.least_interference import LeastInterference
+    from slurm_marl.policy.state import CycleState, generate_candidates
+    plugin = build_policy(learned_profile(pt, allow_defer=False)).place[0][0]
+    assert isinstance(plugin.what_if, LeastInterference)
+    snap = snapshot_with_pending(tiny_cluster, [pending(1, 1, "a"), pending(2, 1, "b")])
+    state = CycleState(snap, track_colocation=True)
+    plugin.feasible(snap.job(1), generate_candidates(snap.job(1), state, state.free)[0],
+                    state)                      # the agent's cycle: topology known
+    assert plugin._what_if_for(snap.job(2)) is plugin.fallback
+    assert plugin._what_if_for(snap.job(1)) is plugin.what_if
 
 
 def _always_defer(checkpoint, defer_only_below=1.01):

@@ -21,8 +21,9 @@ Imitation warm start (optional, ``imitate_updates``): the first updates clone a 
 heuristic (the environment's ``teacher_action``, by default ``las-lif``'s least-interference
 choice, waits included) DAgger-style: episodes are acted by the teacher with a probability
 falling from 1 to 0.2 and by the policy otherwise, every visited decision is labelled with the
-teacher's action, and the loss is cross-entropy to the label plus the value loss over the
-aggregated data (the replay buffer). PPO then starts from a policy that already knows when
+teacher's action, and the loss is cross-entropy to the label plus the value loss over all
+imitation rollouts so far (DAgger's aggregated data, kept in memory: a run resumed inside
+the imitation phase starts aggregating again). PPO then starts from a policy that already knows when
 waiting pays, which the reward alone did not teach (docs/benchmarks.md). With ``bc_coef`` the
 cross-entropy stays in PPO's loss, fading linearly to 0, so fine-tuning starts near the
 teacher and may leave it where the reward says so.

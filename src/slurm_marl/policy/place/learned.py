@@ -129,6 +129,13 @@ class LearnedPlacement:
                     for job_id in [k for k in table if k not in alive]:
                         del table[job_id]
 
+    def _what_if_for(self, job: Job) -> PlacePlugin:
+        """What-if answers: ``what_if`` for jobs an agent owns, else the fallback."""
+        top = self.observer.topology
+        if top is None or top.agent_for(job.partition, self.observer.mode) is None:
+            return self.fallback
+        return self.what_if
+
     @staticmethod
     def _options(obs) -> bytes:
         return obs.live.numpy().tobytes() + obs.mask.numpy().tobytes()
@@ -168,7 +175,7 @@ class LearnedPlacement:
             if job.job_id in self._deferred and all(
                     k <= state.free[n][g] for n, g, k in cand.allocs):
                 return False   # free GPUs only: the agent has judged those and waits
-            return self.what_if.feasible(job, cand, state)
+            return self._what_if_for(job).feasible(job, cand, state)
         if job.job_id in self._deferred:
             return False
         choice = self._choice(job, state)
@@ -183,7 +190,7 @@ class LearnedPlacement:
             return self.fallback.score(job, cand, state)
         self._sync(state)
         if state.view is not state.free:
-            return self.what_if.score(job, cand, state)
+            return self._what_if_for(job).score(job, cand, state)
         choice = self._choice(job, state)
         if choice is _FALLBACK:
             return self.fallback.score(job, cand, state)
