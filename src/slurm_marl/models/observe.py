@@ -17,7 +17,7 @@ valid once the job has been deferred that long
 (since the agent first deferred it; the caller says when) while some placement exists: a
 bound on how long a policy may keep a job waiting for a better spot. The default, 0, sets
 no bound, like ``las-lif``'s ``defer_below``: on a busy Philly window that rule keeps some
-jobs waiting more than a week, and any bound up to a week cost 9-10% of average JCT there
+jobs waiting more than a week, and any bound up to a week cost 8-11% of average JCT there
 (docs/benchmarks.md). Counting from the job's queueing instead of its first deferral took
 the choice to wait away from exactly the jobs that had queued long.
 
