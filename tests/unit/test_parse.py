@@ -91,3 +91,15 @@ def test_kv_line_keeps_values_with_spaces():
     kv = P.parse_kv_line("NodeName=n1 OS=Linux 6.1 #1 SMP RealMemory=16000 Gres=gpu:s0:2(S:0)")
     assert kv["OS"] == "Linux 6.1 #1 SMP" and kv["RealMemory"] == "16000"
     assert kv["Gres"] == "gpu:s0:2(S:0)"
+
+
+def test_an_unreadable_switch_line_is_a_problem_and_keeps_the_others():
+    text = ("SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=n[1-2]\n"
+            "SwitchName=leaf2 Level=zero LinkSpeed=1 Nodes=n[3-4]\n"
+            "SwitchName=spine Level=1 LinkSpeed=1 Nodes=n[1-4] Switches=leaf[1-2]\n")
+    switches, leaf_of, problems = P.switches_from_scontrol(text)
+    assert [s.name for s in switches] == ["leaf1", "spine"]
+    assert leaf_of == {"n1": "leaf1", "n2": "leaf1"}
+    assert len(problems) == 1 and "Level='zero'" in problems[0] and "leaf2" in problems[0]
+    spine = switches[1]
+    assert spine.switches == ("leaf1", "leaf2") and spine.nodes == ()

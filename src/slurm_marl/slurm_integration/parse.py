@@ -262,27 +262,23 @@ def partitions_from_scontrol(text: str) -> tuple[list[Partition], list[str]]:
 
 
 def switches_from_scontrol(text: str) -> tuple[list[Switch], dict[str, str], list[str]]:
-    """Switches of ``scontrol show topology``; also node -> leaf switch (Level=0)."""
+    """Switches of ``scontrol show topology``; also node -> leaf switch (Level=0).
+
+    The topology CLI's line parser (``topology/scontrol.py``), but lenient as the daemon
+    must be: an unreadable line becomes a problem and the other switches are kept."""
+    from slurm_marl.topology.errors import TopologyConfigError
+    from slurm_marl.topology.scontrol import parse_switch_line
     switches, leaf_of, problems = [], {}, []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip().startswith("SwitchName="):
             continue
-        kv = parse_kv_line(line)
         try:
-            name = kv["SwitchName"]
-            level = int(kv.get("Level", "0"))
-            children = tuple(s for s in kv.get("Switches", "").split(",") if s
-                             and s != "(null)")
-            try:
-                children = expand_hosts(",".join(children)) if children else ()
-            except ValueError:
-                pass
-            nodes = expand_hosts(kv.get("Nodes")) if level == 0 else ()
-            speed = kv.get("LinkSpeed")
-            switches.append(Switch(name=name, nodes=nodes, switches=children,
-                                   link_speed=float(speed) if speed else None))
-            for n in nodes:
-                leaf_of.setdefault(n, name)
-        except (ValueError, KeyError) as exc:
-            problems.append(f"switch line unreadable ({exc}): {line[:120]}")
+            live = parse_switch_line(line, "scontrol show topology", number)
+        except TopologyConfigError as exc:
+            problems.append(f"switch line unreadable ({exc.reason}): {line[:120]}")
+            continue
+        switches.append(live.to_domain())
+        if live.level == 0:
+            for n in live.nodes:
+                leaf_of.setdefault(n, live.name)
     return switches, leaf_of, problems

@@ -51,25 +51,32 @@ def _int_field(value: str, key: str, source: str, line: int) -> int:
     return int(value)
 
 
+def parse_switch_line(raw: str, source: str = TOPOLOGY_SOURCE, number: int = 1
+                      ) -> LiveSwitch | None:
+    """One line of ``scontrol show topology``; None for a blank or "no topology" line.
+    Raises ``TopologyConfigError`` naming ``source:number``."""
+    line = raw.strip()
+    if not line or line.lower().startswith("no topology information"):
+        return None
+    pairs = dict((k.lower(), v) for k, v in split_pairs(line, source, number))
+    if "switchname" not in pairs or not pairs["switchname"]:
+        raise TopologyConfigError("expected SwitchName=...", source, number)
+    level = _int_field(pairs.get("level", "0"), "Level", source, number)
+    speed = pairs.get("linkspeed")
+    nodes = _expand(pairs["nodes"], source, number, "Nodes") if pairs.get("nodes") else ()
+    children = (_expand(pairs["switches"], source, number, "Switches")
+                if pairs.get("switches") else ())
+    return LiveSwitch(
+        name=pairs["switchname"], level=level,
+        link_speed=_int_field(speed, "LinkSpeed", source, number) if speed else None,
+        nodes=nodes, switches=children)
+
+
 def parse_show_topology(text: str, source: str = TOPOLOGY_SOURCE) -> tuple[LiveSwitch, ...]:
-    switches: list[LiveSwitch] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.lower().startswith("no topology information"):
-            continue
-        pairs = dict((k.lower(), v) for k, v in split_pairs(line, source, number))
-        if "switchname" not in pairs or not pairs["switchname"]:
-            raise TopologyConfigError("expected SwitchName=...", source, number)
-        level = _int_field(pairs.get("level", "0"), "Level", source, number)
-        speed = pairs.get("linkspeed")
-        nodes = _expand(pairs["nodes"], source, number, "Nodes") if pairs.get("nodes") else ()
-        children = (_expand(pairs["switches"], source, number, "Switches")
-                    if pairs.get("switches") else ())
-        switches.append(LiveSwitch(
-            name=pairs["switchname"], level=level,
-            link_speed=_int_field(speed, "LinkSpeed", source, number) if speed else None,
-            nodes=nodes, switches=children))
-    return tuple(switches)
+    """Every switch; the first unreadable line raises (the topology CLI's strict view)."""
+    parsed = (parse_switch_line(raw, source, number)
+              for number, raw in enumerate(text.splitlines(), start=1))
+    return tuple(s for s in parsed if s is not None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,5 +240,6 @@ def live_node_to_domain(live: LiveNode, gpu_groups: tuple[GpuGroup, ...] = (),
                 leaf_switch=leaf_switch, reason=live.reason)
 
 
-__all__ = ["LiveSwitch", "LiveNode", "parse_show_topology", "parse_show_nodes",
+__all__ = ["LiveSwitch", "LiveNode", "parse_switch_line", "parse_show_topology",
+           "parse_show_nodes",
            "parse_tres", "memory_mib", "live_node_to_domain"]
