@@ -94,9 +94,15 @@ class Daemon:
                                      stdout=self.log.open("w"), stderr=subprocess.STDOUT)
         if wait:  # until it has finished a cycle of its own
             deadline = time.monotonic() + 60
-            while self.cycles() <= before:
-                assert self.proc.poll() is None and time.monotonic() < deadline, self.output()
-                time.sleep(0.1)
+            try:
+                while self.cycles() <= before:
+                    assert self.proc.poll() is None and time.monotonic() < deadline, \
+                        self.output()
+                    time.sleep(0.1)
+            except BaseException:   # never leave a daemon running behind a failed start
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+                raise
 
     def cycles(self) -> int:
         if not self.store_path.exists():

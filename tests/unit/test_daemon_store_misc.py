@@ -64,3 +64,25 @@ def test_job_submit_lua_rendering():
             render_job_submit_lua(bad, 30, [])
     with pytest.raises(PluginError):
         render_job_submit_lua(["gpu"], 0, [])
+
+
+def test_opening_the_store_while_another_process_creates_it_waits(tmp_path):
+    """Switching a new (rollback-journal) database to WAL needs a lock SQLite does not wait
+    for: a reader opening the store while the daemon was creating it failed at once with
+    "database is locked". The store now retries that switch."""
+    import sqlite3
+    import threading
+    path = tmp_path / "state.sqlite"
+    other = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE early(x)")
+    other.execute("BEGIN IMMEDIATE")                 # what a creating daemon holds
+    other.execute("INSERT INTO early VALUES (1)")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        sqlite3.connect(str(path), timeout=5).execute("PRAGMA journal_mode=WAL")
+    timer = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+    timer.start()
+    store = Store(path)
+    timer.join()
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+    other.close()

@@ -119,7 +119,7 @@ class Store:
             self.db = sqlite3.connect(str(self.path), timeout=10, isolation_level=None,
                                       check_same_thread=False)
             self.db.row_factory = sqlite3.Row
-            self.db.execute("PRAGMA journal_mode=WAL")
+            self._wal()
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
@@ -140,6 +140,23 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+
+    def _wal(self, wait_s: float = 10.0) -> None:
+        """Put the database in WAL mode (readers never block the daemon's writes). Only
+        when it is not already: switching needs a lock that SQLite does not wait for (no
+        busy handler), so a reader opening the store while the daemon creates it got
+        "database is locked" at once (a CI run of the daemon tests did). Retried briefly."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    self.db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
