@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 
+from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from slurm_marl.daemon.config import Config
@@ -69,6 +70,8 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
             return
         beat()
         with in_cycle:
+            if done.is_set():  # stopped while this tick waited: the store may be closed
+                return
             report = agent.cycle()
         count["n"] += 1
         if count["n"] == 1:
@@ -83,13 +86,19 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
                       report.refused)
         if max_cycles is not None and count["n"] >= max_cycles:
             done.set()
+            _shutdown()
+
+    def _shutdown() -> None:
+        try:
             scheduler.shutdown(wait=False)
+        except SchedulerNotRunningError:  # a second signal, or max_cycles and a signal
+            pass
 
     def stop(signum, _frame) -> None:
         log.info("signal %d: stopping", signum)
         notifier.stopping()
         done.set()
-        scheduler.shutdown(wait=False)
+        _shutdown()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -99,10 +108,19 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
         scheduler.start()
     finally:
         done.set()
-        if not in_cycle.acquire(timeout=config.slurm.command_timeout_s * 4 + 10):
+        # Wait for a running cycle, close the store, then let go of the lock: a tick that
+        # started just before the signal is blocked on it, must see ``done`` and end, or
+        # the interpreter's exit (which joins the scheduler's worker threads) hangs.
+        held = in_cycle.acquire(timeout=config.slurm.command_timeout_s * 4 + 10)
+        if not held:
             log.warning("a cycle is still running at shutdown; leaving it")
-        if server is not None:
-            server.shutdown()
-        agent.store.close()
+        try:
+            if server is not None:
+                server.shutdown()
+            if held:
+                agent.store.close()
+        finally:
+            if held:
+                in_cycle.release()
     log.info("slurm-marl agent stopped after %d cycles", count["n"])
     return 0
