@@ -1,11 +1,17 @@
 """Benchmark: one agent cycle on a large generated snapshot, and the agent's memory.
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
+        [--profile P] [--learned-agents]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
 own ``Agent.cycle`` (accounting, store, run_cycle per partition, translation) in shadow mode,
 so every step but the scontrol writes runs. Torch threads = 1.
+
+With ``--learned-agents`` (for a profile with the ``learned`` plugin) the plugin gets an
+untrained checkpoint with one agent per generated partition, so every job is decided by a
+GNN agent (cost does not depend on the weights); without it the shipped demo checkpoint is
+used, whose partition has no counterpart here, so every job goes to the fallback heuristic.
 """
 
 from __future__ import annotations
@@ -45,6 +51,16 @@ def pending_jobs(n: int, partitions: list[str], now: float, seed: int = 1) -> li
     return jobs
 
 
+def untrained_checkpoint(agents: tuple[str, ...]):
+    from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
+    from slurm_marl.models.interference import InterferenceModel, Vocabulary
+    from slurm_marl.models.policy import PlacementPolicy
+    torch.manual_seed(0)
+    interference = InterferenceModel.new(Vocabulary.fit(("resnet50", "lm", "transformer")))
+    return LearnedCheckpoint(PlacementPolicy(policy_config(interference, agents, "multi")).eval(),
+                             interference)
+
+
 class FixedSource:
     def __init__(self, snap: ClusterSnapshot) -> None:
         self.snap = snap
@@ -59,6 +75,8 @@ def main() -> None:
     ap.add_argument("--pending", type=int, default=1000)
     ap.add_argument("--cycles", type=int, default=5)
     ap.add_argument("--profile", default="las-consolidate")
+    ap.add_argument("--learned-agents", action="store_true",
+                    help="an untrained checkpoint with an agent per partition")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -68,13 +86,16 @@ def main() -> None:
     base = synthetic_snapshot(args.nodes, busy_fraction=0.5, seed=0)
     now = time.time()
     partitions = [p.name for p in base.partitions]
+    context = {}
+    if args.learned_agents:
+        context["learned_checkpoint"] = untrained_checkpoint(tuple(partitions))
     snap = replace(base, time_s=now,
                    jobs=base.jobs + tuple(pending_jobs(args.pending, partitions, now)))
     with tempfile.TemporaryDirectory() as tmp:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": partitions,
                                       "profile": args.profile, "state_dir": tmp}})
         agent = Agent(cfg, FixedSource(snap), sink=None, store=Store(Path(tmp) / "s.sqlite"),
-                      policy=build_policy(load_profile(args.profile)))
+                      policy=build_policy(load_profile(args.profile), **context))
         times = []
         for _ in range(args.cycles):
             t0 = time.perf_counter()
@@ -85,7 +106,8 @@ def main() -> None:
     result = {
         "nodes": args.nodes, "gpus": sum(n.gpu_count for n in snap.nodes),
         "running_jobs": len(base.jobs), "pending_jobs": args.pending,
-        "profile": args.profile, "decisions_last_cycle": len(report.decisions),
+        "profile": args.profile + (" (untrained agents)" if args.learned_agents else ""),
+        "decisions_last_cycle": len(report.decisions),
         "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
         "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,
     }

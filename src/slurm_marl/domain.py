@@ -244,10 +244,13 @@ class ClusterSnapshot:
         return self._node_index.get(name)
 
     def job(self, job_id: int) -> Job | None:
-        for j in self.jobs:
-            if j.job_id == job_id:
-                return j
-        return None
+        index = self.__dict__.get("_job_index")
+        if index is None:   # built on first use: many snapshots are never asked
+            index = {}
+            for j in self.jobs:
+                index.setdefault(j.job_id, j)   # the first, as a scan would find
+            object.__setattr__(self, "_job_index", index)
+        return index.get(job_id)
 
     def partition(self, name: str) -> Partition | None:
         for p in self.partitions:

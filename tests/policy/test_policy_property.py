@@ -142,3 +142,22 @@ def test_evaluating_one_node_per_class_changes_no_decision(case):
     slow = build_policy(prof)
     slow._dedupe_nodes = False
     assert fast.run_cycle(snap) == slow.run_cycle(snap)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters())
+def test_has_candidate_is_whether_any_candidate_exists(case):
+    """The framework's quick room check (asked before a plugin proposes a placement) agrees
+    with the candidate generator for every job, with and without node classes."""
+    from slurm_marl.policy.state import (CycleState, generate_candidates, has_candidate)
+
+    snap, _ = case
+    for coloc in (False, True):
+        state = CycleState(snap, track_colocation=coloc)
+        for job in snap.jobs:
+            if not job.is_pending:
+                continue
+            for dedupe in (True, False):
+                state.dedupe_nodes = dedupe
+                assert has_candidate(job, state, state.free) == bool(
+                    generate_candidates(job, state, state.free)), job

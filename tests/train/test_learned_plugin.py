@@ -8,11 +8,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from slurm_marl.domain import Job, Place, Preempt
+from slurm_marl.domain import Job, JobState, Place, Preempt
 from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
 from slurm_marl.models.policy import PlacementPolicy
 from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.profile import load_profile
+from slurm_marl.policy.state import CycleState
 from slurm_marl.sim.run import simulate
 from slurm_marl.train.evaluate import learned_profile
 from train_helpers import tiny_workload
@@ -100,9 +101,12 @@ def test_a_job_in_a_partition_without_agent_uses_the_fallback(tiny_cluster,
     snap = snapshot_with_pending(tiny_cluster, [pending(1, 1, "a"), pending(2, 1, "b")])
     state = CycleState(snap, track_colocation=True)
     plugin.feasible(snap.job(1), generate_candidates(snap.job(1), state, state.free)[0],
-                    state)                      # the agent's cycle: topology known
-    assert plugin._what_if_for(snap.job(2)) is plugin.fallback
-    assert plugin._what_if_for(snap.job(1)) is plugin.what_if
+                    state)
+    assert plugin._what_if_for(snap.job(2), state) is plugin.fallback
+    assert plugin._what_if_for(snap.job(1), state) is plugin.what_if
+    # the framework offers b's jobs candidates as it would to the fallback
+    assert plugin.plugin_for(snap.job(2), state) is plugin.fallback
+    assert plugin.plugin_for(snap.job(1), state) is plugin
 
 
 def _always_defer(checkpoint, defer_only_below=1.01):
@@ -288,3 +292,65 @@ def test_what_if_parameters(checkpoint):
         build_plugin("place", "learned", {"what_if": "learned"})
     with pytest.raises(PluginError, match=r"what_if_defer_below must be in \[0, 1\]"):
         build_plugin("place", "learned", {"what_if_defer_below": 1.5})
+
+
+def test_jobs_of_a_partition_without_agent_get_exactly_the_fallbacks_placements(
+        tiny_cluster, tiny_interference, tmp_path):
+    """Jobs the fallback places are offered candidates as the fallback's own profile offers
+    them (one node per class of alike nodes), and land where that profile puts them."""
+    policy_a = PlacementPolicy(policy_config(tiny_interference, ("a",), "multi"))
+    pt, _ = LearnedCheckpoint(policy_a, tiny_interference).save(tmp_path / "a_only.pt")
+    running = Job(job_id=50, partition="b", state=JobState.RUNNING, gpus_per_job=3, cpus=1,
+                  gpu_alloc=(("b0", (0, 1, 4)),), nodes=("b0",), model_type="a3c",
+                  start_time_s=0.0)
+    jobs = [running] + [pending(i, g, "b", queued_s=float(i))
+                        for i, g in enumerate((1, 2, 1, 4, 1), start=1)]
+    snap = snapshot_with_pending(tiny_cluster, jobs)
+    learned = build_policy(learned_profile(pt, allow_defer=False))
+    plugin = learned.place[0][0]
+    state = CycleState(snap, track_colocation=True)
+    assert plugin.plugin_for(jobs[1], state) is plugin.fallback
+    got = places(learned.run_cycle(snap))
+    want = places(build_policy(load_profile("las-consolidate")).run_cycle(snap))
+    assert {k: v.allocs for k, v in got.items()} == {k: v.allocs for k, v in want.items()}
+    assert len(got) == 5
+
+
+def test_partition_views_keep_their_topology_and_hear_the_other_agents(tiny_cluster,
+                                                                      checkpoint):
+    """The daemon runs one cycle per partition on that partition's view: the plugin keeps
+    one topology per view (no rebuild as it alternates) and each agent hears the others'
+    latest summaries, as in training where every snapshot shows all partitions."""
+    from slurm_marl.daemon.service import partition_view
+    policy = build_policy(learned_profile(checkpoint, allow_defer=False))
+    plugin = policy.place[0][0]
+    snap = snapshot_with_pending(tiny_cluster, [pending(1, 1, "a"), pending(2, 1, "b")])
+    assert places(policy.run_cycle(partition_view(snap, "a")))
+    top_a = plugin.observer.topology
+    assert set(top_a.views) == {"a"}
+    assert set(plugin.chooser._summaries) == {"a"}
+    assert places(policy.run_cycle(partition_view(snap, "b")))
+    top_b = plugin.observer.topology
+    assert top_b is not top_a and set(top_b.views) == {"b"}
+    summaries = plugin.chooser._summaries
+    assert set(summaries) == {"a", "b"}
+    heard = PlacementPolicy.others_summary(summaries, "b")
+    assert torch.equal(heard, summaries["a"]) and heard.abs().sum() > 0
+    later = snapshot_with_pending(tiny_cluster, [pending(3, 2, "a")], time_s=200.0)
+    assert places(policy.run_cycle(partition_view(later, "a")))
+    assert plugin.observer.topology is top_a      # the same layout: reused, not rebuilt
+
+
+def test_an_agent_placement_that_is_not_free_is_refused_not_claimed(tiny_cluster,
+                                                                   checkpoint, caplog):
+    """A proposal the framework would not offer (a bug, never a decision) cannot
+    over-allocate: the job waits and the log says why."""
+    from slurm_marl.policy.place.learned import Choice
+    policy = build_policy(learned_profile(checkpoint, allow_defer=False))
+    plugin = policy.place[0][0]
+    plugin.chooser = lambda obs, state: Choice(allocs=((0, 0, 99),), action=0)
+    snap = snapshot_with_pending(tiny_cluster, [pending(1, 1, "a")])
+    with caplog.at_level(logging.WARNING):
+        got = places(policy.run_cycle(snap))
+    assert got == {}
+    assert "is not a free placement; the job waits" in caplog.text

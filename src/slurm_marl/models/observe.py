@@ -132,6 +132,13 @@ def same_layout(a: ClusterSnapshot, b: ClusterSnapshot) -> bool:
     return (a.switches is b.switches or a.switches == b.switches)
 
 
+MAX_LAYOUTS = 8   # layouts kept besides the current one (one per partition in the daemon)
+
+
+def _layout_key(snapshot: ClusterSnapshot) -> tuple[str, ...]:
+    return tuple(n.name for n in snapshot.nodes)
+
+
 class Topology:
     """Everything that depends only on the cluster's layout: built once, reused per cycle."""
 
@@ -270,6 +277,10 @@ class Observer:
         self.topology: Topology | None = None
         self._cycle: CycleFeatures | None = None
         self._live: _LiveCounts | None = None
+        # Layouts seen before, with their last cycle's features: the daemon decides one
+        # partition at a time, so it alternates between the partitions' layouts.
+        self._layouts: dict[tuple[str, ...], tuple[Topology, CycleFeatures | None]] = {}
+        self._checked: ClusterSnapshot | None = None   # last snapshot matched to topology
         self._imposed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._ideal: dict[tuple, float] = {}
 
@@ -279,11 +290,24 @@ class Observer:
 
     # -- per topology / per cycle ----------------------------------------------------------
     def topology_for(self, snapshot: ClusterSnapshot) -> Topology:
+        """The topology of this snapshot's layout: the current one, one seen before (kept
+        with its last cycle's features, for the incremental path), or a new one."""
         top = self.topology
+        if self._checked is snapshot and top is not None:
+            return top
         if top is None or not same_layout(top.reference, snapshot):
-            top = self.topology = Topology(snapshot, self.agents, self.mode)
-            self._cycle = None
+            if top is not None:
+                self._layouts[_layout_key(top.reference)] = (top, self._cycle)
+            hit = self._layouts.pop(_layout_key(snapshot), None)
+            if hit is not None and same_layout(hit[0].reference, snapshot):
+                top, self._cycle = hit
+            else:
+                top, self._cycle = Topology(snapshot, self.agents, self.mode), None
+            self.topology = top
             self._live = None
+            while len(self._layouts) > MAX_LAYOUTS:
+                del self._layouts[next(iter(self._layouts))]
+        self._checked = snapshot
         return top
 
     def cycle(self, snapshot: ClusterSnapshot, state: CycleState | None = None
@@ -411,7 +435,7 @@ class Observer:
     def idle(self, agent: str, snapshot: ClusterSnapshot) -> Observation:
         """An agent with no job to place now: only defer is valid."""
         cyc = self.cycle(snapshot)
-        view = self.topology.views[agent]
+        view = self.topology_for(snapshot).views[agent]
         g = view.n_groups
         mask = torch.zeros(g + 1, dtype=torch.bool)
         mask[-1] = True

@@ -32,7 +32,8 @@ from slurm_marl.domain import (ClusterSnapshot, Decision, GroupAlloc, Job, Place
 from slurm_marl.policy.plugins import OrderPlugin, PlacePlugin, build_plugin
 from slurm_marl.policy.profile import Profile
 from slurm_marl.policy.state import (ACTIVE_STATES, PENDING, Candidate, CycleState,
-                                     generate_candidates, job_shape, per_node_share)
+                                     generate_candidates, has_candidate, job_shape,
+                                     per_node_share)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,10 @@ class Policy:
         # one node per class of alike nodes.
         self._dedupe_nodes = not any(getattr(p, "node_specific", False)
                                      for p, _ in self.place)
+        # Plugins that hand some jobs to another plugin (the learned plugin's fallback):
+        # candidates for such a job are generated as that plugin needs them.
+        self._delegating = any(hasattr(p, "plugin_for") for p, _ in self.place)
+        self._proposers = tuple(p.propose for p, _ in self.place if hasattr(p, "propose"))
         # "A job of size s found no room, so a larger alike job will not either" holds only
         # when no plugin filters candidates (a filter may accept a larger job's shape).
         self._monotone = not any(getattr(p, "filters", True) for p, _ in self.place)
@@ -216,8 +221,40 @@ class Policy:
         feasible: the job would wait); ``state.view`` must be the free capacity."""
         return self._score(job, cands, state)[0]
 
+    def _dedupe_for(self, job: Job, state: CycleState) -> tuple[bool, bool]:
+        """(one node per class of alike nodes, co-located models part of the class) for
+        this job: no dedupe if a plugin deciding it needs node identity."""
+        if not self._delegating:
+            return state.dedupe_nodes, state.dedupe_colocation
+        plugins = [p.plugin_for(job, state) if hasattr(p, "plugin_for") else p
+                   for p, _ in self.place]
+        return (not any(getattr(p, "node_specific", False) for p in plugins),
+                any(getattr(p, "needs_colocation", False) for p in plugins))
+
+    def _generate(self, job: Job, state: CycleState, cap,
+                  flags: tuple[bool, bool] | None = None) -> list[Candidate]:
+        saved = state.dedupe_nodes, state.dedupe_colocation
+        state.dedupe_nodes, state.dedupe_colocation = (self._dedupe_for(job, state)
+                                                       if flags is None else flags)
+        try:
+            return generate_candidates(job, state, cap)
+        finally:
+            state.dedupe_nodes, state.dedupe_colocation = saved
+
     def _best(self, job: Job, state: CycleState, cap):
-        cands = generate_candidates(job, state, cap)
+        flags = self._dedupe_for(job, state)
+        if self._proposers and cap is state.free and not flags[0]:
+            if not has_candidate(job, state, cap):   # no room: nothing to propose
+                return None
+            for propose in self._proposers:
+                proposed = propose(job, state)
+                if proposed is not None:
+                    cands = proposed
+                    break
+            else:
+                cands = self._generate(job, state, cap, flags)
+        else:
+            cands = self._generate(job, state, cap, flags)
         if not cands:
             return None
         state.view = cap
@@ -260,7 +297,7 @@ class Policy:
                 added.append(victim)
                 if free_now < total:
                     continue
-                cands = generate_candidates(job, state, overlay)
+                cands = self._generate(job, state, overlay)
                 if not cands:
                     continue
                 # Fewest GPUs taken from running jobs first, then the plugins' preference.
@@ -307,7 +344,7 @@ class Policy:
         try:
             state.free_cpus = [i.cpus for i in state.infos]
             state.free_mem = [i.mem_mib for i in state.infos]
-            cands = generate_candidates(job, state, overlay)
+            cands = self._generate(job, state, overlay)
         finally:
             state.free_cpus, state.free_mem = saved
         if not cands:

@@ -46,6 +46,16 @@ class PlacePlugin(Protocol):
     def score(self, job: Job, cand: "Candidate", state: "CycleState") -> float:
         """Higher is better, roughly in [0, 1] so weights mean something."""
 
+    # Optional, for plugins that decide a placement themselves (the learned plugin):
+    #   node_specific: bool  -- scores depend on a node's identity, not only its resources,
+    #       so the framework must not offer one node per class of alike nodes;
+    #   node_specific_for(job, state) -> bool  -- the same per job (a plugin that places
+    #       some jobs itself and hands the others to a heuristic);
+    #   propose(job, state) -> list[Candidate] | None  -- the only candidates worth scoring
+    #       on free GPUs ([]: none, the job waits), or None to let the framework generate
+    #       them; asked only for jobs a node-specific plugin decides, and only when the
+    #       framework's generator would find room for the job.
+
 
 class PluginError(ValueError):
     pass

@@ -187,10 +187,13 @@ class CycleState:
         self.free_mem = [i.free_mem_mib for i in self.infos]
         self._partition_nodes: dict[str, tuple[int, ...]] = {}
         self._min_nodes: dict[tuple[str, int], int] = {}
+        self._allowed: dict[tuple, tuple[int, ...]] = {}   # node usability is per snapshot
         self.track_colocation = track_colocation
         self.track_holders = track_holders
-        # Score plugins by resources, not node identity, unless one says otherwise.
+        # Score plugins by resources, not node identity, unless one says otherwise; the
+        # co-located model types are part of a node's class when a plugin reads them.
         self.dedupe_nodes = True
+        self.dedupe_colocation = track_colocation
         # Built on first use (see ``_ensure_running_index``): (node, group) -> model types of
         # jobs there; leaf -> model types of multi-node jobs; (node, group) -> [(job_id,
         # GPUs)] of running jobs, for choosing preemption victims.
@@ -270,6 +273,10 @@ class CycleState:
         return nodes
 
     def allowed_nodes(self, job: Job) -> tuple[int, ...]:
+        key = (job.partition, job.required_nodes, job.excluded_nodes)
+        hit = self._allowed.get(key)
+        if hit is not None:
+            return hit
         nodes = self.partition_nodes(job.partition)
         infos = self.infos
         nodes = tuple(n for n in nodes if infos[n].usable)
@@ -279,6 +286,7 @@ class CycleState:
         if job.excluded_nodes:
             exc = set(job.excluded_nodes)
             nodes = tuple(n for n in nodes if infos[n].name not in exc)
+        self._allowed[key] = nodes
         return nodes
 
     @cached_property
@@ -428,6 +436,23 @@ def generate_candidates(job: Job, state: CycleState, cap: Capacity,
     return out
 
 
+def has_candidate(job: Job, state: CycleState, cap: Capacity) -> bool:
+    """``bool(generate_candidates(job, state, cap))``, stopping at the first node that
+    fits a single-node job."""
+    total, per_node, count = job_shape(job)
+    if total <= 0:
+        return False
+    nodes = state.allowed_nodes(job)
+    if per_node == 0 or count == 1:
+        need = total if per_node == 0 else per_node
+        for n in nodes:
+            if sum(cap[n]) >= need and state.fits_host(job, n, need, total):
+                return True
+        if per_node:
+            return False
+    return bool(generate_candidates(job, state, cap, nodes))
+
+
 def _single_node_candidates(job, state, cap, nodes, need, total) -> list[Candidate]:
     """Nodes alike in free GPUs per group, free CPUs and memory, capacity (and co-located
     model types when a plugin looks at them) score alike, so only the first of each such
@@ -435,7 +460,7 @@ def _single_node_candidates(job, state, cap, nodes, need, total) -> list[Candida
     out = []
     seen: set = set()
     dedupe = state.dedupe_nodes
-    coloc = state.track_colocation
+    coloc = state.dedupe_colocation
     infos = state.infos
     free_cpus, free_mem = state.free_cpus, state.free_mem
     for n in nodes:

@@ -42,7 +42,7 @@ import torch
 
 from slurm_marl.domain import Job
 from slurm_marl.policy.plugins import PlacePlugin, PluginError, build_plugin, check_params
-from slurm_marl.policy.state import Candidate, CycleState
+from slurm_marl.policy.state import Candidate, CycleState, make_candidate
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +129,10 @@ class LearnedPlacement:
                     for job_id in [k for k in table if k not in alive]:
                         del table[job_id]
 
-    def _what_if_for(self, job: Job) -> PlacePlugin:
+    def _what_if_for(self, job: Job, state: CycleState) -> PlacePlugin:
         """What-if answers: ``what_if`` for jobs an agent owns, else the fallback."""
-        top = self.observer.topology
-        if top is None or top.agent_for(job.partition, self.observer.mode) is None:
+        top = self.observer.topology_for(state.snapshot)
+        if top.agent_for(job.partition, self.observer.mode) is None:
             return self.fallback
         return self.what_if
 
@@ -167,6 +167,50 @@ class LearnedPlacement:
         self._choices[job.job_id] = choice
         return choice
 
+    def plugin_for(self, job: Job, state: CycleState) -> PlacePlugin | LearnedPlacement:
+        """The plugin whose rules decide this job: this one for jobs an agent places, the
+        fallback for the others (the framework then offers their candidates as it would
+        to the fallback: one node per class of alike nodes, so an unmatched partition
+        costs what the fallback costs)."""
+        if not self.active:
+            return self.fallback
+        top = self.observer.topology_for(state.snapshot)
+        if top.agent_for(job.partition, self.observer.mode) is None:
+            return self.fallback
+        return self
+
+    def propose(self, job: Job, state: CycleState) -> list[Candidate] | None:
+        """The agent's placement as the only candidate on free GPUs ([] if it defers);
+        None for jobs the fallback places. Saves the framework generating and scoring
+        every group's candidate when only one can win."""
+        if not self.active or state.view is not state.free:
+            return None
+        self._sync(state)
+        if job.job_id in self._deferred:
+            return []
+        choice = self._choice(job, state)
+        if choice is _FALLBACK:
+            return None
+        if choice.defer:
+            return []
+        cand = make_candidate(choice.allocs, state.leaf_of)
+        total = cand.gpus
+        per_node: dict[int, int] = {}
+        for n, g, k in cand.allocs:
+            per_node[n] = per_node.get(n, 0) + k
+        if cand.allocs != choice.allocs or any(
+                not 0 <= n < len(state.free) or not 0 <= g < len(state.free[n])
+                or state.free[n][g] < k for n, g, k in cand.allocs) or not all(
+                state.fits_host(job, n, k, total) for n, k in per_node.items()):
+            # Not a placement the framework would offer (a bug, not a decision): let the
+            # framework generate candidates; only the agent's own can pass ``feasible``.
+            if "bad-proposal" not in self._warned:
+                self._warned.add("bad-proposal")
+                log.warning("learned: the agent's placement %s for job %s is not a free "
+                            "placement; the job waits", choice.allocs, job.job_id)
+            return None
+        return [cand]
+
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
         if not self.active:
             return self.fallback.feasible(job, cand, state)
@@ -175,7 +219,7 @@ class LearnedPlacement:
             if job.job_id in self._deferred and all(
                     k <= state.free[n][g] for n, g, k in cand.allocs):
                 return False   # free GPUs only: the agent has judged those and waits
-            return self._what_if_for(job).feasible(job, cand, state)
+            return self._what_if_for(job, state).feasible(job, cand, state)
         if job.job_id in self._deferred:
             return False
         choice = self._choice(job, state)
@@ -190,7 +234,7 @@ class LearnedPlacement:
             return self.fallback.score(job, cand, state)
         self._sync(state)
         if state.view is not state.free:
-            return self._what_if_for(job).score(job, cand, state)
+            return self._what_if_for(job, state).score(job, cand, state)
         choice = self._choice(job, state)
         if choice is _FALLBACK:
             return self.fallback.score(job, cand, state)
@@ -207,6 +251,10 @@ class ModelChooser:
         self.allow_defer = allow_defer
         self._snapshot = None
         self._groups: dict = {}
+        # Each agent's latest summary. The simulator shows every partition in one snapshot;
+        # the daemon decides one partition at a time, so an agent there hears the others'
+        # summaries from their latest cycle (this one, or the one before for the
+        # partitions decided after it), as the agents exchange them in training.
         self._summaries: dict = {}
 
     @torch.no_grad()
@@ -219,7 +267,8 @@ class ModelChooser:
         inputs = {name: AgentInput(x=cyc.x[name], parent=views[name].parent, job=None,
                                    live=None, mask=None) for name in views
                   if name in self.policy.index}
-        self._groups, self._summaries = self.policy.encode(inputs)
+        self._groups, summaries = self.policy.encode(inputs)
+        self._summaries.update(summaries)
         self._snapshot = cyc.snapshot
 
     @torch.no_grad()
