@@ -144,6 +144,38 @@ def test_decision_reaches_slurm_within_3s_and_job_runs_on_chosen_group(gated, cf
         assert daemon.stop() == 0, daemon.output()
 
 
+def test_learned_profile_places_jobs_with_its_agent_on_real_slurm(gated, cfg_path):
+    """las-learned (the shipped checkpoint: one GNN agent for a 4 x 2 x 2 partition 'gpu',
+    the shape of this cluster) decides through the daemon: the agent, not the fallback,
+    places each job, and Slurm runs it on the GPU group the agent chose."""
+    c = gated
+    cfg = cfg_path.read_text().replace(f'profile = "{cfg_path.parent / "fast-las.toml"}"',
+                                       'profile = "las-learned"')
+    assert 'profile = "las-learned"' in cfg
+    cfg_path.write_text(cfg)
+    daemon = Daemon(cfg_path, c.local.env)
+    try:
+        jobs = [c.sbatch("--gres=gpu:1", "-J", "resnet50-learned", gated=False),
+                c.sbatch("--gres=gpu:2", "-J", "lm-learned", gated=False)]
+        snap = None
+        for job in jobs:
+            ran = c.wait_state(job, "RUNNING", timeout_s=GRACE_S - 5)
+            store = Store(load_config(cfg_path).store_path)
+            place = [d for d in store.decisions(job_id=job) if d["kind"] == "Place"][0]
+            assert place["status"] == "ok", place
+            assert place["plugin"] == "learned", place
+            (node, idx), = ran.gpu_alloc
+            snap = snap or c.source.snapshot()
+            groups = {a["group"] for a in place["payload"]["allocs"]}
+            chosen = {i for g in snap.node(node).gpu_groups if g.index in groups
+                      for i in g.gpu_indices}
+            assert node in place["payload"]["nodes"] and set(idx) <= chosen
+        assert "no agent for partition" not in daemon.output()
+        assert "placing with" not in daemon.output()     # the checkpoint loaded
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+
+
 def test_las_demotes_and_preempts_long_running_job_for_new_one(gated, cfg_path):
     """A 16-GPU job crosses the 40 GPU-s threshold in ~3 s and falls to queue 1; a new
     16-GPU job (queue 0) then takes the cluster by Tiresias preemption (requeue)."""
