@@ -171,6 +171,10 @@ class Topology:
         self.group_cap = index.group_size.astype(np.float32)
         self.node_cap = np.bincount(self.group_node, weights=self.group_cap,
                                     minlength=self.n_nodes).astype(np.float32)
+        # Groups are contiguous per node (rows ordered by node): per-node sums are one
+        # ``reduceat`` over the nodes that have groups.
+        self._with_groups = np.flatnonzero(index.node_group_end > index.node_group_start)
+        self._group_starts = index.node_group_start[self._with_groups]
         self.views: dict[str, AgentView] = {}
         if mode == "single":
             self.views[agents[0]] = _view(agents[0], np.arange(self.n_nodes), index)
@@ -179,6 +183,13 @@ class Topology:
                 rows = [index.node_rows[n.name] for n in snapshot.nodes if name in n.partitions]
                 if rows:
                     self.views[name] = _view(name, np.array(rows, dtype=np.int64), index)
+
+    def node_sums(self, per_group: np.ndarray) -> np.ndarray:
+        """Rows of ``per_group`` (one per global group row) summed per node."""
+        out = np.zeros((self.n_nodes,) + per_group.shape[1:], dtype=per_group.dtype)
+        if len(self._with_groups):
+            out[self._with_groups] = np.add.reduceat(per_group, self._group_starts, axis=0)
+        return out
 
     def agent_for(self, partition: str, mode: str) -> str | None:
         if mode == "single":
@@ -463,8 +474,7 @@ class Observer:
         total, per_node, count = job_shape(job)
         free = self._free(state, top)
         counts = self._live_counts(state, top, free)
-        node_counts = np.zeros((top.n_nodes, self.n_vocab), dtype=np.float32)
-        np.add.at(node_counts, top.group_node, counts)
+        node_counts = top.node_sums(counts)
         node_free = np.bincount(top.group_node, weights=free, minlength=top.n_nodes)
 
         single, splits, others = self._candidates(job, state, top, free, total, per_node,
