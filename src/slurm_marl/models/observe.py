@@ -118,6 +118,12 @@ def _view(name: str, node_rows: np.ndarray, index) -> AgentView:
                                   for k, v in parent.items()}, local)
 
 
+def _bincount_2d(flat: list[int], rows: int, cols: int) -> np.ndarray:
+    """A float32 [rows, cols] table counting the flat indices row * cols + col."""
+    return np.bincount(np.asarray(flat, dtype=np.int64), minlength=rows * cols
+                       ).astype(np.float32).reshape(rows, cols)
+
+
 def same_layout(a: ClusterSnapshot, b: ClusterSnapshot) -> bool:
     """Same nodes in the same order with the same partitions, leaves and GPU groups."""
     if len(a.nodes) != len(b.nodes):
@@ -365,10 +371,28 @@ class Observer:
         return self._cycle
 
     def _state_counts(self, state: CycleState, top: Topology) -> np.ndarray:
-        counts = np.zeros((top.n_groups, self.n_vocab), dtype=np.float32)
-        for k in range(len(top.state_group_rows)):
-            self._recount_node(state, top, counts, k)
-        return counts
+        """Family counts per group from the cycle's co-location index (one bincount)."""
+        v = self.n_vocab
+        family = self._family_index()
+        flat: list[int] = []
+        for rows, groups in zip(top.state_group_rows, state.colocated):
+            for row, models in zip(rows, groups):
+                if models:
+                    base = row * v
+                    flat.extend([base + family(m) for m in models])
+        return _bincount_2d(flat, top.n_groups, v)
+
+    def _family_index(self):
+        """``vocab.index`` memoised per model type (a cycle asks about few distinct ones)."""
+        memo: dict = {}
+        index = self.vocab.index
+
+        def family(model_type):
+            hit = memo.get(model_type)
+            if hit is None:
+                hit = memo[model_type] = index(model_type)
+            return hit
+        return family
 
     def _recount_node(self, state: CycleState, top: Topology, counts: np.ndarray,
                       k: int) -> None:
@@ -380,22 +404,25 @@ class Observer:
                 counts[row, index(m)] += 1.0
 
     def _snapshot_counts(self, snapshot: ClusterSnapshot, top: Topology) -> np.ndarray:
-        counts = np.zeros((top.n_groups, self.n_vocab), dtype=np.float32)
+        v = self.n_vocab
+        family = self._family_index()
         index = top.index
+        node_rows, gpu_rows, group_of = (index.node_rows, index.gpu_row_by_index,
+                                         index.gpu_parent_list)
+        flat: list[int] = []
         for job in snapshot.jobs:
             if not job.is_running or not job.gpu_alloc:
                 continue
-            fam = self.vocab.index(job.model_type)
+            fam = family(job.model_type)
             rows = set()
             for name, gpus in job.gpu_alloc:
-                r = index.node_rows.get(name)
+                r = node_rows.get(name)
                 if r is None:
                     continue
-                lookup = index.gpu_row_by_index[r]
-                rows.update(index.gpu_parent_list[lookup[g]] for g in gpus if g in lookup)
-            for row in rows:
-                counts[row, fam] += 1.0
-        return counts
+                lookup = gpu_rows[r]
+                rows.update([group_of[lookup[g]] for g in gpus if g in lookup])
+            flat.extend([row * v + fam for row in rows])
+        return _bincount_2d(flat, top.n_groups, v)
 
     @staticmethod
     def _free(state: CycleState, top: Topology) -> np.ndarray:

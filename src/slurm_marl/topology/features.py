@@ -56,6 +56,7 @@ VIRTUAL_SPINE = "(virtual-spine)"
 VIRTUAL_LEAF = "(virtual-leaf)"
 NO_PARTITION = "(none)"
 _ACTIVE = frozenset(s for s in JobState if s.is_active)
+_NONE: frozenset[int] = frozenset()
 
 FEATURE_NAMES: dict[str, tuple[str, ...]] = {
     "gpu": ("free", "used", "running_jobs", "node_available"),
@@ -198,7 +199,7 @@ class HierarchyIndex:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class _JobFacts:
     """What one active job contributes, computed once per job per featurise call."""
 
@@ -222,7 +223,8 @@ class Featuriser:
         self._x = {level: np.zeros((sizes[level], len(FEATURE_NAMES[level])), dtype=np.float32)
                    for level in LEVELS}
         self._node_available = np.zeros(sizes["node"], dtype=np.float32)
-        self._node_cross_leaf: list[frozenset[int]] = [frozenset()] * sizes["node"]
+        # node row -> multi-node jobs there that cross a leaf uplink (rows with none absent)
+        self._node_cross_leaf: dict[int, frozenset[int]] = {}
         self._node_partition = np.zeros(sizes["node"], dtype=np.int64)
         self._partition_names: list[str] = []
         self._partition_index: dict[str, int] = {}
@@ -234,7 +236,18 @@ class Featuriser:
 
     def _job_facts(self, job: Job) -> _JobFacts | None:
         rows_of = self.index.node_rows
-        names = set(job.nodes) | {name for name, _ in job.gpu_alloc}
+        alloc = job.gpu_alloc
+        if len(alloc) == 1 and (not job.nodes or job.nodes == (alloc[0][0],)):
+            # One node (most jobs): no sets, no sorting, no switch lookups.
+            name, indices = alloc[0]
+            row = rows_of.get(name)
+            if row is None:
+                return None
+            lookup = self.index.gpu_row_by_index[row]
+            return _JobFacts(job.job_id, (row,),
+                             {row: tuple([lookup[i] for i in indices if i in lookup])},
+                             multi_node=False, cross_leaf=False)
+        names = set(job.nodes) | {name for name, _ in alloc}
         rows = tuple(sorted(rows_of[n] for n in names if n in rows_of))
         if not rows:
             return None
@@ -315,7 +328,11 @@ class Featuriser:
         node_x[6] = len(jobs)
         node_x[7] = multi
         self._node_available[row] = node_x[5]
-        self._node_cross_leaf[row] = frozenset(j.job_id for j in jobs if j.cross_leaf)
+        cross = frozenset(j.job_id for j in jobs if j.cross_leaf)
+        if cross:
+            self._node_cross_leaf[row] = cross
+        else:
+            self._node_cross_leaf.pop(row, None)
 
     def _partition_of(self, row: int, node: Node | None) -> int:
         parts = (node.partitions if node is not None and node.partitions
@@ -335,7 +352,7 @@ class Featuriser:
         total, free = float(nodes[:, 0].sum()), float(nodes[:, 1].sum())
         cross: set[int] = set()
         for r in range(n0, n1):
-            cross |= self._node_cross_leaf[r]
+            cross |= self._node_cross_leaf.get(r, _NONE)
         self._leaf_cross[leaf] = cross
         count = n1 - n0
         self._leaf_counts[leaf] = (count, float(self._node_available[n0:n1].sum()))
@@ -368,34 +385,41 @@ class Featuriser:
         gpu_parent, group_parent = ix.parent["gpu"], ix.parent["gpu_group"]
         nodes = [snapshot.node(name) for name in ix.names["node"]]
         state_ok: dict[str, bool] = {}
-        available = np.zeros(n_node, dtype=np.float32)
-        cpu_free = np.zeros(n_node, dtype=np.float32)
-        mem_free = np.zeros(n_node, dtype=np.float32)
+        part = [0] * n_node
+        avail = [0.0] * n_node
+        cpu = [0.0] * n_node
+        mem = [0.0] * n_node
         used_rows: list[int] = []
         self._partition_names = list(ix.partition_names)
         self._partition_index = {p: i for i, p in enumerate(self._partition_names)}
+        partition_of = self._partition_of
+        gpu_row_by_index = ix.gpu_row_by_index
         for row, node in enumerate(nodes):
-            self._node_partition[row] = self._partition_of(row, node)
+            part[row] = partition_of(row, node)
             if node is None:
                 continue
             ok = state_ok.get(node.state)
             if ok is None:
                 ok = state_ok[node.state] = node.available
-            available[row] = ok
+            avail[row] = ok
             if node.cpus > 0:
-                cpu_free[row] = node.free_cpus / node.cpus
+                cpu[row] = node.free_cpus / node.cpus
             if node.real_memory_mib > 0:
-                mem_free[row] = node.free_memory_mib / node.real_memory_mib
+                mem[row] = node.free_memory_mib / node.real_memory_mib
             if node.used_gpu_indices:
-                lookup = ix.gpu_row_by_index[row]
-                used_rows.extend(lookup[i] for i in node.used_gpu_indices if i in lookup)
+                lookup = gpu_row_by_index[row]
+                used_rows.extend([lookup[i] for i in node.used_gpu_indices if i in lookup])
+        self._node_partition[:] = part
+        available = np.array(avail, dtype=np.float32)
+        cpu_free = np.array(cpu, dtype=np.float32)
+        mem_free = np.array(mem, dtype=np.float32)
 
         job_gpu_rows: list[int] = []
         job_group_rows: list[int] = []
         external_group_rows: list[int] = []
         job_node_rows: list[int] = []
         multi_node_rows: list[int] = []
-        cross_of_node: list[list[int]] = [[] for _ in range(n_node)]
+        cross_of_node: dict[int, list[int]] = {}
         group_of_gpu = ix.gpu_parent_list
         for job in self._active_jobs(snapshot):
             facts = self._job_facts(job)
@@ -406,7 +430,7 @@ class Featuriser:
                 multi_node_rows.extend(facts.node_rows)
             if facts.cross_leaf:
                 for row in facts.node_rows:
-                    cross_of_node[row].append(facts.job_id)
+                    cross_of_node.setdefault(row, []).append(facts.job_id)
             for rows in facts.gpu_rows_by_node.values():
                 job_gpu_rows.extend(rows)
                 groups = {group_of_gpu[r] for r in rows}
@@ -419,7 +443,7 @@ class Featuriser:
         group_external = _counts(external_group_rows, n_group)
         node_jobs = _counts(job_node_rows, n_node)
         node_multi = _counts(multi_node_rows, n_node)
-        self._node_cross_leaf = [frozenset(j) for j in cross_of_node]
+        self._node_cross_leaf = {row: frozenset(j) for row, j in cross_of_node.items()}
         self._node_available[:] = available
 
         used = np.zeros(n_gpu, dtype=np.float32)
