@@ -309,13 +309,28 @@ class CliDecisionSink:
             if value:
                 cleared[key] = ""
                 restored[key] = value
+        # What the job asks for now (the agent's typed pin), to put back if Slurm refuses
+        # the original: never leave a GPU job with no GPU request, which it would start
+        # without GPUs once its start time came (measured on 22.05: after a requeued job
+        # was re-pinned, every untyped request was refused "with and without type
+        # identification" while the typed one was accepted).
+        current = self._current_request(job)
+        field = "TresPerJob" if job.gpus_per_job and not job.gpus_per_node else "TresPerNode"
         res = self._update_job(job.job_id, cleared, cmds)
+        cleared_ok = res.ok
         if res.ok:
             res = self._update_job(job.job_id, restored, cmds)
         if not res.ok:
             self._restore_failed[job.job_id] = time.monotonic() + 60
             log.error("job %s: could not restore GPU request %s: %s", job.job_id, restored,
                       res.message)
+            if cleared_ok and current:
+                back = self._update_job(job.job_id, {field: current, "StartTime": "now"}, cmds)
+                if back.ok:
+                    log.error("job %s: kept its GPU request %s instead", job.job_id, current)
+                else:
+                    log.error("job %s: has NO GPU request now (%s); its start stays held "
+                              "%s", job.job_id, back.message, HOLD_OFF)
         return res.ok
 
     def repair_half_done(self, snapshot: ClusterSnapshot) -> list[int]:
