@@ -51,16 +51,6 @@ def pending_jobs(n: int, partitions: list[str], now: float, seed: int = 1) -> li
     return jobs
 
 
-def untrained_checkpoint(agents: tuple[str, ...]):
-    from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
-    from slurm_marl.models.interference import InterferenceModel, Vocabulary
-    from slurm_marl.models.policy import PlacementPolicy
-    torch.manual_seed(0)
-    interference = InterferenceModel.new(Vocabulary.fit(("resnet50", "lm", "transformer")))
-    return LearnedCheckpoint(PlacementPolicy(policy_config(interference, agents, "multi")).eval(),
-                             interference)
-
-
 class FixedSource:
     def __init__(self, snap: ClusterSnapshot) -> None:
         self.snap = snap
@@ -88,7 +78,8 @@ def main() -> None:
     partitions = [p.name for p in base.partitions]
     context = {}
     if args.learned_agents:
-        context["learned_checkpoint"] = untrained_checkpoint(tuple(partitions))
+        from bench_models import model_parts   # untrained agents, as bench_models uses
+        context["learned_checkpoint"] = model_parts(tuple(partitions))
     snap = replace(base, time_s=now,
                    jobs=base.jobs + tuple(pending_jobs(args.pending, partitions, now)))
     with tempfile.TemporaryDirectory() as tmp:

@@ -261,9 +261,14 @@ class CliDecisionSink:
         return results
 
     @staticmethod
-    def _current_request(job: Job) -> str:
+    def _request_field(job: Job) -> str:
+        """Where the job's GPU request lives: ``--gpus`` alone is per job, else per node."""
+        return "TresPerJob" if job.gpus_per_job and not job.gpus_per_node else "TresPerNode"
+
+    @classmethod
+    def _current_request(cls, job: Job) -> str:
         counts: dict[str | None, int] = {}
-        if job.gpus_per_job and not job.gpus_per_node:
+        if cls._request_field(job) == "TresPerJob":
             total = job.gpus_per_job
         else:
             total = job.gpus_per_node
@@ -315,7 +320,6 @@ class CliDecisionSink:
         # was re-pinned, every untyped request was refused "with and without type
         # identification" while the typed one was accepted).
         current = self._current_request(job)
-        field = "TresPerJob" if job.gpus_per_job and not job.gpus_per_node else "TresPerNode"
         res = self._update_job(job.job_id, cleared, cmds)
         cleared_ok = res.ok
         if res.ok:
@@ -325,7 +329,8 @@ class CliDecisionSink:
             log.error("job %s: could not restore GPU request %s: %s", job.job_id, restored,
                       res.message)
             if cleared_ok and current:
-                back = self._update_job(job.job_id, {field: current, "StartTime": "now"}, cmds)
+                back = self._update_job(job.job_id, {self._request_field(job): current,
+                                                     "StartTime": "now"}, cmds)
                 if back.ok:
                     log.error("job %s: kept its GPU request %s instead", job.job_id, current)
                 else:

@@ -131,10 +131,7 @@ class LearnedPlacement:
 
     def _what_if_for(self, job: Job, state: CycleState) -> PlacePlugin:
         """What-if answers: ``what_if`` for jobs an agent owns, else the fallback."""
-        top = self.observer.topology_for(state.snapshot)
-        if top.agent_for(job.partition, self.observer.mode) is None:
-            return self.fallback
-        return self.what_if
+        return self.what_if if self.plugin_for(job, state) is self else self.fallback
 
     @staticmethod
     def _options(obs) -> bytes:
