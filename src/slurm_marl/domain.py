@@ -185,6 +185,9 @@ class Job:
     restart_count: int = 0
     admin_comment: str = ""
     comment: str = ""
+    array_job_id: int = 0
+    # Why the agent leaves this job to Slurm (a request it cannot model), "" if it decides it.
+    left_to_slurm: str = ""
     # Scheduling state kept across cycles (daemon store or simulator).
     attained_gpu_s: float = 0.0
     last_run_s: float = 0.0

@@ -100,12 +100,18 @@ def test_lease_defers_waiting_jobs_about_to_become_eligible(tmp_path):
 
 
 def test_user_begin_time_and_held_jobs_are_left_alone(tmp_path):
+    """...and so is a job Slurm requeued itself (a node went down under it) while Slurm's
+    requeue delay runs: restarting it at once on a node just back drained the node
+    ("Duplicate jobid"). A job the agent preempted itself is restarted in turn."""
     now = 1000.0
     user_begin = pending(1, now, eligible_in=3600)
     held = pending(2, now, pending_reason="JobHeldUser")
     requeued = pending(3, now, eligible_in=121, restart_count=1)
+    by_slurm = pending(4, now, eligible_in=121, restart_count=1)
     seen = []
-    a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (user_begin, held, requeued), PARTS), [])
+    a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (user_begin, held, requeued, by_slurm),
+                                           PARTS), [])
+    a._preempted.add(3)
     a.policy = type("P", (), {"run_cycle": lambda self, s: seen.append(s) or []})()
     a.cycle()
     assert [j.job_id for j in seen[0].pending] == [3]
@@ -161,6 +167,7 @@ def test_requeued_job_placed_again_where_it_was_is_restarted(tmp_path):
     place = Place(1, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),))
     a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (pending(1, now, eligible_in=0),),
                                               PARTS), [place])
+    a._preempted.update({1})  # requeued by the agent itself
     a.cycle()
     assert any(isinstance(d, Place) for d in sink.calls[-1])
     requeued = pending(1, now + 60, eligible_in=121, restart_count=1)
@@ -195,6 +202,7 @@ def test_a_requeued_job_is_free_to_resume_elsewhere_unless_the_user_pinned_it(tm
                       admin_comment="slurm-marl:v1;tpn=gres:gpu:1;tpj=")
     a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (own, users, unknown), PARTS), [])
     a.policy = RecordingPolicy()
+    a._preempted.update({1, 2, 3})  # requeued by the agent itself
     a.cycle()
     seen = a.policy.seen[-1]
     assert seen.job(1).required_nodes == ()
@@ -206,6 +214,7 @@ def test_fifo_inside_a_queue_keeps_the_first_submit_time_across_a_requeue(tmp_pa
     now = 1000.0
     a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (pending(1, now),), PARTS), [])
     a.policy = RecordingPolicy()
+    a._preempted.update({1})  # requeued by the agent itself
     a.cycle()
     requeued = replace(pending(1, now + 100, eligible_in=121, restart_count=1),
                        submit_time_s=now + 99)

@@ -28,8 +28,9 @@ from slurm_marl.daemon.config import Config
 from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
-                               Preempt, Reserve, SetPriority)
+                               Preempt, Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration.marker import parse_marker
+from slurm_marl.slurm_integration.sink import user_gpu_request
 from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
 
@@ -101,6 +102,12 @@ class Agent:
         self._history: dict[tuple[str, str], str] | None = None
         # Jobs told to start that Slurm has not started yet: job id -> (placement, when).
         self._inflight: dict[int, tuple[Place, float]] = {}
+        # Jobs this agent requeued itself (it may restart them at once; a requeue by Slurm
+        # keeps Slurm's own delay), reservations by when they were last extended, and jobs
+        # already logged as left to Slurm.
+        self._preempted: set[int] = set()
+        self._resv_renewed: dict[str, float] = {}
+        self._left_logged: set[int] = set()
         self.last_report: CycleReport | None = None
         self.sampler = None
         if config.agent.progress_dir:
@@ -162,6 +169,7 @@ class Agent:
             log.warning("managed partitions not in Slurm: %s", ", ".join(sorted(missing)))
         decisions: list[Decision] = []
         decided_jobs: set[int] = set()
+        left = self._left_to_slurm(snap, managed, report.cycle)
         held = self._hold_inflight(snap)  # for deciding only; writes see the real state
         for part in managed:
             view = self._decidable(partition_view(held, part))
@@ -178,6 +186,7 @@ class Agent:
         self.store.set_queues((d.job_id, d.queue) for d in decisions
                               if isinstance(d, SetPriority))
         writes, advice = self._translate(snap, decisions)
+        writes += left
         if self.config.agent.shadow:
             self.store.record_decisions(report.cycle, snap.time_s,
                                         [(d, "shadow", "") for d in writes + advice])
@@ -193,6 +202,41 @@ class Agent:
             report.cycle, snap.time_s,
             [(r.decision, r.status.value, r.message) for r in results]
             + [(d, "planned", "waits; nothing written") for d in advice])
+
+    def _left_to_slurm(self, snap: ClusterSnapshot, managed: list[str], cycle: int
+                       ) -> list[Release]:
+        """Pending jobs whose request the agent cannot model (arrays, --gpus-per-task,
+        several partitions, ...): never decided, never leased. One the gate delayed gets
+        its start released at once (a user's own later --begin is kept); each is logged
+        once and recorded, so ``explain`` says why Slurm alone schedules it."""
+        out = []
+        grace = self.config.agent.grace_s
+        for job in snap.pending:
+            if not job.left_to_slurm:
+                continue
+            if not any(p in managed for p in job.partition.split(",")):
+                continue
+            gated = (parse_marker(job.admin_comment) is not None
+                     and job.eligible_time_s is not None
+                     and job.eligible_time_s > snap.time_s + 1
+                     and job.eligible_time_s <= job.submit_time_s + grace + 5
+                     and job.restart_count == 0)
+            if job.job_id not in self._left_logged:
+                self._left_logged.add(job.job_id)
+                log.info("job %s: left to Slurm (%s)%s", job.job_id, job.left_to_slurm,
+                         "; its gate delay is released" if gated else "")
+                if not gated:
+                    self.store.record_decisions(
+                        cycle, snap.time_s,
+                        [(Release(job.job_id, "left-to-slurm",
+                                  f"left to Slurm: {job.left_to_slurm}"),
+                          "skipped", "nothing to write")])
+            if gated:
+                out.append(Release(job.job_id, "left-to-slurm",
+                                   f"left to Slurm: {job.left_to_slurm}"))
+        if len(self._left_logged) > 100_000:
+            self._left_logged.clear()
+        return out
 
     def _sample_speeds(self, snap: ClusterSnapshot) -> None:
         """Observed speeds from jobs' progress reports (``agent.progress_dir``); a failure
@@ -259,15 +303,21 @@ class Agent:
         keep = []
         for j in view.jobs:
             if j.is_pending:
-                if j.pending_reason.startswith(_UNSCHEDULABLE_REASONS):
+                if j.left_to_slurm or j.pending_reason.startswith(_UNSCHEDULABLE_REASONS):
                     continue
+                marker = parse_marker(j.admin_comment)
                 if j.required_nodes:
                     # Slurm keeps the agent's ReqNodeList across a requeue; unless the user
                     # named nodes at submission, it is the agent's own pin, not a constraint
                     # (else a preempted job could only ever resume where it ran before).
-                    marker = parse_marker(j.admin_comment)
                     if marker is not None and marker.user_gave_no_nodes:
                         j = j.with_(required_nodes=())
+                if j.gpu_type is not None and marker is not None \
+                        and user_gpu_request(j)[1] is None:
+                    j = j.with_(gpu_type=None)  # the agent's own earlier pin, not the user's
+                if (j.restart_count > 0 and j.job_id not in self._preempted
+                        and j.eligible_time_s and j.eligible_time_s > view.time_s + 1):
+                    continue  # requeued by Slurm (node failure...): Slurm's delay stands
                 # a user's later --begin is theirs; Slurm's own delay after a requeue
                 # (cred_expire + 1 s) is not, and the agent restarts such jobs in turn
                 if (j.eligible_time_s and j.eligible_time_s > horizon
@@ -311,10 +361,13 @@ class Agent:
                 elif len(d.nodes) > 1:
                     name = f"{RESERVATION_PREFIX}{job.job_id}"
                     nodes = ",".join(d.nodes)
-                    if reservations.get(name, {}).get("nodes") != nodes:
+                    # Lasts one grace and is extended while the job waits, so a dead
+                    # agent's reservation blocks its nodes for at most one grace.
+                    stale = snap.time_s - self._resv_renewed.get(name, -1e18) \
+                        > cfg.grace_s / 3.0
+                    if reservations.get(name, {}).get("nodes") != nodes or stale:
                         out.append(Reserve(job.job_id, d.plugin, d.reason, name=name,
-                                           nodes=d.nodes,
-                                           duration_s=cfg.reservation_minutes * 60.0))
+                                           nodes=d.nodes, duration_s=float(cfg.grace_s)))
             elif isinstance(d, Preempt):
                 if job.is_running:
                     out.append(d)
@@ -345,9 +398,13 @@ class Agent:
             if isinstance(d, Reserve):
                 if r.ok:
                     self.store.add_reservation(d.name, d.job_id, ",".join(d.nodes), snap.time_s)
+                    self._resv_renewed[d.name] = snap.time_s
             elif isinstance(d, EndReservation):
                 if r.ok or r.status is WriteStatus.VANISHED:
                     self.store.end_reservation(d.name, snap.time_s)
+                    self._resv_renewed.pop(d.name, None)
+            elif isinstance(d, Preempt) and r.ok:
+                self._preempted.add(d.job_id)
             elif isinstance(d, Place) and r.ok:
                 marks.append((d.job_id, "place", _place_key(d)))
                 if d.start_now:

@@ -33,6 +33,7 @@ class NodeInfo:
     group_ids: tuple[int, ...]        # GpuGroup.index, what GroupAlloc.group carries
     group_cap: tuple[int, ...]        # GPUs per group
     group_free: tuple[int, ...]       # free GPUs per group in the snapshot
+    group_names: tuple                # GpuGroup.name (the GRES type), None if untyped
     gpu_pos: dict                     # GPU index -> group position
     free_cpus: int
     free_mem_mib: int
@@ -60,7 +61,8 @@ def node_info(node: Node, leaf: str | None) -> NodeInfo:
             gpu_pos[i] = pos
     info = NodeInfo(name=node.name, partitions=frozenset(node.partitions),
                     usable=node.available, leaf=leaf, group_ids=tuple(ids),
-                    group_cap=tuple(caps), group_free=tuple(frees), gpu_pos=gpu_pos,
+                    group_cap=tuple(caps), group_free=tuple(frees),
+                    group_names=tuple(g.name for g in node.gpu_groups), gpu_pos=gpu_pos,
                     free_cpus=node.free_cpus, free_mem_mib=node.free_memory_mib,
                     cpus=node.cpus, mem_mib=node.real_memory_mib, gpu_count=sum(caps))
     if len(_NODE_MEMO) > _NODE_MEMO_LIMIT:
@@ -398,6 +400,8 @@ def generate_candidates(job: Job, state: CycleState, cap: Capacity,
         return []
     if nodes is None:
         nodes = state.allowed_nodes(job)
+    if job.gpu_type is not None:
+        cap, nodes = typed_capacity(job.gpu_type, state, cap, nodes)
     leaf_of = state.leaf_of
     if per_node == 0 or count == 1:
         need = total if per_node == 0 else per_node
@@ -436,6 +440,22 @@ def generate_candidates(job: Job, state: CycleState, cap: Capacity,
     return out
 
 
+def typed_capacity(gpu_type: str, state: CycleState, cap: Capacity, nodes: Sequence[int]
+                   ) -> tuple[dict[int, list[int]], tuple[int, ...]]:
+    """A user's explicit GPU type is a constraint: only groups of that GRES type count
+    (free GPUs of other groups read as 0), on nodes that have such a group."""
+    infos = state.infos
+    out: dict[int, list[int]] = {}
+    keep = []
+    for n in nodes:
+        names = infos[n].group_names
+        if gpu_type not in names:
+            continue
+        out[n] = [free if names[g] == gpu_type else 0 for g, free in enumerate(cap[n])]
+        keep.append(n)
+    return out, tuple(keep)
+
+
 def has_candidate(job: Job, state: CycleState, cap: Capacity) -> bool:
     """``bool(generate_candidates(job, state, cap))``, stopping at the first node that
     fits a single-node job."""
@@ -443,6 +463,8 @@ def has_candidate(job: Job, state: CycleState, cap: Capacity) -> bool:
     if total <= 0:
         return False
     nodes = state.allowed_nodes(job)
+    if job.gpu_type is not None:
+        cap, nodes = typed_capacity(job.gpu_type, state, cap, nodes)
     if per_node == 0 or count == 1:
         need = total if per_node == 0 else per_node
         for n in nodes:

@@ -14,6 +14,7 @@ import hostlist
 
 from slurm_marl.domain import GpuGroup, Job, JobState, Node, Partition, Switch
 from slurm_marl.slurm_integration import gres as G
+from slurm_marl.slurm_integration.runner import SlurmOutputError
 from slurm_marl.topology.slurm_conf import parse_time_limit_s
 
 _KV_RE = re.compile(r"(\w[\w/:.]*)=(.*?)(?=\s+\w[\w/:.]*=|\s*$)")
@@ -80,6 +81,8 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
         if p:
             problems.append(f"job {jid}: {p}; treated as requesting no GPU")
     gpu_type = G.single_type(per_node + per_job)
+    array_job_id = int(num(raw.get("array_job_id"), 0) or 0)
+    left_to_slurm = unmodelable_reason(raw, per_node, per_job, bool(p1 or p2))
 
     nodes = hosts("nodes")
     state = JobState.parse(str(raw.get("job_state", "")))
@@ -136,13 +139,42 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
         restart_count=int(num(raw.get("restart_cnt"), 0) or 0),
         admin_comment=str(raw.get("admin_comment") or ""),
         comment=str(raw.get("comment") or ""),
+        array_job_id=array_job_id,
+        left_to_slurm=left_to_slurm,
     )
     return job, problems
 
 
+def unmodelable_reason(raw: dict, per_node, per_job, unparsed: bool) -> str:
+    """Why a job's request is one the agent cannot model (so it leaves the job to Slurm at
+    once and says so), or "" for a request it decides: one partition, GPUs per node or per
+    job in one form and of at most one type, not part of an array."""
+    if int(num(raw.get("array_job_id"), 0) or 0):
+        return "job array: arrays are left to Slurm (a write to the array id would pin " \
+               "every task alike)"
+    if unparsed:
+        return "GPU request the agent cannot parse"
+    for key, option in (("tres_per_task", "--gpus-per-task"),
+                        ("tres_per_socket", "--gpus-per-socket")):
+        if "gpu" in str(raw.get(key) or ""):
+            return f"{option} request: its GPU count depends on tasks/sockets Slurm picks"
+    if "," in str(raw.get("partition") or ""):
+        return "several partitions (-p a,b): Slurm picks among them"
+    if per_node and per_job:
+        return "GPUs requested both per node and per job"
+    types = {r.gpu_type for r in per_node + per_job}
+    if len(types) > 1:
+        return "several GPU types in one request"
+    return ""
+
+
 def jobs_from_squeue(data: dict) -> tuple[list[Job], list[str]]:
     jobs, problems = [], []
-    for raw in data.get("jobs") or []:
+    raws = data.get("jobs") or []
+    if not isinstance(raws, list):
+        raise SlurmOutputError(["squeue", "--json"], 0,
+                               f"'jobs' is a {type(raws).__name__}, not a list")
+    for raw in raws:
         if not isinstance(raw, dict):
             problems.append(f"unexpected job entry {raw!r:.80}")
             continue

@@ -2,17 +2,22 @@
 
 - Order: ``Priority=`` on pending jobs.
 - Nodes: ``ReqNodeList=``.
-- GPU group: GPUs are typed per socket in gres.conf (``s0``, ``s1``); pinning a pending job
-  to a group is a TWO-step update: clear the GPU request while pushing the start time out
-  (so the job cannot start with no GPU in between), then set the typed request, nodes,
-  priority and start time. The original request is kept in the AdminComment marker first,
-  so a crash between the steps can be repaired (``repair_half_done``). The written request
-  is read back and checked.
+- GPU group: GPUs are typed per socket in gres.conf (``s0``, ``s1``). A job's GPU request is
+  only ever changed by ONE ``scontrol update`` that moves it from one request field to the
+  other (``TresPerNode=`` -> ``TresPerJob=gres:gpu:s1:N`` or back), so there is no moment
+  at which the job has no GPU request, whatever dies when (see ``plan_gpu_pin``). Measured
+  on 22.05.8: typed->typed in the SAME field ADDS GPUs (the job ran with 4 instead of 2),
+  untyped->typed in the same field is refused, typed->untyped is refused; the cross-field
+  move replaces the request exactly (the old type stays with count 0). Only single-node
+  jobs whose user gave no GPU type are narrowed; everything else is pinned by nodes only.
+  The written request is read back (``squeue --json``); a failed or odd read-back is
+  reported, never "repaired" by further GPU writes.
 - Start: ``StartTime=now`` (the job was gated by job_submit.lua's begin time).
 - Multi-node holds: ``scontrol create reservation ... Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END``
-  + ``Reservation=``. Without NO_HOLD_JOBS_AFTER_END a reservation that runs out (the agent
-  died and never ended it) leaves its pending job in RESV_DEL_HOLD with priority 0 forever;
-  with it the job just runs outside the reservation (fail-open).
+  + ``Reservation=``, lasting one grace and renewed while the job waits, so a reservation
+  whose agent died ends within one grace. Without NO_HOLD_JOBS_AFTER_END a reservation that
+  runs out leaves its pending job in RESV_DEL_HOLD with priority 0 forever; with it the job
+  just runs outside the reservation (fail-open).
 - Preemption: ``scontrol requeue``.
 
 Every write is idempotent; failures come back as WriteResult values, never as exceptions.
@@ -31,14 +36,11 @@ from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation,
                                Preempt, Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration import gres as G
 from slurm_marl.slurm_integration.marker import Marker, parse_marker, with_marker
-from slurm_marl.slurm_integration.parse import collapse_hosts, parse_kv_line
+from slurm_marl.slurm_integration.parse import collapse_hosts
 from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
 from slurm_marl.slurm_integration.runner import CommandResult, SlurmRunner, looks_unavailable
 
 log = logging.getLogger(__name__)
-
-HOLD_OFF = "now+600"  # start time while a job's GPU request is cleared mid re-pin
-
 
 def classify(res: CommandResult) -> WriteStatus:
     if res.ok:
@@ -55,11 +57,9 @@ def classify(res: CommandResult) -> WriteStatus:
 
 def desired_gpu_request(place: Place, snapshot: ClusterSnapshot | None, job: Job | None
                         ) -> tuple[str | None, str, str]:
-    """(TRES string to write or None, field name, why not) for a placement.
-
-    A typed request can pin only when every node of the job gets the same counts of the same
-    named groups (Slurm's per-node request is uniform across nodes).
-    """
+    """(TRES string of the chosen group or None, field it would go to, why not) for a
+    placement. The field is the one the job's request does NOT live in now: a re-pin moves
+    the request across fields in one update (module docstring)."""
     if snapshot is None or job is None or not place.allocs:
         return None, "", "no snapshot or no GPU allocation to pin"
     per_node: dict[str, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
@@ -77,15 +77,63 @@ def desired_gpu_request(place: Place, snapshot: ClusterSnapshot | None, job: Job
         # With enforce-binding a job's GPUs follow its cores; one CPU cannot sit on two
         # sockets, so a typed request over two groups leaves the job unstartable.
         return None, "", "spans GPU groups inside a node; binding left to Slurm"
-    shapes = {tuple(sorted(d.items())) for d in per_node.values()}
-    if len(shapes) != 1:
-        return None, "", "GPU groups differ between nodes; Slurm's request is per node"
-    counts = dict(shapes.pop())
-    if job.gpus_per_job and not job.gpus_per_node:
-        if len(per_node) != 1:
-            return None, "", "--gpus job over several nodes: nodes pinned, groups left to Slurm"
-        return G.format_gpu_request(counts), "TresPerJob", ""
-    return G.format_gpu_request(counts), "TresPerNode", ""
+    if len(per_node) != 1 or job.node_count > 1:
+        return None, "", ("multi-node job: nodes pinned, GPU groups left to Slurm (a "
+                          "per-node request cannot be moved across fields in one update)")
+    counts = dict(next(iter(per_node.values())))
+    return G.format_gpu_request(counts), _other_field(request_field(job)), ""
+
+
+def request_field(job: Job) -> str:
+    """Where the job's GPU request lives now: per job (``--gpus``, or an earlier pin) or
+    per node (``--gres``, ``--gpus-per-node``)."""
+    return "TresPerJob" if job.gpus_per_job and not job.gpus_per_node else "TresPerNode"
+
+
+def _other_field(field: str) -> str:
+    return "TresPerNode" if field == "TresPerJob" else "TresPerJob"
+
+
+def user_gpu_request(job: Job) -> tuple[int, str | None]:
+    """(GPU count, GPU type or None) the user asked for: from the gate's marker, else what
+    the job asks now (then a type already there counts as the user's)."""
+    marker = parse_marker(job.admin_comment)
+    if marker is not None:
+        per_node, bad1 = G.parse_gpu_request(marker.tres_per_node)
+        per_job, bad2 = G.parse_gpu_request(marker.tres_per_job)
+        if not (bad1 or bad2) and (per_node or per_job):
+            total = (G.total_gpus(per_node) * max(1, job.node_count) + G.total_gpus(per_job))
+            return total, G.single_type(per_node + per_job)
+    return job.num_gpus, job.gpu_type
+
+
+def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
+                 ) -> tuple[dict[str, str], str]:
+    """The fields of the ONE update that narrows ``job``'s GPU request to the group chosen
+    by ``place``, or ({}, why the request is left as it is).
+
+    Safe by construction: the update names both request fields, clears the one the request
+    lives in and writes the same count, typed, into the other. Slurm applies it whole or
+    not at all, so before and after it the job asks for exactly its GPUs. Never written:
+    a type the user chose (kept), a count other than the job's, a second write to the same
+    field (22.05 would add GPUs), anything for multi-node jobs.
+    """
+    request, field, why = desired_gpu_request(place, snapshot, job)
+    if request is None:
+        return {}, why
+    total = job.num_gpus
+    user_total, user_type = user_gpu_request(job)
+    if user_type is not None:
+        return {}, f"explicit GPU type gpu:{user_type} kept: nodes pinned only"
+    if total <= 0 or total != user_total:
+        return {}, (f"asks for {total} GPU(s) now but {user_total} at submission: GPU "
+                    "request left as it is")
+    wanted, _ = G.parse_gpu_request(request)
+    if G.total_gpus(wanted) != total:
+        return {}, f"chosen group holds {G.total_gpus(wanted)} of the job's {total} GPU(s)"
+    if job.gpu_type == G.single_type(wanted):
+        return {}, ""  # already on that group's type: nodes decide the rest
+    return {_other_field(field): "", field: request}, ""
 
 
 class CliDecisionSink:
@@ -140,14 +188,6 @@ class CliDecisionSink:
         args = ["scontrol", "update", f"jobid={job_id}", *(f"{k}={v}" for k, v in fields.items())]
         return self._run(args, cmds)
 
-    def show_job(self, job_id: int) -> dict[str, str] | None:
-        """``scontrol show -d job`` as key/values (one line per key folded together)."""
-        res = self.runner.run(["scontrol", "show", "-o", "-d", "job", str(job_id)])
-        if not res.ok:
-            return None
-        first = res.stdout.splitlines()[0] if res.stdout else ""
-        return parse_kv_line(first)
-
     # ---- apply --------------------------------------------------------------------------
     def apply(self, decisions: list[Decision],
               snapshot: ClusterSnapshot | None = None) -> list[WriteResult]:
@@ -159,9 +199,14 @@ class CliDecisionSink:
             if isinstance(d, (Reserve, EndReservation)):
                 continue
             if isinstance(d, Defer):
-                defers[int(d.seconds)].append(d)
+                defers[max(1, int(d.seconds))].append(d)
                 continue
             by_job[d.job_id].append(d)
+        # A release with nothing else to write for its job (a job left to Slurm) goes out
+        # in one batched StartTime=now, like the lease.
+        for job_id in [j for j, decs in by_job.items()
+                       if all(isinstance(d, Release) for d in decs)]:
+            defers[0].extend(by_job.pop(job_id))
         # Reservations first so a job placed into one in this cycle finds it.
         for d in decisions:
             if isinstance(d, Reserve):
@@ -180,24 +225,30 @@ class CliDecisionSink:
                 results.append(self._end_reservation(d))
         return results
 
-    def _defer(self, group: list[Defer], seconds: int) -> list[WriteResult]:
-        """One ``scontrol update jobid=a,b,c StartTime=now+N`` for a whole lease renewal;
-        a job that vanished meanwhile is named in Slurm's answer, the others still moved."""
+    def _defer(self, group: list[Decision], seconds: int) -> list[WriteResult]:
+        """One ``scontrol update jobid=a,b,c StartTime=now+N`` for a whole lease renewal
+        (``StartTime=now`` for ``seconds`` 0: releases); a job that started or vanished
+        meanwhile is named in Slurm's answer, the others still moved."""
         results = []
         for i in range(0, len(group), 200):  # keep the command line short
             chunk = group[i:i + 200]
             cmds: list[str] = []
             ids = ",".join(str(d.job_id) for d in chunk)
-            res = self._run(["scontrol", "update", f"jobid={ids}",
-                             f"StartTime=now+{max(1, seconds)}"], cmds)
-            status = classify(res)
-            gone = {int(m) for m in re.findall(r"for job (\d+)", res.message)} if not res.ok \
-                else set()
+            start = f"now+{seconds}" if seconds > 0 else "now"
+            res = self._run(["scontrol", "update", f"jobid={ids}", f"StartTime={start}"],
+                            cmds)
+            named = {int(m) for m in re.findall(r"for job (\d+)", res.message)} \
+                if not res.ok else set()
             for d in chunk:
-                if res.ok or (gone and d.job_id not in gone and status is WriteStatus.VANISHED):
+                # scontrol updates each job of a list on its own: one job that started or
+                # ended meanwhile is named in the answer, the others were moved.
+                if res.ok or (named and d.job_id not in named):
                     results.append(WriteResult(d, WriteStatus.OK, "", tuple(cmds)))
                 else:
-                    results.append(WriteResult(d, status, res.message, tuple(cmds)))
+                    lines = [ln for ln in res.message.splitlines()
+                             if f"job {d.job_id}" in ln] or [res.message]
+                    one = CommandResult(res.command, res.returncode, "", lines[0])
+                    results.append(WriteResult(d, classify(one), lines[0], tuple(cmds)))
         return results
 
     def _apply_job(self, job_id: int, decs: list[Decision], snapshot: ClusterSnapshot | None
@@ -221,22 +272,15 @@ class CliDecisionSink:
         pin_note = ""
         if place is not None:
             fields["ReqNodeList"] = collapse_hosts(place.nodes)
-            request, field, why = desired_gpu_request(place, snapshot, job)
-            marked = job is None or parse_marker(job.admin_comment) is not None
-            if request and job is not None and request != self._current_request(job):
-                cleared = self._clear_gpu_request(job, field, cmds)  # marks it too
-                if not cleared.ok:
-                    results += [self._result(d, cleared, cmds)
-                                for d in (place, prio, release) if d is not None]
-                    return results
-                fields[field] = request
-                marked = True
-            elif why:
-                pin_note = f"nodes only ({why})"
-            if not marked:
-                # before the first pin: remember what the user asked for, nodes included
-                fields["AdminComment"] = with_marker(job.admin_comment,
-                                                     self.original_request(job))
+            if job is not None:
+                pin, why = self._plan_pin(job, place, snapshot)
+                fields.update(pin)
+                if why:
+                    pin_note = f"nodes only ({why})"
+                if parse_marker(job.admin_comment) is None:
+                    # before the first pin: remember what the user asked for, nodes included
+                    fields["AdminComment"] = with_marker(job.admin_comment,
+                                                         self.original_request(job))
             if place.start_now:
                 fields["StartTime"] = "now"
         if release is not None:
@@ -245,36 +289,67 @@ class CliDecisionSink:
             return results
 
         res = self._update_job(job_id, fields, cmds)
-        pinned = [k for k in ("TresPerNode", "TresPerJob") if k in fields]
+        pinned = {k: v for k, v in fields.items() if k in ("TresPerNode", "TresPerJob") and v}
         if res.ok and self.verify and pinned:
-            shown = self.show_job(job_id) or {}
-            for key in pinned:
-                if shown.get(key, "") != fields[key]:
-                    res = CommandResult(res.command, 1, "",
-                                        f"verify failed: {key} is {shown.get(key, '')!r}, "
-                                        f"wanted {fields[key]!r}")
-        if not res.ok and pinned and job is not None:
-            self.restore_request(job, self.original_request(job))  # keep its GPUs
+            problem = self.verify_request(job_id, pinned)
+            if problem:
+                # Both the old and the new request are the job's own GPUs: no further GPU
+                # write is made on a doubtful read-back, it is only reported.
+                res = CommandResult(res.command, 1, "", f"verify failed: {problem}")
         for d in (prio, place, release):
             if d is not None:
                 results.append(self._result(d, res, cmds, pin_note if d is place else ""))
         return results
 
-    @staticmethod
-    def _request_field(job: Job) -> str:
-        """Where the job's GPU request lives: ``--gpus`` alone is per job, else per node."""
-        return "TresPerJob" if job.gpus_per_job and not job.gpus_per_node else "TresPerNode"
+    def _plan_pin(self, job: Job, place: Place, snapshot: ClusterSnapshot | None
+                  ) -> tuple[dict[str, str], str]:
+        """``plan_gpu_pin`` on the job's request as slurmctld holds it NOW, not as the
+        snapshot showed it: a typed value written over another type in the same field
+        would add GPUs, so a GPU write is planned only from a fresh read."""
+        request, _, why = desired_gpu_request(place, snapshot, job)
+        if request is None:
+            return {}, why
+        fresh = self.read_request(job.job_id)
+        if fresh is None:
+            return {}, "could not read its GPU request just now; GPU group left to Slurm"
+        return plan_gpu_pin(job.with_(**fresh), place, snapshot)
 
-    @classmethod
-    def _current_request(cls, job: Job) -> str:
-        counts: dict[str | None, int] = {}
-        if cls._request_field(job) == "TresPerJob":
-            total = job.gpus_per_job
-        else:
-            total = job.gpus_per_node
-        if total:
-            counts[job.gpu_type] = total
-        return G.format_gpu_request(counts)
+    def read_request(self, job_id: int) -> dict | None:
+        """The job's GPU request fields now (``gpus_per_node``, ``gpus_per_job``,
+        ``gpu_type``), or None when it cannot be read or looks odd. ``squeue -O`` with
+        only these fields: a job name with a newline or ``Key=value`` text cannot split
+        or spoof it (``scontrol show -o`` can), and 22.05's ``squeue --json`` ignores
+        ``--jobs`` and lists every job."""
+        res = self.runner.run(["squeue", "-h", "-j", str(job_id), "-O",
+                               "JobID:30|,tres-per-node:200|,tres-per-job:200|"])
+        if not res.ok:
+            return None
+        rows = [ln.split("|") for ln in res.stdout.splitlines() if ln.strip()]
+        rows = [r for r in rows if len(r) >= 3 and r[0].strip() == str(job_id)]
+        if len(rows) != 1:
+            return None
+        values = [v.strip() for v in rows[0][1:3]]
+        values = ["" if v in ("N/A", "(null)") else v for v in values]
+        per_node, bad1 = G.parse_gpu_request(values[0])
+        per_job, bad2 = G.parse_gpu_request(values[1])
+        if bad1 or bad2:
+            return None
+        live = tuple(r for r in per_node + per_job if r.count)
+        return {"gpus_per_node": G.total_gpus(per_node), "gpus_per_job": G.total_gpus(per_job),
+                "gpu_type": G.single_type(live)}
+
+    def verify_request(self, job_id: int, written: dict[str, str]) -> str:
+        """"" if the job now asks for what was written, else what is wrong."""
+        now = self.read_request(job_id)
+        if now is None:
+            return "could not read the job back (the write itself was accepted)"
+        for field, value in written.items():
+            want, _ = G.parse_gpu_request(value)
+            have = now["gpus_per_job"] if field == "TresPerJob" else now["gpus_per_node"]
+            if have != G.total_gpus(want) or now["gpu_type"] != G.single_type(want):
+                return (f"{field} reads back as {have} GPU(s) of type {now['gpu_type']!r}, "
+                        f"wanted {value!r}")
+        return ""
 
     @staticmethod
     def original_request(job: Job) -> Marker:
@@ -289,73 +364,36 @@ class CliDecisionSink:
                           if job.gpus_per_job else ""),
             required_nodes=collapse_hosts(job.required_nodes) if job.required_nodes else "")
 
-    def _clear_gpu_request(self, job: Job, field: str, cmds: list[str]) -> CommandResult:
-        """Step 1 of a re-pin: save the original request, clear it, hold the start."""
-        fields = {"StartTime": HOLD_OFF, field: ""}
-        if parse_marker(job.admin_comment) is None:
-            fields["AdminComment"] = with_marker(job.admin_comment, self.original_request(job))
-        return self._update_job(job.job_id, fields, cmds)
-
-    def restore_request(self, job: Job, marker: Marker | None = None) -> bool:
-        """Put a job's original GPU request back (after a failed or half-done pin) and let it
-        start: the re-pin had pushed its start time out, and fail-open means a job the
-        agent could not place starts as Slurm alone would start it. Two steps, like a pin:
-        22.05 refuses to turn a typed request into an untyped one in one update."""
-        marker = marker or parse_marker(job.admin_comment)
-        if marker is None or not (marker.tres_per_node or marker.tres_per_job):
-            return False
-        if self._restore_failed.get(job.job_id, 0) > time.monotonic():
-            return False  # failed a moment ago; do not hammer slurmctld every cycle
-        cmds: list[str] = []
-        cleared = {"StartTime": HOLD_OFF}
-        restored = {"StartTime": "now"}
-        for key, value in (("TresPerNode", marker.tres_per_node),
-                           ("TresPerJob", marker.tres_per_job)):
-            if value:
-                cleared[key] = ""
-                restored[key] = value
-        # What the job asks for now (the agent's typed pin), to put back if Slurm refuses
-        # the original: never leave a GPU job with no GPU request, which it would start
-        # without GPUs once its start time came (measured on 22.05: after a requeued job
-        # was re-pinned, every untyped request was refused "with and without type
-        # identification" while the typed one was accepted).
-        current = self._current_request(job)
-        res = self._update_job(job.job_id, cleared, cmds)
-        cleared_ok = res.ok
-        if res.ok:
-            res = self._update_job(job.job_id, restored, cmds)
-        if not res.ok:
-            self._restore_failed[job.job_id] = time.monotonic() + 60
-            log.error("job %s: could not restore GPU request %s: %s", job.job_id, restored,
-                      res.message)
-            if cleared_ok and current:
-                back = self._update_job(job.job_id, {self._request_field(job): current,
-                                                     "StartTime": "now"}, cmds)
-                if back.ok:
-                    log.error("job %s: kept its GPU request %s instead", job.job_id, current)
-                else:
-                    log.error("job %s: has NO GPU request now (%s); its start stays held "
-                              "%s", job.job_id, back.message, HOLD_OFF)
-        return res.ok
-
     def repair_half_done(self, snapshot: ClusterSnapshot) -> list[int]:
-        """Pending marked jobs whose GPU request is empty (a crash between the two steps of
-        a re-pin) or that Slurm found unstartable after a re-pin (BadConstraints) get their
-        original request back."""
+        """Pending marked jobs with NO GPU request whose marker says they asked for GPUs
+        (left by an agent before the one-update re-pin, which cleared the request in a
+        first step) get their original request back in one update: from an empty request
+        Slurm accepts either form."""
         repaired = []
         for job in snapshot.pending:
             marker = parse_marker(job.admin_comment)
-            if marker is None:
+            if marker is None or job.num_gpus:
                 continue
-            broken = job.num_gpus == 0 or (
-                job.pending_reason == "BadConstraints"
-                and self._current_request(job) not in (marker.tres_per_node,
-                                                       marker.tres_per_job))
-            if not broken:
+            fields = {}
+            for key, value in (("TresPerNode", marker.tres_per_node),
+                               ("TresPerJob", marker.tres_per_job)):
+                reqs, bad = G.parse_gpu_request(value)
+                if value and not bad and G.total_gpus(reqs) > 0:
+                    fields[key] = value
+            if not fields:
+                continue  # asked for no GPU (--gres=gpu:0): nothing to repair
+            if self._restore_failed.get(job.job_id, 0) > time.monotonic():
                 continue
-            if (marker.tres_per_node or marker.tres_per_job) and self.restore_request(job):
-                log.info("job %s: restored GPU request after a half-done re-pin", job.job_id)
+            cmds: list[str] = []
+            res = self._update_job(job.job_id, fields, cmds)
+            if res.ok:
+                log.info("job %s: GPU request %s restored after a half-done re-pin",
+                         job.job_id, fields)
                 repaired.append(job.job_id)
+            else:
+                self._restore_failed[job.job_id] = time.monotonic() + 60
+                log.error("job %s: could not restore its GPU request %s: %s", job.job_id,
+                          fields, res.message)
         return repaired
 
     # ---- reservations -------------------------------------------------------------------
@@ -363,16 +401,18 @@ class CliDecisionSink:
         cmds: list[str] = []
         job = snapshot.job(d.job_id) if snapshot is not None else None
         name = d.name or f"slurm-marl-{d.job_id}"
-        minutes = max(1, math.ceil(d.duration_s / 60.0))
+        seconds = max(10, math.ceil(d.duration_s))
         users = job.user if job is not None and job.user else "root"
         nodes = collapse_hosts(d.nodes)
+        # It ends by itself one lease after the last write (the agent renews it while the
+        # job waits): a dead agent's reservation blocks nodes for at most that long.
         res = self._run(["scontrol", "create", "reservation", f"ReservationName={name}",
                          f"Nodes={nodes}", f"Users={users}", "StartTime=now",
-                         f"Duration={minutes}", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END"],
+                         f"EndTime=now+{seconds}", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END"],
                         cmds)
         if not res.ok and "duplicate" in res.message.lower():
             res = self._run(["scontrol", "update", f"ReservationName={name}", f"Nodes={nodes}",
-                             f"Duration={minutes}"], cmds)
+                             f"EndTime=now+{seconds}"], cmds)
         if res.ok and d.job_id:
             res = self._update_job(d.job_id, {"Reservation": name}, cmds)
         return self._result(d, res, cmds)
