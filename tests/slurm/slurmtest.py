@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from slurm_marl.daemon.config import load_config
+from slurm_marl.daemon.store import Store
 from slurm_marl.slurm_integration.harness import LocalCluster
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
+
+
+SLURM_MARL = [sys.executable, "-m", "slurm_marl.cli"]
 
 
 class Cluster:
@@ -70,3 +78,39 @@ class Cluster:
         self.wait_for(lambda: not [j for j in self.source.snapshot().jobs
                                    if j.state.value in ("PENDING", "RUNNING", "COMPLETING")],
                       30, "all jobs to be gone")
+
+
+class Daemon:
+    def __init__(self, cfg: Path, env: dict, extra_env: dict | None = None,
+                 wait: bool = True) -> None:
+        self.log = cfg.parent / f"daemon-{time.monotonic_ns()}.log"
+        self.store_path = load_config(cfg).store_path
+        before = self.cycles()
+        self.proc = subprocess.Popen([*SLURM_MARL, "run", "--config", str(cfg)],
+                                     env={**env, **(extra_env or {})},
+                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        if wait:  # until it has finished a cycle of its own
+            deadline = time.monotonic() + 60
+            try:
+                while self.cycles() <= before:
+                    assert self.proc.poll() is None and time.monotonic() < deadline, \
+                        self.output()
+                    time.sleep(0.1)
+            except BaseException:   # never leave a daemon running behind a failed start
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+                raise
+
+    def cycles(self) -> int:
+        if not self.store_path.exists():
+            return 0
+        rows = Store(self.store_path).cycles(1)
+        return rows[0]["cycle"] if rows else 0
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=30)
+
+    def output(self) -> str:
+        return self.log.read_text()

@@ -10,12 +10,10 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from slurmtest import Cluster
+from slurmtest import SLURM_MARL, Cluster, Daemon
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.service import Agent
@@ -28,7 +26,6 @@ from slurm_marl.slurm_integration.ports import WriteStatus
 
 pytestmark = pytest.mark.slurm
 GRACE_S = 20
-SLURM_MARL = [sys.executable, "-m", "slurm_marl.cli"]
 
 # 2D-LAS with tiny thresholds so a test sees demotion within seconds.
 FAST_LAS = """
@@ -81,42 +78,6 @@ level = "DEBUG"
 """)
     yield path
     gated.cancel_all()
-
-
-class Daemon:
-    def __init__(self, cfg: Path, env: dict, extra_env: dict | None = None,
-                 wait: bool = True) -> None:
-        self.log = cfg.parent / f"daemon-{time.monotonic_ns()}.log"
-        self.store_path = load_config(cfg).store_path
-        before = self.cycles()
-        self.proc = subprocess.Popen([*SLURM_MARL, "run", "--config", str(cfg)],
-                                     env={**env, **(extra_env or {})},
-                                     stdout=self.log.open("w"), stderr=subprocess.STDOUT)
-        if wait:  # until it has finished a cycle of its own
-            deadline = time.monotonic() + 60
-            try:
-                while self.cycles() <= before:
-                    assert self.proc.poll() is None and time.monotonic() < deadline, \
-                        self.output()
-                    time.sleep(0.1)
-            except BaseException:   # never leave a daemon running behind a failed start
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-                raise
-
-    def cycles(self) -> int:
-        if not self.store_path.exists():
-            return 0
-        rows = Store(self.store_path).cycles(1)
-        return rows[0]["cycle"] if rows else 0
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=30)
-
-    def output(self) -> str:
-        return self.log.read_text()
 
 
 def test_decision_reaches_slurm_within_3s_and_job_runs_on_chosen_group(gated, cfg_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -107,3 +108,126 @@ def test_users_cannot_skip_the_grace_but_the_agent_can(gated):
     cancel = subprocess.run(["runuser", "-u", "nobody", "--", "scancel", str(job)], env=env,
                             capture_output=True, text=True)
     assert cancel.returncode == 0, cancel.stderr
+
+
+# ---- requests the agent cannot model are left to Slurm at once -------------------------
+
+def _records(c, job_id: int) -> list[dict]:
+    """squeue --json records of a job (all of an array's: the pending rest and its tasks)."""
+    data = json.loads(c.run("squeue", "--json", "-j", str(job_id)).stdout)
+    return [r for r in data.get("jobs") or []
+            if r.get("job_id") == job_id or r.get("array_job_id") == job_id]
+
+
+def _as_nobody(c, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", "nobody", "--", *args], env=c.local.env,
+                          capture_output=True, text=True, timeout=30)
+
+
+def _nobody_sbatch(c, *opts: str) -> int:
+    proc = _as_nobody(c, "sbatch", "--parsable", f"--chdir={c.local.root}/out",
+                      "-o", "/dev/null", *opts, "--wrap", "sleep 600")
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.strip().split(";")[0])
+
+
+def _ctld_log(c) -> str:
+    return (c.local.root / "log" / "slurmctld.log").read_text(errors="replace")
+
+
+def _assert_left_to_slurm(c, job_id: int) -> None:
+    recs = _records(c, job_id)
+    assert recs, f"job {job_id} not listed"
+    for r in recs:
+        assert r["eligible_time"] <= r["submit_time"] + 1, r   # no begin-time delay
+        assert parse_marker(r.get("admin_comment")) is None, r["admin_comment"]
+
+
+@pytest.mark.parametrize("opts, why", [
+    (("--array=0-9", "--gres=gpu:1"), "job array"),
+    (("--gpus-per-task=1", "-n", "1"), "--gpus-per-task"),
+    (("--gpus-per-socket=1", "--sockets-per-node=1"), "--gpus-per-socket"),
+    (("-p", "gpu,cpu", "--gres=gpu:1"), "several partitions"),
+], ids=["array", "gpus-per-task", "gpus-per-socket", "several-partitions"])
+def test_requests_the_agent_cannot_model_are_left_to_slurm(gated, opts, why):
+    c = gated
+    name = "left-" + why.strip("-").replace(" ", "-")
+    job = c.sbatch(*opts, "-J", name, gated=False)
+    _assert_left_to_slurm(c, job)
+    # ... so on the idle cluster it (an array: its first tasks) runs at once, not after the grace
+    c.wait_for(lambda: any(r["job_state"] == "RUNNING" for r in _records(c, job)),
+               GRACE_S - 1, f"job {job} to run before the grace ends")
+    assert f"job '{name}' of user root (uid 0) not gated, left to Slurm: {why}" in _ctld_log(c)
+
+
+def test_a_large_array_is_left_to_slurm(gated):
+    c = gated
+    job = c.sbatch("--array=0-999", "--gres=gpu:1", "-J", "big-array", gated=False)
+    try:
+        _assert_left_to_slurm(c, job)
+        assert "job 'big-array' of user root (uid 0) not gated, left to Slurm: job array" \
+            in _ctld_log(c)
+    finally:
+        c.run("scancel", str(job))
+
+
+# ---- the gate cannot be skipped by moving a job into a managed partition ----------------
+
+@pytest.mark.parametrize("opts, update", [
+    (("-p", "cpu", "--gres=gpu:1"), ("Partition=gpu",)),   # held in an unmanaged partition
+    (("-p", "gpu"), ("Gres=gpu:1",)),                       # GPUs added in a managed one
+], ids=["moved-into-managed-partition", "gpu-request-added"])
+def test_users_cannot_bypass_the_gate_by_updating_a_held_job(gated, opts, update):
+    c = gated
+    job = _nobody_sbatch(c, "-H", *opts)
+    try:
+        moved = _as_nobody(c, "scontrol", "update", f"jobid={job}", *update)
+        assert moved.returncode == 0, moved.stderr
+        released_at = time.time()
+        rel = _as_nobody(c, "scontrol", "release", str(job))
+        assert rel.returncode == 0, rel.stderr
+        time.sleep(1)
+        j = c.job(job)
+        assert j.partition == "gpu" and j.gpus_per_node == 1
+        assert j.is_pending, j.state                      # gated, not started at once
+        assert j.eligible_time_s >= released_at + GRACE_S - 1
+        # Not marked: slurmctld refuses a user's update that sets AdminComment.
+        assert parse_marker(j.admin_comment) is None
+        # Gated like a marked job: the owner cannot move its start earlier either.
+        skip = _as_nobody(c, "scontrol", "update", f"jobid={job}", "StartTime=now")
+        assert skip.returncode != 0
+        assert c.job(job).is_pending
+        # Fail-open: nobody acts, it starts on its own after the grace.
+        ran = c.wait_state(job, "RUNNING", timeout_s=GRACE_S + 15)
+        assert ran.start_time_s >= released_at + GRACE_S - 1
+    finally:
+        c.run("scancel", str(job), check=False)
+
+
+def test_moving_in_keeps_a_later_start_time_of_the_same_update(gated):
+    c = gated
+    job = _nobody_sbatch(c, "-p", "cpu", "--gres=gpu:1", "--begin=now+900")
+    try:
+        moved = _as_nobody(c, "scontrol", "update", f"jobid={job}", "Partition=gpu",
+                           "StartTime=now+900")
+        assert moved.returncode == 0, moved.stderr
+        j = c.job(job)
+        assert j.partition == "gpu" and j.eligible_time_s > time.time() + 800
+    finally:
+        c.run("scancel", str(job), check=False)
+
+
+def test_an_array_moved_into_a_managed_partition_stays_left_to_slurm(gated):
+    c = gated
+    job = _nobody_sbatch(c, "-H", "-p", "cpu", "--array=0-1", "--gres=gpu:1")
+    try:
+        moved = _as_nobody(c, "scontrol", "update", f"jobid={job}", "Partition=gpu")
+        assert moved.returncode == 0, moved.stderr
+        assert _as_nobody(c, "scontrol", "release", str(job)).returncode == 0
+        c.wait_for(lambda: any(r["job_state"] == "RUNNING" for r in _records(c, job)),
+                   GRACE_S - 1, f"array {job} to run before the grace ends")
+        assert parse_marker(c.job(job).admin_comment) is None
+        assert (f"job {job} of uid 65534 updated by uid 65534 not gated, left to Slurm: job array"
+                in _ctld_log(c))
+    finally:
+        c.run("scancel", str(job), check=False)

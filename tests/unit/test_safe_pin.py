@@ -182,3 +182,23 @@ def test_read_back_ignores_what_a_job_name_could_inject():
         def run(self, args, timeout_s=None):
             return CommandResult(list(args), 0, "7|gres:gpu:2|N/A|\n8|x|y|\n7|a|b|\n", "")
     assert CliDecisionSink(Odd()).read_request(7) is None
+
+
+def test_repair_restores_an_emptied_request_in_one_update_and_leaves_gpu_0_alone():
+    class Runner:
+        def __init__(self):
+            self.calls = []
+
+        def run(self, args, timeout_s=None):
+            self.calls.append(args)
+            return CommandResult(list(args), 0, "", "")
+    runner = Runner()
+    sink = CliDecisionSink(runner, retries=0, sleep=lambda s: None)
+    emptied = Job(1, partition="gpu", admin_comment=with_marker("", Marker("gres:gpu:2", "",
+                                                                           "")))
+    zero = Job(2, partition="gpu", admin_comment=with_marker("", Marker("gres:gpu:0", "", "")))
+    unmarked = Job(3, partition="gpu")
+    snap = ClusterSnapshot(time_s=0, jobs=(emptied, zero, unmarked))
+    assert sink.repair_half_done(snap) == [1]
+    assert runner.calls == [["scontrol", "update", "jobid=1", "TresPerNode=gres:gpu:2"]]
+    assert sink.repair_half_done(ClusterSnapshot(time_s=0, jobs=(zero,))) == []

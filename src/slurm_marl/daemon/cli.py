@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sqlite3
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -24,25 +26,42 @@ StoreOpt = Annotated[Optional[Path], typer.Option(
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
+def _fail(exc: BaseException | str) -> typer.Exit:
+    """One line on stderr (no traceback); exit status 2: the configuration, profile or
+    store cannot be used."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    typer.echo(f"error: {text or type(exc).__name__}", err=True)
+    return typer.Exit(2)
+
+
 def _load(config: Optional[Path]):
     from slurm_marl.daemon.config import ConfigError, load_config
 
     try:
         return load_config(config)
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+        raise _fail(exc)
 
 
 def _store(config: Optional[Path], store: Optional[Path]):
+    """The store, opened read-only: these commands never create, migrate or write it."""
     from slurm_marl.daemon.store import Store, StoreError
 
     path = store if store is not None else _load(config).store_path
     try:
         return Store.open_readonly(path)
     except StoreError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+        raise _fail(exc)
+
+
+@contextmanager
+def _reading(st):
+    """A store that opened but fails while read (damaged pages, missing tables): the same
+    one-line error as one that does not open."""
+    try:
+        yield st
+    except sqlite3.Error as exc:
+        raise _fail(f"cannot read state store {st.path}: {exc}")
 
 
 def format_time(ts: float | None) -> str:
@@ -76,6 +95,7 @@ def run(config: ConfigOpt = None,
 
     from slurm_marl.daemon.loop import run_daemon, setup_logging
     from slurm_marl.daemon.store import StoreError
+    from slurm_marl.policy.profile import ProfileError
 
     cfg = _load(config)
     if shadow:
@@ -83,9 +103,8 @@ def run(config: ConfigOpt = None,
     setup_logging(cfg.log.level)
     try:
         raise typer.Exit(run_daemon(cfg, max_cycles=cycles))
-    except StoreError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+    except (StoreError, ProfileError) as exc:
+        raise _fail(exc)
 
 
 def decisions(config: ConfigOpt = None, store: StoreOpt = None,
@@ -97,7 +116,8 @@ def decisions(config: ConfigOpt = None, store: StoreOpt = None,
     """Recent decisions with their reasons and Slurm's answers."""
     st = _store(config, store)
     since_s = time.time() - since * 60 if since else None
-    rows = st.decisions(job_id=job, kind=kind, since_s=since_s, limit=limit)
+    with _reading(st):
+        rows = st.decisions(job_id=job, kind=kind, since_s=since_s, limit=limit)
     if json_output:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -116,8 +136,9 @@ def explain(job_id: int, config: ConfigOpt = None, store: StoreOpt = None,
             json_output: JsonOpt = False) -> None:
     """Why this job got its nodes, GPU group and priority."""
     st = _store(config, store)
-    rec = st.job_records([job_id]).get(job_id)
-    rows = st.decisions(job_id=job_id, limit=200)
+    with _reading(st):
+        rec = st.job_records([job_id]).get(job_id)
+        rows = st.decisions(job_id=job_id, limit=200)
     if rec is None and not rows:
         typer.echo(f"job {job_id}: the agent has no record of it (not in a managed "
                    "partition, or older than the store's retention)", err=True)
@@ -159,8 +180,9 @@ def queues(config: ConfigOpt = None, store: StoreOpt = None,
            json_output: JsonOpt = False) -> None:
     """Pending jobs by 2D-LAS queue, as the agent last ranked them."""
     st = _store(config, store)
-    recs = [r for r in st.job_records().values()
-            if r.last_state == "PENDING" and r.finished_s is None]
+    with _reading(st):
+        recs = [r for r in st.job_records().values()
+                if r.last_state == "PENDING" and r.finished_s is None]
     recs.sort(key=lambda r: (r.queue if r.queue is not None else 99, r.queue_since_s or 0,
                              r.job_id))
     if json_output:
@@ -182,7 +204,8 @@ def status(config: ConfigOpt = None, store: StoreOpt = None,
            json_output: JsonOpt = False) -> None:
     """Is the agent cycling, and how are its writes going."""
     st = _store(config, store)
-    cycles = st.cycles(limit=20)
+    with _reading(st):
+        cycles = st.cycles(limit=20)
     last = cycles[0] if cycles else None
     info = {"last_cycle": last, "recent_errors": [c for c in cycles if c["error"]][:5],
             "age_s": (time.time() - last["time_s"]) if last else None,

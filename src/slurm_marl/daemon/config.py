@@ -6,6 +6,8 @@ an out-of-range value is an error naming the file and the key, never a silent de
 
 from __future__ import annotations
 
+import logging
+
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -34,9 +36,12 @@ class AgentSection:
     shadow: bool = False
     grace_s: int = 30
     lease: bool = True
-    reservation_minutes: int = 10
+    reservation_minutes: int = 10   # ignored: reservations last one grace (kept so old
+                                    # configs load; a warning says so)
     priority_base: int = 1_000_000
     state_dir: str = "/var/lib/slurm-marl"
+    retention_days: float = 14.0    # store: decisions/cycles/finished jobs older are pruned
+    retention_max_rows: int = 1_000_000  # store: newest decisions/cycles kept (0 = no cap)
     watchdog: bool = True
     progress_dir: str = ""          # jobs' progress reports -> observed speeds ("" = off)
     sample_min_s: float = 5.0       # shortest stretch of one co-location that makes a sample
@@ -75,6 +80,8 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("agent", "reservation_minutes"): (1, 1440),
     ("agent", "priority_base"): (0, 4_000_000_000),
     ("agent", "sample_min_s"): (0.5, 86400),
+    ("agent", "retention_days"): (0.01, 3650),
+    ("agent", "retention_max_rows"): (0, 1_000_000_000),
     ("metrics", "port"): (0, 65535),
 }
 _SECTIONS = {"slurm": SlurmSection, "agent": AgentSection, "metrics": MetricsSection,
@@ -106,6 +113,10 @@ def _coerce(where: str, name: str, default: Any, value: Any) -> Any:
 
 def parse_config(data: dict, source: str = "<string>") -> Config:
     sections = {}
+    if isinstance(data.get("agent"), dict) and "reservation_minutes" in data["agent"]:
+        logging.getLogger(__name__).warning(
+            "%s: agent.reservation_minutes is no longer used: a reservation lasts one grace "
+            "(grace_s) and is extended while its job waits", source)
     for key in data:
         if key not in _SECTIONS:
             raise ConfigError(f"{source}: unknown section [{key}] "

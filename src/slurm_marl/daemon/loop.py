@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
@@ -32,6 +33,106 @@ def setup_logging(level: str) -> None:
     # cycle outlasts the interval is the intended coalescing, not a problem
 
 
+PRUNE_EVERY_S = 600.0   # store retention: after the first cycle, then every 10 minutes
+PRUNE_BUDGET_S = 5.0    # the most one prune may take; the rest is done at the next tick
+
+
+def watchdog_limit_s(interval_s: float, watchdog_s: float | None) -> float:
+    """How old the last successful cycle may be while the agent still pings systemd's
+    watchdog: three cycle intervals, or half of WatchdogSec if that is longer (one failed
+    cycle, or a slurmctld restart of a minute, must not get the agent restarted)."""
+    return max(3.0 * interval_s, (watchdog_s or 0.0) / 2.0)
+
+
+def watchdog_ok(now_s: float, last_ok_s: float, interval_s: float,
+                watchdog_s: float | None) -> bool:
+    """Whether to send WATCHDOG=1 now: only while the last successful cycle (before the
+    first one: the start) is recent. When cycles keep failing (slurmctld unreachable, an
+    internal error every cycle) the pings stop and systemd restarts the agent after
+    WatchdogSec."""
+    return now_s - last_ok_s <= watchdog_limit_s(interval_s, watchdog_s)
+
+
+class WatchdogGate:
+    """sd_notify WATCHDOG=1, sent only while :func:`watchdog_ok`; logs once when it stops."""
+
+    def __init__(self, notifier, interval_s: float, enabled: bool = True,
+                 clock=time.monotonic) -> None:
+        self.notifier = notifier
+        self.interval_s = interval_s
+        self.enabled = enabled
+        self.clock = clock
+        self.watchdog_s = getattr(notifier, "watchdog_s", None)
+        self.last_ok_s = clock()  # the start: grace before the first cycle succeeds
+        self.stopped = False
+
+    def cycle_done(self, ok: bool) -> None:
+        if not ok:
+            return
+        self.last_ok_s = self.clock()
+        if self.stopped:
+            self.stopped = False
+            log.warning("a cycle succeeded again: systemd watchdog pings resume")
+
+    def beat(self) -> bool:
+        if not self.enabled:
+            return False
+        now = self.clock()
+        if watchdog_ok(now, self.last_ok_s, self.interval_s, self.watchdog_s):
+            return bool(self.notifier.watchdog())
+        if not self.stopped:
+            self.stopped = True
+            log.error("no successful cycle for %.0f s (limit %.0f s): no more watchdog pings, "
+                      "systemd will restart the agent once WatchdogSec runs out",
+                      now - self.last_ok_s,
+                      watchdog_limit_s(self.interval_s, self.watchdog_s))
+        return False
+
+
+class Retention:
+    """Prunes the store (``Store.prune``) after the first cycle, then at most every
+    ``every_s``; sooner only to finish a prune its time budget cut short. A failure is
+    logged and retried at the next period; it never ends the loop."""
+
+    def __init__(self, store, keep_days: float, max_rows: int,
+                 every_s: float = PRUNE_EVERY_S, budget_s: float = PRUNE_BUDGET_S,
+                 clock=time.monotonic, wall_clock=time.time) -> None:
+        self.store = store
+        self.keep_days = keep_days
+        self.max_rows = max_rows
+        self.every_s = every_s
+        self.budget_s = budget_s
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.next_s: float | None = None  # None: due now
+
+    def due(self) -> bool:
+        return self.next_s is None or self.clock() >= self.next_s
+
+    def maybe_prune(self) -> dict | None:
+        if not self.due():
+            return None
+        now = self.clock()
+        try:
+            counts = self.store.prune(self.keep_days, now_s=self.wall_clock(),
+                                      max_rows=self.max_rows,
+                                      deadline=now + self.budget_s, clock=self.clock)
+        except Exception as exc:  # the store is the agent's; its upkeep must not stop it
+            log.error("store retention: prune failed (%s); next try in %.0f s",
+                      f"{type(exc).__name__}: {exc}", self.every_s)
+            self.next_s = now + self.every_s
+            return None
+        done = bool(counts.get("done", 1))
+        self.next_s = now + self.every_s if done else now
+        deleted = {k: v for k, v in counts.items() if k != "done" and v}
+        if deleted:
+            log.info("store retention (%g days, %s rows): deleted %s%s", self.keep_days,
+                     self.max_rows or "no cap on",
+                     ", ".join(f"{v} {k}" for k, v in deleted.items()),
+                     "" if done else "; continuing next cycle")
+        return counts
+
+
 def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | None = None,
                notifier: Notifier | None = None) -> int:
     """Run cycles every ``agent.interval_s`` until SIGTERM/SIGINT (or ``max_cycles``)."""
@@ -40,6 +141,10 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
     torch.set_num_threads(1)
     os.umask(0o027)  # the store and logs: readable by the admin group, not by users
     metrics = Metrics() if config.metrics.enabled else None
+    # The agent first: a bad profile or store ends the start before a port is taken.
+    agent = agent or build_agent(config, metrics=metrics)
+    if agent.metrics is None:
+        agent.metrics = metrics
     server = None
     if metrics is not None:
         try:
@@ -47,9 +152,6 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
         except OSError as exc:
             log.error("metrics endpoint %s:%d unavailable (%s); continuing without it",
                       config.metrics.address, config.metrics.port, exc)
-    agent = agent or build_agent(config, metrics=metrics)
-    if agent.metrics is None:
-        agent.metrics = metrics
     notifier = notifier or Notifier()
     mode = "shadow (decides, writes nothing)" if config.agent.shadow else "active"
     log.info("slurm-marl agent starting: %s mode, profile %s, partitions %s, every %.1f s, "
@@ -61,7 +163,11 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
     done = threading.Event()
     count = {"n": 0}
 
-    beat = notifier.watchdog if config.agent.watchdog else (lambda: False)
+    watchdog = WatchdogGate(notifier, config.agent.interval_s,
+                            enabled=config.agent.watchdog and getattr(notifier, "enabled", True))
+    beat = watchdog.beat
+    retention = Retention(agent.store, config.agent.retention_days,
+                          config.agent.retention_max_rows)
 
     in_cycle = threading.Lock()  # shutdown waits for a running cycle before closing the store
 
@@ -73,6 +179,7 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
             if done.is_set():  # stopped while this tick waited: the store may be closed
                 return
             report = agent.cycle()
+        watchdog.cycle_done(report.error is None)
         count["n"] += 1
         if count["n"] == 1:
             notifier.ready(f"first cycle {'failed: ' + report.error if report.error else 'ok'}")
@@ -84,6 +191,9 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
             log.debug("cycle %d: %.3f s, %d decisions, %d written, %d refused", report.cycle,
                       report.duration_s, len(report.decisions), report.written,
                       report.refused)
+        with in_cycle:
+            if not done.is_set():
+                retention.maybe_prune()
         if max_cycles is not None and count["n"] >= max_cycles:
             done.set()
             _shutdown()

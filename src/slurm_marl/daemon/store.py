@@ -112,31 +112,63 @@ def decision_payload(d: Decision) -> dict:
 
 
 class Store:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = readonly
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(self.path), timeout=10, isolation_level=None,
-                                      check_same_thread=False)
-            self.db.row_factory = sqlite3.Row
-            self._wal()
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(_SCHEMA)
+            if readonly:
+                self.db = sqlite3.connect(self._readonly_uri(), uri=True, timeout=10,
+                                          isolation_level=None, check_same_thread=False)
+                self.db.row_factory = sqlite3.Row
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(str(self.path), timeout=10, isolation_level=None,
+                                          check_same_thread=False)
+                self.db.row_factory = sqlite3.Row
+                self._wal()
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.executescript(_SCHEMA)
+            version = self.meta("schema_version")
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open state store {self.path}: {exc}") from exc
-        version = self.meta("schema_version")
         if version is None:
+            if readonly:
+                raise StoreError(f"{self.path}: not a slurm-marl state store (no schema "
+                                 "version)")
             self.set_meta("schema_version", str(SCHEMA_VERSION))
-        elif int(version) != SCHEMA_VERSION:
+            return
+        try:
+            number = int(version)
+        except ValueError:
+            raise StoreError(f"{self.path}: unreadable schema version {version[:40]!r} "
+                             f"(this slurm-marl expects {SCHEMA_VERSION})") from None
+        if number != SCHEMA_VERSION:
             raise StoreError(f"{self.path}: schema version {version}, this slurm-marl "
                              f"expects {SCHEMA_VERSION}")
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> "Store":
+        """The store for reading only (the admin commands): never creates, migrates or
+        writes the file."""
         path = Path(path)
-        if not path.exists():
+        if path.is_dir():
+            raise StoreError(f"{path} is a directory; the state store is "
+                             f"{path / 'state.sqlite'}")
+        if not path.is_file():
             raise StoreError(f"no state store at {path} (has the agent run yet?)")
-        return cls(path)
+        return cls(path, readonly=True)
+
+    def _readonly_uri(self) -> str:
+        """``mode=ro``; and ``immutable=1`` when there is no ``-wal`` file. A read-only
+        connection to a WAL database must otherwise create the ``-wal``/``-shm`` files
+        itself (and leaves them behind), which an admin who may read but not write the
+        state directory cannot: the read then fails. No ``-wal`` means no daemon has the
+        store open (a WAL connection keeps one); a daemon that opens it meanwhile writes to
+        its new ``-wal``, not to the file this connection reads, until a checkpoint."""
+        uri = self.path.resolve().as_uri() + "?mode=ro"
+        if not Path(str(self.path) + "-wal").exists():
+            uri += "&immutable=1"
+        return uri
 
     def close(self) -> None:
         self.db.close()
@@ -319,9 +351,53 @@ class Store:
     def outcomes(self) -> list[dict]:
         return [dict(r) for r in self.db.execute("SELECT * FROM outcomes ORDER BY end_s")]
 
-    def prune(self, keep_days: float = 30.0, now_s: float | None = None) -> None:
-        cutoff = (now_s or time.time()) - keep_days * 86400
-        self.db.execute("DELETE FROM decisions WHERE time_s < ?", (cutoff,))
-        self.db.execute("DELETE FROM cycles WHERE time_s < ?", (cutoff,))
-        self.db.execute("DELETE FROM jobs WHERE finished_s IS NOT NULL AND finished_s < ?",
-                        (cutoff,))
+    def prune(self, keep_days: float = 30.0, now_s: float | None = None,
+              max_rows: int = 0, batch: int = 20_000,
+              deadline: float | None = None, clock=time.monotonic) -> dict[str, int]:
+        """Forget what is older than ``keep_days``: decisions, cycle reports, finished jobs
+        (and what was written for them), ended reservations. With ``max_rows`` > 0, also
+        keep at most that many decisions and cycle reports (the newest). The newest cycle
+        report is always kept (cycle numbers continue from it).
+
+        Deletes in transactions of ``batch`` rows, so the daemon's cycles are not blocked
+        long; stops once ``clock()`` passes ``deadline``. Returns the rows deleted per table
+        and ``"done"`` (1, or 0 when the deadline cut it short: call again)."""
+        cutoff = (now_s if now_s is not None else time.time()) - keep_days * 86400
+        steps: list[tuple[str, str, tuple]] = [
+            ("decisions", "DELETE FROM decisions WHERE id IN (SELECT id FROM decisions "
+             "WHERE time_s < ? ORDER BY id LIMIT ?)", (cutoff,)),
+            ("cycles", "DELETE FROM cycles WHERE cycle IN (SELECT cycle FROM cycles WHERE "
+             "time_s < ? AND cycle < (SELECT MAX(cycle) FROM cycles) ORDER BY cycle "
+             "LIMIT ?)", (cutoff,)),
+        ]
+        if max_rows > 0:
+            steps += [
+                ("decisions", "DELETE FROM decisions WHERE id IN (SELECT id FROM decisions "
+                 "WHERE id <= (SELECT id FROM decisions ORDER BY id DESC LIMIT 1 OFFSET ?) "
+                 "ORDER BY id LIMIT ?)", (max_rows,)),
+                ("cycles", "DELETE FROM cycles WHERE cycle IN (SELECT cycle FROM cycles "
+                 "WHERE cycle <= (SELECT cycle FROM cycles ORDER BY cycle DESC LIMIT 1 "
+                 "OFFSET ?) ORDER BY cycle LIMIT ?)", (max_rows,)),
+            ]
+        steps += [
+            ("written", "DELETE FROM written WHERE rowid IN (SELECT w.rowid FROM written w "
+             "JOIN jobs j ON j.job_id = w.job_id WHERE j.finished_s IS NOT NULL AND "
+             "j.finished_s < ? LIMIT ?)", (cutoff,)),
+            ("jobs", "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE "
+             "finished_s IS NOT NULL AND finished_s < ? LIMIT ?)", (cutoff,)),
+            ("reservations", "DELETE FROM reservations WHERE name IN (SELECT name FROM "
+             "reservations WHERE ended_s IS NOT NULL AND ended_s < ? LIMIT ?)", (cutoff,)),
+        ]
+        counts = {"decisions": 0, "cycles": 0, "written": 0, "jobs": 0, "reservations": 0,
+                  "done": 1}
+        for table, sql, args in steps:
+            while True:
+                if deadline is not None and clock() >= deadline:
+                    counts["done"] = 0
+                    return counts
+                with self.transaction() as db:
+                    n = db.execute(sql, (*args, batch)).rowcount
+                counts[table] += n
+                if n < batch:
+                    break
+        return counts

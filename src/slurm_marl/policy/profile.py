@@ -94,18 +94,23 @@ def load_profile(name_or_path: str | Path) -> Profile:
     """A built-in profile by name (``las-consolidate``) or a TOML file by path."""
     text_name = str(name_or_path)
     path = Path(name_or_path)
-    if not (text_name.endswith(".toml") or path.is_file()):
-        candidate = PROFILES_DIR / f"{text_name}.toml"
-        if not candidate.is_file():
-            raise ProfileError(f"unknown profile {text_name!r}: not a file and not a built-in "
-                               f"({', '.join(builtin_profiles())})")
-        path = candidate
-    if not path.is_file():
-        raise ProfileError(f"profile file {path} does not exist")
     try:
+        if not (text_name.endswith(".toml") or path.is_file()):
+            candidate = PROFILES_DIR / f"{text_name}.toml"
+            if not candidate.is_file():
+                raise ProfileError(f"unknown profile {text_name!r}: not a file and not a "
+                                   f"built-in ({', '.join(builtin_profiles())})")
+            path = candidate
+        if not path.is_file():
+            raise ProfileError(f"profile file {path} does not exist")
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:  # unreadable, a name too long, ...
+        raise ProfileError(f"profile {text_name[:200]!r}: cannot read: "
+                           f"{exc.strerror or exc}") from None
     return profile_from_mapping(data, source=str(path), default_name=path.stem)
 
 
@@ -176,4 +181,6 @@ def profile_from_mapping(data: Mapping, source: str = "<profile>",
         validate_profile_plugins(profile)
     except (TypeError, ValueError) as exc:
         raise ProfileError(f"{source}: {exc}") from None
+    except Exception as exc:  # a plugin's model file unreadable, ...: still the profile's
+        raise ProfileError(f"{source}: {type(exc).__name__}: {exc}") from None
     return profile

@@ -48,6 +48,9 @@ class ClusterSpec:
     sched_interval_s: int = 5
     job_submit_lua: str | None = None
     extra_slurm_conf: str = ""
+    # Slurm's credential lifetime, which is also how long a requeued job waits before it
+    # may start again (Slurm's default: 120 s).
+    cred_expire_s: int | None = None
 
     @property
     def node_names(self) -> list[str]:
@@ -122,7 +125,8 @@ def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: li
         "CommunicationParameters=NoInAddrAny",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={root}/munge/munge.sock",
+        f"AuthInfo=socket={root}/munge/munge.sock"
+        + (f",cred_expire={spec.cred_expire_s}" if spec.cred_expire_s else ""),
         "SlurmUser=root",
         "SlurmdUser=root",
         f"StateSaveLocation={root}/state",

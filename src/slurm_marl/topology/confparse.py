@@ -186,7 +186,12 @@ def parse_config_text(text: str, path: str, *, follow_includes: bool = True,
             if "%c" in target and cluster:
                 target = target.replace("%c", cluster[-1])
             resolved = resolve_include(target, top)
-            found = follow_includes and resolved.is_file()
+            try:
+                found = follow_includes and resolved.is_file()
+            except OSError as exc:  # e.g. ENAMETOOLONG, EACCES: is_file() only hides ENOENT
+                raise TopologyConfigError(
+                    f"cannot open Include {_short(str(resolved))}: {exc.strerror or exc}",
+                    path, number) from exc
             includes.append(IncludeDirective(SourceLine(path, number), target, str(resolved),
                                              found))
             if found:
@@ -203,6 +208,13 @@ def parse_config_text(text: str, path: str, *, follow_includes: bool = True,
         cluster.extend(v for k, v in pairs if k.lower() == "clustername")
         entries.append(ConfigEntry(SourceLine(path, number), pairs))
     return ConfigText(path, tuple(entries), tuple(includes))
+
+
+def _short(name: str, limit: int = 200) -> str:
+    """A file name for a one-line message: an overlong one is cut, with its length."""
+    if len(name) <= limit:
+        return name
+    return f"{name[:limit]}... ({len(name)} characters)"
 
 
 def resolve_include(target: str, top_path: str) -> Path:

@@ -42,6 +42,8 @@ def _threads() -> None:
 def store_samples(path: Path) -> list[dict]:
     """Observed speed samples the agent recorded (``agent.progress_dir``), validated in the
     interference model's format; ``path`` is a state store or the ``state_dir`` holding one."""
+    import sqlite3
+
     from slurm_marl.daemon.store import Store, StoreError
     from slurm_marl.models.interference import SampleFormatError, check_sample
 
@@ -50,7 +52,7 @@ def store_samples(path: Path) -> list[dict]:
         store = Store.open_readonly(db)
         raw = store.speed_samples()
         store.close()
-    except (StoreError, ValueError) as exc:
+    except (StoreError, ValueError, sqlite3.Error) as exc:
         raise SampleFormatError(str(exc)) from None
     out = []
     for i, s in enumerate(raw):

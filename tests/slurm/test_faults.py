@@ -1,0 +1,237 @@
+"""Fault injection against real Slurm: the agent is killed right after its N-th write (or
+one of its reads fails), then, with the agent dead, every job must run with exactly the GPUs
+it asked for (count and type, read from inside the job: CUDA_VISIBLE_DEVICES and the GRES
+Slurm gave it) and finish within one grace plus its run time (requeued jobs: Slurm's own
+requeue delay plus run time)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from slurmtest import Cluster, Daemon
+
+from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
+from slurm_marl.slurm_integration.plugin import render_job_submit_lua
+
+pytestmark = pytest.mark.slurm
+GRACE_S = 10
+RUN_S = 2
+SLACK_S = 12          # the scheduler's own pass interval, job start/stop, polling
+CRED_EXPIRE_S = 10    # Slurm's requeue delay on this cluster is this + 1 s
+PROFILE = """
+name = "faults"
+preemption = true
+backfill = true
+backfill_reserve = true
+[order]
+plugin = "tiresias_las"
+thresholds_gpu_s = [30]
+[place]
+consolidate = 1.0
+"""
+PAYLOAD = ('echo "CVD=$CUDA_VISIBLE_DEVICES"; '
+           'scontrol show -d job "$SLURM_JOB_ID" | grep -o " GRES=[^ ]*"; sleep {s}')
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    lua = tmp_path_factory.mktemp("lua") / "job_submit.lua"
+    lua.write_text(render_job_submit_lua(["gpu"], GRACE_S, []))
+    local = LocalCluster(spec=ClusterSpec(nodes=2, sockets=2, cores_per_socket=4,
+                                          gpus_per_socket=2, nodes_per_leaf=2,
+                                          job_submit_lua=str(lua), sched_interval_s=2,
+                                          cred_expire_s=CRED_EXPIRE_S)).up()
+    try:
+        yield Cluster(local)
+    finally:
+        local.down()
+
+
+@pytest.fixture
+def setup(cluster, tmp_path):
+    cluster.cancel_all()
+    wrap = tmp_path / "bin"
+    wrap.mkdir()
+    for tool in ("scontrol", "squeue"):
+        dst = wrap / tool
+        dst.write_text(f"#!{sys.executable}\n" + (Path(__file__).parent /
+                                                 "faultwrap.py").read_text())
+        dst.chmod(0o755)
+    profile = tmp_path / "faults.toml"
+    profile.write_text(PROFILE)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"""
+[slurm]
+slurm_conf = "{cluster.local.slurm_conf}"
+command_timeout_s = 15
+write_retries = 0
+[agent]
+interval_s = 0.5
+profile = "{profile}"
+managed_partitions = ["gpu"]
+preempt_partitions = ["gpu"]
+grace_s = {GRACE_S}
+state_dir = "{tmp_path / 'state'}"
+[metrics]
+enabled = false
+[log]
+level = "DEBUG"
+""")
+    real = Path(shutil.which("scontrol", path="/usr/bin:/usr/sbin:/bin")).parent
+    yield cluster, cfg, wrap, real
+    cluster.cancel_all()
+
+
+def submit(c: Cluster, *opts: str, seconds: int = RUN_S) -> int:
+    proc = c.run("sbatch", "--parsable", f"--chdir={c.local.root}/out",
+                 f"--output={c.local.root}/out/%j.out", *opts, "--wrap",
+                 PAYLOAD.format(s=seconds))
+    return int(proc.stdout.strip().split(";")[0])
+
+
+# (sbatch options, GPUs per node the job must hold, the GRES type it must hold or None);
+# GPUs per node "any" for --gpus: a total Slurm may spread over nodes as it likes.
+SHAPES = [
+    (("--gres=gpu:1",), 1, None),
+    (("--gres=gpu:2",), 2, None),
+    (("--gres=gpu:s1:1",), 1, "s1"),
+    (("--gpus=2",), "any:2", None),
+    (("-N", "2", "--gres=gpu:2"), 2, None),
+    (("--gres=gpu:4",), 4, None),
+    (("--gres=gpu:4",), 4, None),
+]
+
+
+def check_gpus(c: Cluster, job_id: int, per_node, gpu_type: str | None) -> None:
+    """From the job's own output: CUDA_VISIBLE_DEVICES on its batch host and the GRES
+    Slurm allocated on each node (one ``GRES=...(IDX:...)`` line per node)."""
+    out = Path(c.local.root, "out", f"{job_id}.out").read_text()
+    cvd = re.search(r"CVD=(\S*)", out)
+    assert cvd is not None, f"job {job_id} printed no CUDA_VISIBLE_DEVICES: {out}"
+    visible = len([x for x in cvd.group(1).split(",") if x])
+    lines = [g for g in re.findall(r"GRES=(\S+)", out) if "IDX" in g]
+    assert lines, f"job {job_id}: no GRES line: {out}"
+    by_node = [[(t or None, int(n)) for t, n in re.findall(r"gpu:(?:(\w+):)?(\d+)\(IDX", g)]
+               for g in lines]
+    counts = [sum(n for _, n in node) for node in by_node]
+    if isinstance(per_node, str):       # "any:N": N GPUs in all, spread as Slurm chose
+        runs = out.count("CVD=")
+        assert sum(counts) == int(per_node.split(":")[1]) * runs, f"job {job_id}: {lines}"
+        assert visible in counts, f"job {job_id}: CVD={cvd.group(1)} vs {lines}"
+    else:
+        assert visible == per_node, f"job {job_id}: CUDA_VISIBLE_DEVICES={cvd.group(1)!r}"
+        assert all(n == per_node for n in counts), f"job {job_id}: {lines}"
+    if gpu_type is not None:
+        assert {t for node in by_node for t, n in node if n} == {gpu_type}, \
+            f"job {job_id}: {lines}"
+
+
+def run_with_fault(c: Cluster, cfg: Path, wrap: Path, real: Path, env: dict,
+                   shapes=SHAPES, run_s: int = RUN_S, before=None) -> dict[int, tuple]:
+    fault_dir = Path(env["FAULT_DIR"])
+    fault_dir.mkdir(exist_ok=True)
+    extra = {"PATH": f"{wrap}:{os.environ['PATH']}", "FAULT_REAL_BIN": str(real), **env}
+    daemon = Daemon(cfg, c.local.env, extra_env=extra)
+    jobs = {}
+    try:
+        if before is not None:
+            jobs.update(before(c))
+        for opts, per_node, gpu_type in shapes:
+            jobs[submit(c, *opts, seconds=run_s)] = (per_node, gpu_type)
+        deadline = time.monotonic() + 60
+        while daemon.proc.poll() is None:
+            assert time.monotonic() < deadline, \
+                f"the agent never reached the fault {env}; calls: " \
+                + (fault_dir / "calls.log").read_text()[-2000:]
+            time.sleep(0.1)
+        assert (fault_dir / "killed").exists() or "FAULT_FAIL_READ" in env
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait(timeout=30)
+    return jobs
+
+
+def wait_all_done(c: Cluster, jobs, budget_s: float) -> None:
+    c.wait_for(lambda: all((j := c.job(jid)) is None or j.state.value == "COMPLETED"
+                           for jid in jobs), budget_s,
+               f"every job to complete with the agent dead within {budget_s:.0f} s")
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_agent_killed_after_its_nth_write_every_job_runs_with_its_own_gpus(setup, n,
+                                                                           tmp_path):
+    c, cfg, wrap, real = setup
+    jobs = run_with_fault(c, cfg, wrap, real, {"FAULT_DIR": str(tmp_path / "f"),
+                                                "FAULT_KILL_AFTER": str(n)})
+    killed_at = time.monotonic()
+    # Slurm alone, one job after another where they do not fit side by side.
+    wait_all_done(c, jobs, GRACE_S + 4 * (RUN_S + 3) + SLACK_S)
+    assert time.monotonic() - killed_at < GRACE_S + 4 * (RUN_S + 3) + SLACK_S
+    for jid, (per_node, gpu_type) in jobs.items():
+        check_gpus(c, jid, per_node, gpu_type)
+
+
+@pytest.mark.parametrize("match", ["TresPer", "StartTime=now+", "create reservation",
+                                   "Reservation=slurm-marl"])
+def test_agent_killed_right_after_each_protocol_step(setup, match, tmp_path):
+    """The write of a GPU re-pin, a lease renewal, and both steps of a reservation."""
+    c, cfg, wrap, real = setup
+    fill = None
+
+    def busy(cl):
+        # a running job that holds one node's GPUs, so a 2-node job has to wait and gets
+        # a reservation; leased jobs wait behind it
+        nonlocal fill
+        fill = submit(cl, "--gres=gpu:4", seconds=8)
+        return {fill: (4, None)}
+    shapes = SHAPES if match == "TresPer" else [(("-N", "2", "--gres=gpu:4"), 4, None),
+                                                (("--gres=gpu:2",), 2, None)]
+    jobs = run_with_fault(c, cfg, wrap, real, {"FAULT_DIR": str(tmp_path / "f"),
+                                                "FAULT_KILL_AFTER": "1", "FAULT_MATCH": match},
+                          shapes=shapes, before=None if match == "TresPer" else busy)
+    wait_all_done(c, jobs, GRACE_S + 8 + 4 * (RUN_S + 3) + SLACK_S)
+    for jid, (per_node, gpu_type) in jobs.items():
+        check_gpus(c, jid, per_node, gpu_type)
+    assert not c.reservation_active(f"slurm-marl-{max(jobs)}")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_failed_read_never_costs_a_job_its_gpus(setup, n, tmp_path):
+    c, cfg, wrap, real = setup
+    env = {"FAULT_DIR": str(tmp_path / "f"), "FAULT_FAIL_READ": str(n),
+           "FAULT_KILL_AFTER": "10"}
+    jobs = run_with_fault(c, cfg, wrap, real, env)
+    wait_all_done(c, jobs, GRACE_S + 4 * (RUN_S + 3) + SLACK_S)
+    for jid, (per_node, gpu_type) in jobs.items():
+        check_gpus(c, jid, per_node, gpu_type)
+
+
+def test_agent_killed_right_after_a_requeue(setup, tmp_path):
+    """Tiresias preemption: a long 8-GPU job is demoted and requeued for a new one; the
+    agent dies right after the requeue. Both run with their GPUs; the requeued one within
+    Slurm's own requeue delay plus its run time."""
+    c, cfg, wrap, real = setup
+    env = {"FAULT_DIR": str(tmp_path / "f"), "FAULT_KILL_AFTER": "1",
+           "FAULT_MATCH": "requeue"}
+
+    def long_job(cl):
+        old = int(cl.run("sbatch", "--parsable", "--requeue", f"--chdir={cl.local.root}/out",
+                         f"--output={cl.local.root}/out/%j.out", "--open-mode=append",
+                         "-N", "2", "--gres=gpu:4", "--wrap",
+                         PAYLOAD.format(s=6)).stdout.strip())
+        cl.wait_state(old, "RUNNING", timeout_s=GRACE_S + 10)
+        time.sleep(2)   # 8 GPUs x 2 s: past the 30 GPU-s threshold
+        return {old: (4, None)}
+    jobs = run_with_fault(c, cfg, wrap, real, env, before=long_job,
+                          shapes=[(("-N", "2", "--gres=gpu:4"), 4, None)])
+    wait_all_done(c, jobs, CRED_EXPIRE_S + 1 + GRACE_S + 6 + RUN_S + 2 * SLACK_S)
+    for jid, (per_node, gpu_type) in jobs.items():
+        check_gpus(c, jid, per_node, gpu_type)
+    assert c.job(min(jobs)).restart_count == 1   # it really was requeued
