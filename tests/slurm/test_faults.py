@@ -125,11 +125,19 @@ def check_gpus(c: Cluster, job_id: int, per_node, gpu_type: str | None) -> None:
         assert sum(counts) == int(per_node.split(":")[1]) * runs, f"job {job_id}: {lines}"
         assert visible in counts, f"job {job_id}: CVD={cvd.group(1)} vs {lines}"
     else:
-        assert visible == per_node, f"job {job_id}: CUDA_VISIBLE_DEVICES={cvd.group(1)!r}"
+        assert visible == per_node, f"job {job_id}: CUDA_VISIBLE_DEVICES={cvd.group(1)!r}: " \
+            + out + _history(c, job_id)
         assert all(n == per_node for n in counts), f"job {job_id}: {lines}"
     if gpu_type is not None:
         assert {t for node in by_node for t, n in node if n} == {gpu_type}, \
             f"job {job_id}: {lines}"
+
+
+def _history(c: Cluster, job_id: int) -> str:
+    """What slurmctld logged about the job (for a failure message)."""
+    log = Path(c.local.root, "log", "slurmctld.log").read_text()
+    return "\n" + "\n".join(ln for ln in log.splitlines()
+                             if f"JobId={job_id} " in ln or f"JobId={job_id}:" in ln)[-3000:]
 
 
 def run_with_fault(c: Cluster, cfg: Path, wrap: Path, real: Path, env: dict,

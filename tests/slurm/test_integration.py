@@ -95,6 +95,37 @@ def test_gpu_group_pin_overrides_slurms_own_choice(clean):
     assert c.wait_state(other, "RUNNING").gpu_alloc == (("n4", (0, 1)),)
 
 
+def test_a_job_name_with_a_newline_is_re_pinned_and_read_back_exactly(clean):
+    """`scontrol show -o` splits such a job; the read-back (squeue -O with only the request
+    fields) does not, and a name spoofing request fields is ignored. Then a second pin to
+    the other group moves the request back across fields: 2 GPUs, never 4."""
+    c = clean
+    job = c.sbatch("--gres=gpu:2", "-J", "evil\nTresPerJob=gres:gpu:s0:4 x")
+    snap = c.source.snapshot()
+    assert c.sink.read_request(job) == {"gpus_per_node": 2, "gpus_per_job": 0,
+                                        "gpu_type": None}
+    first = c.sink.apply([Place(job, plugin="test", nodes=("n2",), start_now=False,
+                                allocs=(GroupAlloc("n2", 1, 2),))], snap)
+    assert all(r.status is WriteStatus.OK for r in first), first
+    assert c.sink.read_request(job) == {"gpus_per_node": 0, "gpus_per_job": 2,
+                                        "gpu_type": "s1"}
+    again = c.sink.apply([Place(job, plugin="test", nodes=("n2",),
+                                allocs=(GroupAlloc("n2", 0, 2),))], c.source.snapshot())
+    assert all(r.status is WriteStatus.OK for r in again), again
+    ran = c.wait_state(job, "RUNNING")
+    assert ran.gpu_alloc == (("n2", (0, 1)),) and ran.gpu_type == "s0"
+
+
+def test_an_explicit_gpu_type_is_never_re_pinned(clean):
+    c = clean
+    job = c.sbatch("--gres=gpu:s1:1", "-J", "typed")
+    results = c.sink.apply([Place(job, plugin="test", nodes=("n1",),
+                                  allocs=(GroupAlloc("n1", 0, 1),))], c.source.snapshot())
+    assert results[0].ok and "explicit GPU type gpu:s1 kept" in results[0].message, results
+    ran = c.wait_state(job, "RUNNING")
+    assert ran.nodes == ("n1",) and set(ran.gpu_alloc[0][1]) <= {2, 3}
+
+
 def test_priority_decision_reorders_two_pending_jobs(clean):
     c = clean
     blocker = c.sbatch("--gres=gpu:4", "-N", "4", "-J", "blocker", gated=False)

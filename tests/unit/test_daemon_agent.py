@@ -65,11 +65,17 @@ def test_priorities_written_only_when_changed_with_base(tmp_path):
     snap = ClusterSnapshot(now, NODES, (pending(1, now), pending(2, now, priority=1_000_002)),
                            PARTS)
     a, sink = agent(tmp_path, snap, [SetPriority(1, "las", "q0", 2, 0),
-                                     SetPriority(2, "las", "q0", 2, 0)])
+                                     SetPriority(2, "las", "q0", 1, 0)])
     a.cycle()
     writes = sink.calls[0]
+    # job 2 already sits in the policy's order: kept; job 1 goes one SPACING above it
     assert [(d.job_id, d.priority) for d in writes if isinstance(d, SetPriority)] == \
-        [(1, 1_000_002)]
+        [(1, 1_000_002 + 1024)]
+    a.source.snap = ClusterSnapshot(now + 1, NODES, (pending(1, now, priority=1_001_026),
+                                                     pending(2, now, priority=1_000_002)),
+                                    PARTS)
+    a.cycle()   # nothing changed: nothing written (the sink is not even called)
+    assert not [d for c in sink.calls[1:] for d in c if isinstance(d, SetPriority)]
 
 
 def test_placement_written_once_then_held_until_slurm_starts_it(tmp_path):

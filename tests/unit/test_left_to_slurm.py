@@ -120,3 +120,10 @@ def test_an_explicit_gpu_type_only_counts_groups_of_that_type():
     assert has_candidate(Job(3, partition="gpu", gpus_per_node=2), state, state.view)
     other = Job(4, partition="gpu", gpus_per_node=1, gpu_type="a100")
     assert generate_candidates(other, state, state.view) == []
+
+
+def test_an_old_config_with_reservation_minutes_still_loads_and_says_it_is_unused(caplog):
+    from slurm_marl.daemon.config import parse_config
+    cfg = parse_config({"agent": {"reservation_minutes": 60, "grace_s": 30}}, "old.toml")
+    assert cfg.agent.grace_s == 30 and not hasattr(cfg.agent, "reservation_minutes")
+    assert "reservation_minutes is no longer used" in caplog.text

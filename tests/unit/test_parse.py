@@ -103,3 +103,11 @@ def test_an_unreadable_switch_line_is_a_problem_and_keeps_the_others():
     assert len(problems) == 1 and "Level='zero'" in problems[0] and "leaf2" in problems[0]
     spine = switches[1]
     assert spine.switches == ("leaf1", "leaf2") and spine.nodes == ()
+
+
+def test_a_jobs_field_that_is_not_a_list_is_a_parse_error_not_a_type_error():
+    import pytest
+
+    from slurm_marl.slurm_integration.runner import SlurmOutputError
+    with pytest.raises(SlurmOutputError, match="'jobs' is a dict"):
+        P.jobs_from_squeue({"jobs": {"job_id": 1}})

@@ -31,16 +31,16 @@ def place(job: Job, node: str, group: int, gpus: int, start_now: bool = True) ->
 def test_untyped_request_moves_to_the_other_field_typed_in_one_update():
     job = marked(Job(1, gpus_per_node=2), tpn="gres:gpu:2")
     assert plan_gpu_pin(job, place(job, "n1", 1, 2), SNAP) == (
-        {"TresPerNode": "", "TresPerJob": "gres:gpu:s1:2"}, "")
+        {"TresPerNode": "", "TresPerJob": "gres:gpu:s1:2", "NumNodes": "1-1"}, "")
     gpus = marked(Job(2, gpus_per_job=2), tpj="gres:gpu:2")
     assert plan_gpu_pin(gpus, place(gpus, "n2", 0, 2), SNAP) == (
-        {"TresPerJob": "", "TresPerNode": "gres:gpu:s0:2"}, "")
+        {"TresPerJob": "", "TresPerNode": "gres:gpu:s0:2", "NumNodes": "1-1"}, "")
 
 
 def test_a_pinned_job_is_re_pinned_across_fields_again_or_not_at_all():
     pinned = marked(Job(3, gpus_per_job=2, gpu_type="s1"), tpn="gres:gpu:2")
     assert plan_gpu_pin(pinned, place(pinned, "n1", 0, 2), SNAP) == (
-        {"TresPerJob": "", "TresPerNode": "gres:gpu:s0:2"}, "")
+        {"TresPerJob": "", "TresPerNode": "gres:gpu:s0:2", "NumNodes": "1-1"}, "")
     assert plan_gpu_pin(pinned, place(pinned, "n2", 1, 2), SNAP) == ({}, "")
 
 
@@ -103,6 +103,9 @@ class SlurmJobModel:
             if old_t and new_t and {r.gpu_type for r in old_t} != {r.gpu_type for r in new_t}:
                 self.violations.append(f"{key}: {self.fields[key]!r} -> {updates[key]!r} "
                                        "would ADD GPUs on 22.05")
+            if new_t and updates.get("NumNodes") != "1-1":
+                self.violations.append(f"{key}={updates[key]!r} without NumNodes=1-1: "
+                                       "Slurm may spread the GPUs over nodes")
             new[key] = updates[key]
         self.fields = new
         return CommandResult(list(args), 0, "", "")
@@ -162,6 +165,7 @@ def test_a_stale_snapshot_never_plans_a_gpu_write_over_another_type():
     [res] = sink.apply([place(job, "n1", 1, 2)], snap)
     assert res.ok and slurm.violations == []
     assert slurm.fields == {"TresPerNode": "gres:gpu:s1:2", "TresPerJob": ""}
+    assert slurm.writes == 1
     # and when the fresh read fails, no GPU field is written at all
     slurm = SlurmJobModel(job, [], [True])
     slurm.fields = {"TresPerNode": "", "TresPerJob": "gres:gpu:s0:2"}

@@ -36,8 +36,6 @@ class AgentSection:
     shadow: bool = False
     grace_s: int = 30
     lease: bool = True
-    reservation_minutes: int = 10   # ignored: reservations last one grace (kept so old
-                                    # configs load; a warning says so)
     priority_base: int = 1_000_000
     state_dir: str = "/var/lib/slurm-marl"
     retention_days: float = 14.0    # store: decisions/cycles/finished jobs older are pruned
@@ -77,7 +75,6 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("slurm", "write_retries"): (0, 10),
     ("agent", "interval_s"): (0.5, 3600),
     ("agent", "grace_s"): (1, 3600),
-    ("agent", "reservation_minutes"): (1, 1440),
     ("agent", "priority_base"): (0, 4_000_000_000),
     ("agent", "sample_min_s"): (0.5, 86400),
     ("agent", "retention_days"): (0.01, 3650),
@@ -114,9 +111,13 @@ def _coerce(where: str, name: str, default: Any, value: Any) -> Any:
 def parse_config(data: dict, source: str = "<string>") -> Config:
     sections = {}
     if isinstance(data.get("agent"), dict) and "reservation_minutes" in data["agent"]:
+        # Older configs still load: a reservation now lasts one grace, extended while
+        # its job waits, so that a dead agent's reservation never blocks nodes for long.
         logging.getLogger(__name__).warning(
             "%s: agent.reservation_minutes is no longer used: a reservation lasts one grace "
             "(grace_s) and is extended while its job waits", source)
+        data = {**data, "agent": {k: v for k, v in data["agent"].items()
+                                  if k != "reservation_minutes"}}
     for key in data:
         if key not in _SECTIONS:
             raise ConfigError(f"{source}: unknown section [{key}] "

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from slurm_marl.daemon.accounting import account
 from slurm_marl.daemon.config import Config
+from slurm_marl.daemon.priorities import plan_priorities
 from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
@@ -171,21 +172,26 @@ class Agent:
         decided_jobs: set[int] = set()
         left = self._left_to_slurm(snap, managed, report.cycle)
         held = self._hold_inflight(snap)  # for deciding only; writes see the real state
+        orders: list[list[SetPriority]] = []   # each partition's order, planned apart
         for part in managed:
             view = self._decidable(partition_view(held, part))
             report.pending += len(view.pending)
             report.running += len(view.running)
+            order: list[SetPriority] = []
             for d in self.policy.run_cycle(view):
                 if d.job_id in decided_jobs and not isinstance(d, Preempt):
                     continue  # a multi-partition job is decided by its first partition
                 if isinstance(d, Preempt) and part not in self.config.agent.preempt_partitions:
                     continue
                 decisions.append(d)
+                if isinstance(d, SetPriority):
+                    order.append(d)
+            orders.append(order)
             decided_jobs |= {d.job_id for d in decisions}
         report.decisions = decisions
         self.store.set_queues((d.job_id, d.queue) for d in decisions
                               if isinstance(d, SetPriority))
-        writes, advice = self._translate(snap, decisions)
+        writes, advice = self._translate(snap, decisions, orders)
         writes += left
         if self.config.agent.shadow:
             self.store.record_decisions(report.cycle, snap.time_s,
@@ -328,24 +334,35 @@ class Agent:
                                partitions=view.partitions, switches=view.switches)
 
     # ---- decisions -> writes ------------------------------------------------------------
-    def _translate(self, snap: ClusterSnapshot, decisions: list[Decision]
+    def _priority_writes(self, snap: ClusterSnapshot, order: list[SetPriority]
+                         ) -> list[SetPriority]:
+        """The priorities to write so Slurm's order of this partition's pending jobs is the
+        policy's, changing as few jobs as possible (``plan_priorities``)."""
+        ranked = sorted((d for d in order if (j := snap.job(d.job_id)) is not None
+                         and j.is_pending), key=lambda d: -d.priority)
+        if not ranked:
+            return []
+        current = [snap.job(d.job_id).priority for d in ranked]
+        planned = plan_priorities(current, self.config.agent.priority_base + 1, MAX_PRIORITY)
+        return [replace(d, priority=p) for d, p, c in zip(ranked, planned, current) if p != c]
+
+    def _translate(self, snap: ClusterSnapshot, decisions: list[Decision],
+                   orders: list[list[SetPriority]] | None = None
                    ) -> tuple[list[Decision], list[Place]]:
         """(writes for Slurm, changed plans that need no write)."""
         cfg = self.config.agent
         advice: list[Place] = []
         written = self.store.written({d.job_id for d in decisions})
         reservations = self.store.active_reservations()
-        out: list[Decision] = []
+        if orders is None:
+            orders = [[d for d in decisions if isinstance(d, SetPriority)]]
+        out: list[Decision] = [w for order in orders for w in self._priority_writes(snap, order)]
         placed_now: set[int] = set()
         for d in decisions:
             job = snap.job(d.job_id)
             if job is None:
                 continue
-            if isinstance(d, SetPriority):
-                prio = min(MAX_PRIORITY, cfg.priority_base + max(1, d.priority))
-                if job.is_pending and job.priority != prio:
-                    out.append(replace(d, priority=prio))
-            elif isinstance(d, Place):
+            if isinstance(d, Place):
                 if not job.is_pending:
                     continue
                 if not d.start_now and written.get((job.job_id, "place")) != _place_key(d):

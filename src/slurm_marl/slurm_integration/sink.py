@@ -113,8 +113,9 @@ def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
     by ``place``, or ({}, why the request is left as it is).
 
     Safe by construction: the update names both request fields, clears the one the request
-    lives in and writes the same count, typed, into the other. Slurm applies it whole or
-    not at all, so before and after it the job asks for exactly its GPUs. Never written:
+    lives in and writes the same count, typed, into the other, and fixes the job to one
+    node. Slurm applies it whole or not at all, so before and after it the job asks for
+    exactly its GPUs on one node. Never written:
     a type the user chose (kept), a count other than the job's, a second write to the same
     field (22.05 would add GPUs), anything for multi-node jobs.
     """
@@ -133,7 +134,10 @@ def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
         return {}, f"chosen group holds {G.total_gpus(wanted)} of the job's {total} GPU(s)"
     if job.gpu_type == G.single_type(wanted):
         return {}, ""  # already on that group's type: nodes decide the rest
-    return {_other_field(field): "", field: request}, ""
+    # NumNodes=1-1: a request moved to TresPerJob may otherwise be spread over nodes
+    # (measured on 22.05.8: `--gres=gpu:2` pinned to `TresPerJob=gres:gpu:s1:2` with one s1
+    # GPU free on the chosen node ran as gpu:s1:1 on each of two nodes).
+    return {_other_field(field): "", field: request, "NumNodes": "1-1"}, ""
 
 
 class CliDecisionSink:
