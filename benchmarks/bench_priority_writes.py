@@ -40,10 +40,10 @@ from slurm_marl.slurm_integration.source import CliClusterSource
 class CountingRunner(SlurmRunner):
     def __init__(self, *a, **kw) -> None:
         super().__init__(*a, **kw)
-        self.calls: list[list[str]] = []
+        self.log: list[list[str]] = []
 
     def run(self, args, timeout_s=None):
-        self.calls.append(list(args))
+        self.log.append(list(args))
         return super().run(args, timeout_s)
 
 
@@ -90,12 +90,12 @@ def run_rule(local: LocalCluster, agent_cls, tmp: Path, args, label: str) -> lis
     for cycle in range(args.cycles + 1):
         if cycle:
             submit(local, args.arrivals, label)
-        runner.calls.clear()
+        runner.log.clear()
         t0 = time.perf_counter()
         report = agent.cycle()
         rows.append({"rule": label, "cycle": cycle, "steady": cycle > 0,
                      "pending": report.pending, "seconds": time.perf_counter() - t0,
-                     "calls": len(runner.calls), "by_kind": kinds(runner.calls),
+                     "calls": len(runner.log), "by_kind": kinds(runner.log),
                      "error": report.error})
     return rows
 
