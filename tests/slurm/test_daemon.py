@@ -283,3 +283,35 @@ def test_malformed_config_is_a_clear_error_at_start(tmp_path):
     proc = subprocess.run([*SLURM_MARL, "run", "--config", str(bad)], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "not valid TOML" in proc.stderr and str(bad) in proc.stderr
+
+
+def test_a_gated_array_is_released_at_once_and_explained(gated, cfg_path):
+    """An array the gate delayed (an older gate, or an admin's marker) is left to Slurm:
+    the agent writes StartTime=now to it once, never pins or leases it, and `explain` says
+    why. Its tasks then run on their own, each with its GPU."""
+    c = gated
+    daemon = Daemon(cfg_path, c.local.env)
+    try:
+        array = int(c.run("sbatch", "--parsable", "--array=0-3", "--gres=gpu:1",
+                          f"--begin=now+{GRACE_S}", f"--chdir={c.local.root}/out",
+                          "-o", f"{c.local.root}/out/%A_%a.out",
+                          "--wrap", "echo CVD=$CUDA_VISIBLE_DEVICES; sleep 1").stdout.strip())
+        c.run("scontrol", "update", f"jobid={array}",
+              "AdminComment=slurm-marl:v1;tpn=gres:gpu:1;tpj=;req=")
+        t0 = time.monotonic()
+        c.wait_for(lambda: not [j for j in c.source.snapshot().jobs
+                                if j.array_job_id == array and j.state.value != "COMPLETED"],
+                   GRACE_S - 5, "every task to run and end before the grace would")
+        assert time.monotonic() - t0 < GRACE_S - 5
+        store = Store(load_config(cfg_path).store_path)
+        rows = store.decisions(job_id=array, limit=50)
+        assert [r["kind"] for r in rows] == ["Release"] and rows[0]["status"] == "ok", rows
+        assert "left to Slurm: job array" in rows[0]["reason"]
+        out = subprocess.run([*SLURM_MARL, "explain", str(array), "--config", str(cfg_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and "left to Slurm: job array" in out.stdout, out
+        for task in range(4):
+            text = (c.local.root / "out" / f"{array}_{task}.out").read_text()
+            assert len(text.split("CVD=")[1].split()[0].split(",")) == 1, text
+    finally:
+        assert daemon.stop() == 0, daemon.output()

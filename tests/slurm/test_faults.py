@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from slurmtest import Cluster, Daemon
 
+from slurm_marl.daemon.config import load_config
+from slurm_marl.daemon.store import Store
 from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
 from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 
@@ -243,3 +245,34 @@ def test_agent_killed_right_after_a_requeue(setup, tmp_path):
     for jid, (per_node, gpu_type) in jobs.items():
         check_gpus(c, jid, per_node, gpu_type)
     assert c.job(min(jobs)).restart_count == 1   # it really was requeued
+
+
+def test_a_job_slurm_requeued_off_a_down_node_keeps_slurms_requeue_delay(setup, tmp_path):
+    """Item 6: a node goes DOWN under a job the agent placed; Slurm requeues it. The agent
+    must not restart it at once (a restart on the node just back drained it with "Duplicate
+    jobid" and left the job "launch failed requeued held"): Slurm's own delay stands, then
+    the job runs with its GPUs and the node stays usable."""
+    c, cfg, wrap, real = setup
+    daemon = Daemon(cfg, c.local.env)
+    try:
+        job = submit(c, "--requeue", "--open-mode=append", "--gres=gpu:1", seconds=6)
+        ran = c.wait_state(job, "RUNNING", timeout_s=GRACE_S + 10)
+        node = ran.nodes[0]
+        c.run("scontrol", "update", f"nodename={node}", "state=down", "reason=fault-test")
+        requeued = c.wait_for(lambda: (j := c.job(job)) is not None and j.is_pending
+                              and j.restart_count == 1 and j, 30, "Slurm to requeue the job")
+        # slurmd still answers: with ReturnToService=2 the node comes back by itself
+        c.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        eligible = requeued.eligible_time_s
+        assert eligible and eligible > time.time()   # Slurm's delay (cred_expire + 1 s)
+        c.wait_state(job, "RUNNING", timeout_s=CRED_EXPIRE_S + 1 + SLACK_S + 10)
+        started = Store(load_config(cfg).store_path).decisions(job_id=job, limit=200)
+        early = [d for d in started if d["kind"] in ("Place", "Release") and d["status"] == "ok"
+                 and ran.start_time_s + 1 < d["time_s"] < eligible - 1]
+        assert early == [], early
+        wait_all_done(c, {job: None}, 6 + SLACK_S)
+        shown = c.run("scontrol", "show", "node", node, "-o").stdout
+        assert "DRAIN" not in shown and "Duplicate" not in shown, shown
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    check_gpus(c, job, 1, None)

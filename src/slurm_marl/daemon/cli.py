@@ -84,6 +84,9 @@ def describe_decision(d: dict) -> str:
         return f"end reservation {p.get('name')}"
     if kind == "Defer":
         return f"keep waiting {p.get('seconds', 0):.0f} s (lease)"
+    if kind == "Release":
+        return "start as Slurm decides (StartTime=now)" if d.get("status") == "ok" \
+            else "left to Slurm"
     return kind.lower()
 
 
@@ -164,7 +167,8 @@ def explain(job_id: int, config: ConfigOpt = None, store: StoreOpt = None,
                   f"{running}; last run {rec.last_run_s:.0f} s; preempted {rec.preemptions}x")
         con.print(f"  2D-LAS queue {rec.queue if rec.queue is not None else '-'}; waiting "
                   f"since {format_time(rec.queue_since_s)}")
-    for kind in ("SetPriority", "Place", "Reserve", "Preempt", "Defer", "EndReservation"):
+    for kind in ("SetPriority", "Place", "Reserve", "Preempt", "Defer", "EndReservation",
+                 "Release"):
         r = latest.get(kind)
         if not r:
             continue
