@@ -204,9 +204,10 @@ def test_multi_node_waiting_job_gets_one_reservation_and_it_is_ended(gated, cfg_
         time.sleep(2.0)  # several more cycles: still exactly one reservation
         shown = c.run("scontrol", "show", "reservation", check=False).stdout
         assert shown.count(f"ReservationName={name}") == 1
+        assert c.job(big).reservation is None   # the job itself is never inside it
         c.run("scancel", str(busy))
-        c.wait_state(big, "RUNNING", timeout_s=15)
-        c.wait_for(lambda: not c.reservation_active(name), 15, "reservation ended")
+        ran = c.wait_state(big, "RUNNING", timeout_s=15)
+        assert ran.reservation is None and not c.reservation_active(name)
     finally:
         assert daemon.stop() == 0, daemon.output()
 

@@ -32,6 +32,8 @@ def test_requests_the_agent_cannot_model_are_named():
     assert "both per node and per job" in reason(tres_per_job="gres:gpu:2")
     assert "cannot parse" in reason(tres_per_node="gres:gpu:s1:x")
     assert reason(tres_per_node="gres:gpu:s1:2") == ""             # an explicit type is fine
+    assert "no GPU request" in reason(tres_per_node="")             # CPU jobs: Slurm's
+    assert "--constraint" in reason(features="bigmem")
 
 
 def gated(jid, now, why, **kw):
@@ -69,6 +71,20 @@ def test_gated_unmodelable_jobs_are_released_at_once_never_leased_and_recorded(t
     assert not [d for d in sink.calls[-1] if isinstance(d, Release)]
     assert len([r for r in a.store.decisions(limit=50) if "left to Slurm" in r["reason"]]) == 3
     assert len(a.store.decisions(limit=50)) >= before
+
+
+def test_a_job_emptied_by_an_old_half_done_re_pin_is_repaired_never_released(tmp_path):
+    now = 1000.0
+    emptied = pending(1, now, left_to_slurm="no GPU request",
+                      admin_comment=with_marker("", Marker("gres:gpu:2", "", ""))
+                      ).with_(gpus_per_node=0)
+    cpu_job = pending(2, now, left_to_slurm="no GPU request",
+                      admin_comment=with_marker("", Marker("gres:gpu:0", "", ""))
+                      ).with_(gpus_per_node=0)
+    a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (emptied, cpu_job), PARTS), [])
+    a.cycle()
+    released = [d.job_id for c in sink.calls for d in c if isinstance(d, Release)]
+    assert released == [2]
 
 
 def test_reservation_lasts_one_grace_and_is_renewed_while_the_job_waits(tmp_path):

@@ -30,6 +30,7 @@ from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Release, Reserve, SetPriority)
+from slurm_marl.slurm_integration import gres as G
 from slurm_marl.slurm_integration.marker import parse_marker
 from slurm_marl.slurm_integration.sink import user_gpu_request
 from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
@@ -222,7 +223,15 @@ class Agent:
                 continue
             if not any(p in managed for p in job.partition.split(",")):
                 continue
-            gated = (parse_marker(job.admin_comment) is not None
+            marker = parse_marker(job.admin_comment)
+            if marker is not None and not job.num_gpus and (marker.tres_per_node
+                                                           or marker.tres_per_job):
+                # a GPU request emptied by an older agent's half-done re-pin: repaired by
+                # repair_half_done, never released without its GPUs
+                if any(G.total_gpus(G.parse_gpu_request(v)[0])
+                       for v in (marker.tres_per_node, marker.tres_per_job)):
+                    continue
+            gated = (marker is not None
                      and job.eligible_time_s is not None
                      and job.eligible_time_s > snap.time_s + 1
                      and job.eligible_time_s <= job.submit_time_s + grace + 5
@@ -357,6 +366,7 @@ class Agent:
         if orders is None:
             orders = [[d for d in decisions if isinstance(d, SetPriority)]]
         out: list[Decision] = [w for order in orders for w in self._priority_writes(snap, order)]
+        ending: set[str] = set()
         placed_now: set[int] = set()
         for d in decisions:
             job = snap.job(d.job_id)
@@ -369,6 +379,11 @@ class Agent:
                     advice.append(d)
                 if d.start_now:
                     placed_now.add(job.job_id)
+                    name = f"{RESERVATION_PREFIX}{job.job_id}"
+                    if name in reservations:   # ended first (the sink does), then started
+                        out.append(EndReservation(job.job_id, "agent",
+                                                  "its job starts now", name=name))
+                        ending.add(name)
                     # Written before and the job is eligible: nothing to do. A job that is
                     # not eligible (requeued since, or its gate) needs StartTime=now again.
                     gated = (job.eligible_time_s is not None
@@ -403,6 +418,8 @@ class Agent:
         # or vanished). A pending job keeps its reservation until it starts in it.
         for name, row in reservations.items():
             job = snap.job(row["job_id"]) if row["job_id"] else None
+            if name in ending:
+                continue
             if job is None or not job.is_pending:
                 out.append(EndReservation(row["job_id"] or 0, "agent",
                                           "its job started or is gone", name=name))

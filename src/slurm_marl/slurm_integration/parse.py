@@ -160,11 +160,16 @@ def unmodelable_reason(raw: dict, per_node, per_job, unparsed: bool) -> str:
             return f"{option} request: its GPU count depends on tasks/sockets Slurm picks"
     if "," in str(raw.get("partition") or ""):
         return "several partitions (-p a,b): Slurm picks among them"
+    if str(raw.get("features") or "").strip():
+        return ("node features (--constraint): the agent does not model them and could pin "
+                "the job to a node without them")
     if per_node and per_job:
         return "GPUs requested both per node and per job"
     types = {r.gpu_type for r in per_node + per_job}
     if len(types) > 1:
         return "several GPU types in one request"
+    if not G.total_gpus(per_node + per_job):
+        return "no GPU request: the agent orders and places GPU jobs only"
     return ""
 
 

@@ -14,10 +14,10 @@
   reported, never "repaired" by further GPU writes.
 - Start: ``StartTime=now`` (the job was gated by job_submit.lua's begin time).
 - Multi-node holds: ``scontrol create reservation ... Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END``
-  + ``Reservation=``, lasting one grace and renewed while the job waits, so a reservation
-  whose agent died ends within one grace. Without NO_HOLD_JOBS_AFTER_END a reservation that
-  runs out leaves its pending job in RESV_DEL_HOLD with priority 0 forever; with it the job
-  just runs outside the reservation (fail-open).
+  on the chosen nodes, lasting one grace and renewed while the job waits, so a reservation
+  whose agent died ends within one grace. The job itself is never put into it: Slurm kills
+  a job running in a reservation when the reservation ends (ResvOverRun=0). When the nodes
+  are free the agent ends the reservation and starts the job in the same cycle.
 - Preemption: ``scontrol requeue``.
 
 Every write is idempotent; failures come back as WriteResult values, never as exceptions.
@@ -211,7 +211,11 @@ class CliDecisionSink:
         for job_id in [j for j, decs in by_job.items()
                        if all(isinstance(d, Release) for d in decs)]:
             defers[0].extend(by_job.pop(job_id))
-        # Reservations first so a job placed into one in this cycle finds it.
+        # Reservations first: a job started this cycle on nodes its own reservation held
+        # needs that reservation gone (the job is never inside it, see _reserve).
+        for d in decisions:
+            if isinstance(d, EndReservation):
+                results.append(self._end_reservation(d))
         for d in decisions:
             if isinstance(d, Reserve):
                 results.append(self._reserve(d, snapshot))
@@ -224,9 +228,6 @@ class CliDecisionSink:
                                for d in decs)
         for seconds, group in sorted(defers.items()):
             results.extend(self._defer(group, seconds))
-        for d in decisions:
-            if isinstance(d, EndReservation):
-                results.append(self._end_reservation(d))
         return results
 
     def _defer(self, group: list[Decision], seconds: int) -> list[WriteResult]:
@@ -417,8 +418,11 @@ class CliDecisionSink:
         if not res.ok and "duplicate" in res.message.lower():
             res = self._run(["scontrol", "update", f"ReservationName={name}", f"Nodes={nodes}",
                              f"EndTime=now+{seconds}"], cmds)
-        if res.ok and d.job_id:
-            res = self._update_job(d.job_id, {"Reservation": name}, cmds)
+        # The job is NOT put into its reservation (no `Reservation=` on the job): Slurm
+        # kills a job running inside a reservation when the reservation ends
+        # (ResvOverRun=0, the default; measured on 22.05.8: TIMEOUT at the end, whether it
+        # ran out or was ended with EndTime=now). The reservation only keeps other jobs off
+        # the nodes; the agent ends it and starts the job in the same cycle.
         return self._result(d, res, cmds)
 
     def _end_reservation(self, d: EndReservation) -> WriteResult:
