@@ -20,6 +20,33 @@ from slurm_marl.slurm_integration.source import CliClusterSource
 SLURM_MARL = [sys.executable, "-m", "slurm_marl.cli"]
 
 
+def write_agent_config(cluster: "Cluster", folder: Path, profile_toml: str,
+                       grace_s: int, profile_name: str = "profile") -> Path:
+    """An agent config for tests: this cluster, a fast cycle, the given policy profile
+    (written beside it), partition gpu managed and preemptible, its own store."""
+    profile = folder / f"{profile_name}.toml"
+    profile.write_text(profile_toml)
+    path = folder / "config.toml"
+    path.write_text(f"""
+[slurm]
+slurm_conf = "{cluster.local.slurm_conf}"
+command_timeout_s = 15
+write_retries = 0
+[agent]
+interval_s = 0.5
+profile = "{profile}"
+managed_partitions = ["gpu"]
+preempt_partitions = ["gpu"]
+grace_s = {grace_s}
+state_dir = "{folder / 'state'}"
+[metrics]
+enabled = false
+[log]
+level = "DEBUG"
+""")
+    return path
+
+
 class Cluster:
     """A running LocalCluster plus the helpers tests need: sbatch, waiting, cleanup."""
 

@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from slurmtest import SLURM_MARL, Cluster, Daemon
+from slurmtest import SLURM_MARL, Cluster, Daemon, write_agent_config
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.service import Agent
@@ -56,26 +56,7 @@ def gated(tmp_path_factory):
 @pytest.fixture
 def cfg_path(gated, tmp_path):
     gated.cancel_all()
-    profile = tmp_path / "fast-las.toml"
-    profile.write_text(FAST_LAS)
-    path = tmp_path / "config.toml"
-    path.write_text(f"""
-[slurm]
-slurm_conf = "{gated.local.slurm_conf}"
-command_timeout_s = 15
-write_retries = 0
-[agent]
-interval_s = 0.5
-profile = "{profile}"
-managed_partitions = ["gpu"]
-preempt_partitions = ["gpu"]
-grace_s = {GRACE_S}
-state_dir = "{tmp_path / 'state'}"
-[metrics]
-enabled = false
-[log]
-level = "DEBUG"
-""")
+    path = write_agent_config(gated, tmp_path, FAST_LAS, GRACE_S, "fast-las")
     yield path
     gated.cancel_all()
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmtest import Cluster, Daemon
+from slurmtest import Cluster, Daemon, write_agent_config
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.store import Store
@@ -65,26 +65,7 @@ def setup(cluster, tmp_path):
         dst.write_text(f"#!{sys.executable}\n" + (Path(__file__).parent /
                                                  "faultwrap.py").read_text())
         dst.chmod(0o755)
-    profile = tmp_path / "faults.toml"
-    profile.write_text(PROFILE)
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(f"""
-[slurm]
-slurm_conf = "{cluster.local.slurm_conf}"
-command_timeout_s = 15
-write_retries = 0
-[agent]
-interval_s = 0.5
-profile = "{profile}"
-managed_partitions = ["gpu"]
-preempt_partitions = ["gpu"]
-grace_s = {GRACE_S}
-state_dir = "{tmp_path / 'state'}"
-[metrics]
-enabled = false
-[log]
-level = "DEBUG"
-""")
+    cfg = write_agent_config(cluster, tmp_path, PROFILE, GRACE_S, "faults")
     real = Path(shutil.which("scontrol", path="/usr/bin:/usr/sbin:/bin")).parent
     yield cluster, cfg, wrap, real
     cluster.cancel_all()
