@@ -143,3 +143,40 @@ def test_an_old_config_with_reservation_minutes_still_loads_and_says_it_is_unuse
     cfg = parse_config({"agent": {"reservation_minutes": 60, "grace_s": 30}}, "old.toml")
     assert cfg.agent.grace_s == 30 and not hasattr(cfg.agent, "reservation_minutes")
     assert "reservation_minutes is no longer used" in caplog.text
+
+
+def test_a_reservation_that_exists_is_extended_not_created_again():
+    class Runner:
+        def __init__(self):
+            self.calls = []
+
+        def run(self, args, timeout_s=None):
+            self.calls.append(args)
+            if args[1] == "create":   # what 22.05 answers for a name it already has
+                return CommandResult(list(args), 1, "", "Error creating the reservation: "
+                                     "Requested reservation overlaps with another reservation")
+            return CommandResult(list(args), 0, "", "")
+    runner = Runner()
+    [res] = CliDecisionSink(runner, retries=0, sleep=lambda s: None).apply(
+        [Reserve(5, "test", "", name="slurm-marl-5", nodes=("n1", "n2"), duration_s=30)])
+    assert res.ok and runner.calls[-1] == ["scontrol", "update", "ReservationName=slurm-marl-5",
+                                           "Nodes=n[1-2]", "EndTime=now+30"]
+
+
+def test_no_reservation_on_nodes_a_job_is_being_started_on(tmp_path):
+    """A Slurm reservation blocks every pending job not inside it: reserving n1 for a
+    waiting 2-node job while the agent starts another job on n1 left that job pending
+    (ReqNodeNotAvail) and the reservation renewed for ever (seen on real Slurm)."""
+    from slurm_marl.domain import EndReservation
+    now = 1000.0
+    first = pending(1, now, eligible_in=1)
+    big = pending(2, now, eligible_in=1).with_(node_count=2, gpus_per_node=4)
+    start = Place(1, nodes=("n1",), allocs=(GroupAlloc("n1", 0, 2),))
+    wait = Place(2, nodes=("n1", "n2"), start_now=False,
+                 allocs=tuple(GroupAlloc(n, g, 2) for n in ("n1", "n2") for g in (0, 1)))
+    a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (first, big), PARTS), [start, wait])
+    a.store.add_reservation("slurm-marl-2", 2, "n1,n2", now - 5)
+    a.cycle()
+    writes = sink.calls[0]
+    assert not [d for d in writes if isinstance(d, Reserve)]
+    assert [d.name for d in writes if isinstance(d, EndReservation)] == ["slurm-marl-2"]

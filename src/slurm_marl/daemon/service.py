@@ -368,6 +368,12 @@ class Agent:
         out: list[Decision] = [w for order in orders for w in self._priority_writes(snap, order)]
         ending: set[str] = set()
         placed_now: set[int] = set()
+        # Nodes a job is being started on (this cycle, or told to start and not yet
+        # running): a reservation there would keep that very job off them (a Slurm
+        # reservation blocks every pending job not inside it), so none is made or kept.
+        starting = {n for d in decisions if isinstance(d, Place) and d.start_now
+                    for n in d.nodes}
+        starting |= {n for place, _ in self._inflight.values() for n in place.nodes}
         for d in decisions:
             job = snap.job(d.job_id)
             if job is None:
@@ -393,6 +399,12 @@ class Agent:
                 elif len(d.nodes) > 1:
                     name = f"{RESERVATION_PREFIX}{job.job_id}"
                     nodes = ",".join(d.nodes)
+                    if starting & set(d.nodes):
+                        if name in reservations:
+                            out.append(EndReservation(job.job_id, "agent", "another job "
+                                                      "starts on its nodes first", name=name))
+                            ending.add(name)
+                        continue
                     # Lasts one grace and is extended while the job waits, so a dead
                     # agent's reservation blocks its nodes for at most one grace.
                     stale = snap.time_s - self._resv_renewed.get(name, -1e18) \

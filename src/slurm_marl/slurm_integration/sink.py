@@ -415,7 +415,10 @@ class CliDecisionSink:
                          f"Nodes={nodes}", f"Users={users}", "StartTime=now",
                          f"EndTime=now+{seconds}", "Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END"],
                         cmds)
-        if not res.ok and "duplicate" in res.message.lower():
+        if not res.ok and ("duplicate" in res.message.lower()
+                           or "overlaps" in res.message.lower()):
+            # it exists already (22.05 answers a second create of the same name with
+            # "overlaps with another reservation"): extend it, on the chosen nodes
             res = self._run(["scontrol", "update", f"ReservationName={name}", f"Nodes={nodes}",
                              f"EndTime=now+{seconds}"], cmds)
         # The job is NOT put into its reservation (no `Reservation=` on the job): Slurm
