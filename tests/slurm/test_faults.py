@@ -140,13 +140,22 @@ def run_with_fault(c: Cluster, cfg: Path, wrap: Path, real: Path, env: dict,
             assert time.monotonic() < deadline, \
                 f"the agent never reached the fault {env}; calls: " \
                 + (fault_dir / "calls.log").read_text()[-2000:]
+            if "FAULT_KILL_AFTER" not in env and _reads(fault_dir) >= \
+                    int(env["FAULT_FAIL_READ"]) + 8:
+                daemon.proc.kill()   # a few cycles after its failed read: now it dies
+                daemon.proc.wait(timeout=30)
             time.sleep(0.1)
-        assert (fault_dir / "killed").exists() or "FAULT_FAIL_READ" in env
+        assert (fault_dir / "killed").exists() or "FAULT_KILL_AFTER" not in env
     finally:
         if daemon.proc.poll() is None:
             daemon.proc.kill()
             daemon.proc.wait(timeout=30)
     return jobs
+
+
+def _reads(fault_dir: Path) -> int:
+    counter = fault_dir / "reads"
+    return int(counter.read_text() or 0) if counter.exists() else 0
 
 
 def wait_all_done(c: Cluster, jobs, budget_s: float) -> None:
@@ -206,8 +215,7 @@ def test_agent_killed_right_after_each_protocol_step(setup, match, tmp_path):
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_a_failed_read_never_costs_a_job_its_gpus(setup, n, tmp_path):
     c, cfg, wrap, real = setup
-    env = {"FAULT_DIR": str(tmp_path / "f"), "FAULT_FAIL_READ": str(n),
-           "FAULT_KILL_AFTER": "10"}
+    env = {"FAULT_DIR": str(tmp_path / "f"), "FAULT_FAIL_READ": str(n)}
     jobs = run_with_fault(c, cfg, wrap, real, env)
     wait_all_done(c, jobs, GRACE_S + 4 * (RUN_S + 3) + SLACK_S)
     for jid, (per_node, gpu_type) in jobs.items():
