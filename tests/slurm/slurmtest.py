@@ -6,18 +6,34 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.store import Store
-from slurm_marl.slurm_integration.harness import LocalCluster
+from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
+from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
 
 
 SLURM_MARL = [sys.executable, "-m", "slurm_marl.cli"]
+
+
+@contextmanager
+def gated_cluster(folder: Path, grace_s: int, **spec) -> Iterator["Cluster"]:
+    """A local cluster behind the project's job_submit.lua gate (partition gpu managed,
+    ``grace_s``), scheduling every 2 s; ``spec``: more ClusterSpec fields."""
+    lua = folder / "job_submit.lua"
+    lua.write_text(render_job_submit_lua(["gpu"], grace_s, []))
+    local = LocalCluster(spec=ClusterSpec(job_submit_lua=str(lua), sched_interval_s=2,
+                                          **spec)).up()
+    try:
+        yield Cluster(local)
+    finally:
+        local.down()
 
 
 def write_agent_config(cluster: "Cluster", folder: Path, profile_toml: str,

@@ -12,15 +12,13 @@ import subprocess
 import time
 
 import pytest
-from slurmtest import SLURM_MARL, Cluster, Daemon, write_agent_config
+from slurmtest import SLURM_MARL, Daemon, gated_cluster, write_agent_config
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
 from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.profile import load_profile
-from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
-from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 from slurm_marl.slurm_integration.ports import WriteStatus
 
 pytestmark = pytest.mark.slurm
@@ -42,14 +40,8 @@ consolidate = 1.0
 
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
-    lua = tmp_path_factory.mktemp("lua") / "job_submit.lua"
-    lua.write_text(render_job_submit_lua(["gpu"], GRACE_S, []))
-    local = LocalCluster(spec=ClusterSpec(nodes=4, job_submit_lua=str(lua),
-                                          sched_interval_s=2)).up()
-    try:
-        yield Cluster(local)
-    finally:
-        local.down()
+    with gated_cluster(tmp_path_factory.mktemp("lua"), GRACE_S, nodes=4) as cluster:
+        yield cluster
 
 
 @pytest.fixture

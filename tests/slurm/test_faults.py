@@ -14,12 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmtest import Cluster, Daemon, write_agent_config
+from slurmtest import Cluster, Daemon, gated_cluster, write_agent_config
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.store import Store
-from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
-from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 
 pytestmark = pytest.mark.slurm
 GRACE_S = 10
@@ -43,16 +41,10 @@ PAYLOAD = ('echo "CVD=$CUDA_VISIBLE_DEVICES"; '
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    lua = tmp_path_factory.mktemp("lua") / "job_submit.lua"
-    lua.write_text(render_job_submit_lua(["gpu"], GRACE_S, []))
-    local = LocalCluster(spec=ClusterSpec(nodes=2, sockets=2, cores_per_socket=4,
-                                          gpus_per_socket=2, nodes_per_leaf=2,
-                                          job_submit_lua=str(lua), sched_interval_s=2,
-                                          cred_expire_s=CRED_EXPIRE_S)).up()
-    try:
-        yield Cluster(local)
-    finally:
-        local.down()
+    with gated_cluster(tmp_path_factory.mktemp("lua"), GRACE_S, nodes=2, sockets=2,
+                       cores_per_socket=4, gpus_per_socket=2, nodes_per_leaf=2,
+                       cred_expire_s=CRED_EXPIRE_S) as cluster:
+        yield cluster
 
 
 @pytest.fixture

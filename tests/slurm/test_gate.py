@@ -10,11 +10,9 @@ import time
 import pytest
 
 from slurm_marl.domain import GroupAlloc, Place
-from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
 from slurm_marl.slurm_integration.marker import parse_marker
-from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 
-from slurmtest import Cluster
+from slurmtest import gated_cluster
 
 pytestmark = pytest.mark.slurm
 GRACE_S = 4
@@ -22,16 +20,10 @@ GRACE_S = 4
 
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
-    lua = tmp_path_factory.mktemp("lua") / "job_submit.lua"
-    lua.write_text(render_job_submit_lua(["gpu"], GRACE_S, []))
-    local = LocalCluster(spec=ClusterSpec(nodes=2, job_submit_lua=str(lua),
-                                          extra_partitions=(("cpu", (1, 2)),),
-                                          sched_interval_s=2)).up()
-    os.chmod(local.root / "out", 0o777)
-    try:
-        yield Cluster(local)
-    finally:
-        local.down()
+    with gated_cluster(tmp_path_factory.mktemp("lua"), GRACE_S, nodes=2,
+                       extra_partitions=(("cpu", (1, 2)),)) as cluster:
+        os.chmod(cluster.local.root / "out", 0o777)
+        yield cluster
 
 
 @pytest.fixture(autouse=True)

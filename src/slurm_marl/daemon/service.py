@@ -30,9 +30,8 @@ from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Release, Reserve, SetPriority)
-from slurm_marl.slurm_integration import gres as G
 from slurm_marl.slurm_integration.marker import parse_marker
-from slurm_marl.slurm_integration.sink import user_gpu_request
+from slurm_marl.slurm_integration.sink import requested_gpu_fields, user_gpu_request
 from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
 
@@ -224,13 +223,10 @@ class Agent:
             if not any(p in managed for p in job.partition.split(",")):
                 continue
             marker = parse_marker(job.admin_comment)
-            if marker is not None and not job.num_gpus and (marker.tres_per_node
-                                                           or marker.tres_per_job):
+            if marker is not None and not job.num_gpus and requested_gpu_fields(marker):
                 # a GPU request emptied by an older agent's half-done re-pin: repaired by
                 # repair_half_done, never released without its GPUs
-                if any(G.total_gpus(G.parse_gpu_request(v)[0])
-                       for v in (marker.tres_per_node, marker.tres_per_job)):
-                    continue
+                continue
             gated = (marker is not None
                      and job.eligible_time_s is not None
                      and job.eligible_time_s > snap.time_s + 1
@@ -347,24 +343,23 @@ class Agent:
                          ) -> list[SetPriority]:
         """The priorities to write so Slurm's order of this partition's pending jobs is the
         policy's, changing as few jobs as possible (``plan_priorities``)."""
-        ranked = sorted((d for d in order if (j := snap.job(d.job_id)) is not None
-                         and j.is_pending), key=lambda d: -d.priority)
+        ranked = sorted(((d, j) for d in order if (j := snap.job(d.job_id)) is not None
+                         and j.is_pending), key=lambda dj: -dj[0].priority)
         if not ranked:
             return []
-        current = [snap.job(d.job_id).priority for d in ranked]
+        current = [j.priority for _, j in ranked]
         planned = plan_priorities(current, self.config.agent.priority_base + 1, MAX_PRIORITY)
-        return [replace(d, priority=p) for d, p, c in zip(ranked, planned, current) if p != c]
+        return [replace(d, priority=p)
+                for (d, _), p, c in zip(ranked, planned, current) if p != c]
 
     def _translate(self, snap: ClusterSnapshot, decisions: list[Decision],
-                   orders: list[list[SetPriority]] | None = None
-                   ) -> tuple[list[Decision], list[Place]]:
-        """(writes for Slurm, changed plans that need no write)."""
+                   orders: list[list[SetPriority]]) -> tuple[list[Decision], list[Place]]:
+        """(writes for Slurm, changed plans that need no write); ``orders``: each
+        partition's SetPriority decisions, planned apart."""
         cfg = self.config.agent
         advice: list[Place] = []
         written = self.store.written({d.job_id for d in decisions})
         reservations = self.store.active_reservations()
-        if orders is None:
-            orders = [[d for d in decisions if isinstance(d, SetPriority)]]
         out: list[Decision] = [w for order in orders for w in self._priority_writes(snap, order)]
         ending: set[str] = set()
         placed_now: set[int] = set()
@@ -381,11 +376,11 @@ class Agent:
             if isinstance(d, Place):
                 if not job.is_pending:
                     continue
+                name = f"{RESERVATION_PREFIX}{job.job_id}"
                 if not d.start_now and written.get((job.job_id, "place")) != _place_key(d):
                     advice.append(d)
                 if d.start_now:
                     placed_now.add(job.job_id)
-                    name = f"{RESERVATION_PREFIX}{job.job_id}"
                     if name in reservations:   # ended first (the sink does), then started
                         out.append(EndReservation(job.job_id, "agent",
                                                   "its job starts now", name=name))
@@ -397,7 +392,6 @@ class Agent:
                     if gated or written.get((job.job_id, "place")) != _place_key(d):
                         out.append(d)
                 elif len(d.nodes) > 1:
-                    name = f"{RESERVATION_PREFIX}{job.job_id}"
                     nodes = ",".join(d.nodes)
                     if starting & set(d.nodes):
                         if name in reservations:

@@ -82,7 +82,7 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
             problems.append(f"job {jid}: {p}; treated as requesting no GPU")
     gpu_type = G.single_type(per_node + per_job)
     array_job_id = int(num(raw.get("array_job_id"), 0) or 0)
-    left_to_slurm = unmodelable_reason(raw, per_node, per_job, bool(p1 or p2))
+    left_to_slurm = unmodelable_reason(raw, array_job_id, per_node, per_job, bool(p1 or p2))
 
     nodes = hosts("nodes")
     state = JobState.parse(str(raw.get("job_state", "")))
@@ -145,11 +145,12 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
     return job, problems
 
 
-def unmodelable_reason(raw: dict, per_node, per_job, unparsed: bool) -> str:
+def unmodelable_reason(raw: dict, array_job_id: int, per_node, per_job,
+                       unparsed: bool) -> str:
     """Why a job's request is one the agent cannot model (so it leaves the job to Slurm at
     once and says so), or "" for a request it decides: one partition, GPUs per node or per
     job in one form and of at most one type, not part of an array."""
-    if int(num(raw.get("array_job_id"), 0) or 0):
+    if array_job_id:
         return "job array: arrays are left to Slurm (a write to the array id would pin " \
                "every task alike)"
     if unparsed:

@@ -10,7 +10,7 @@
   untyped->typed in the same field is refused, typed->untyped is refused; the cross-field
   move replaces the request exactly (the old type stays with count 0). Only single-node
   jobs whose user gave no GPU type are narrowed; everything else is pinned by nodes only.
-  The written request is read back (``squeue --json``); a failed or odd read-back is
+  The written request is read back (``squeue -O``); a failed or odd read-back is
   reported, never "repaired" by further GPU writes.
 - Start: ``StartTime=now`` (the job was gated by job_submit.lua's begin time).
 - Multi-node holds: ``scontrol create reservation ... Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END``
@@ -41,6 +41,7 @@ from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
 from slurm_marl.slurm_integration.runner import CommandResult, SlurmRunner, looks_unavailable
 
 log = logging.getLogger(__name__)
+
 
 def classify(res: CommandResult) -> WriteStatus:
     if res.ok:
@@ -105,6 +106,18 @@ def user_gpu_request(job: Job) -> tuple[int, str | None]:
             total = (G.total_gpus(per_node) * max(1, job.node_count) + G.total_gpus(per_job))
             return total, G.single_type(per_node + per_job)
     return job.num_gpus, job.gpu_type
+
+
+def requested_gpu_fields(marker: Marker) -> dict[str, str]:
+    """The marker's request fields that ask for GPUs (readable, more than 0): what a job
+    emptied by an old half-done re-pin gets back. Empty for ``--gres=gpu:0``."""
+    fields = {}
+    for key, value in (("TresPerNode", marker.tres_per_node),
+                       ("TresPerJob", marker.tres_per_job)):
+        reqs, bad = G.parse_gpu_request(value)
+        if value and not bad and G.total_gpus(reqs) > 0:
+            fields[key] = value
+    return fields
 
 
 def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
@@ -379,12 +392,7 @@ class CliDecisionSink:
             marker = parse_marker(job.admin_comment)
             if marker is None or job.num_gpus:
                 continue
-            fields = {}
-            for key, value in (("TresPerNode", marker.tres_per_node),
-                               ("TresPerJob", marker.tres_per_job)):
-                reqs, bad = G.parse_gpu_request(value)
-                if value and not bad and G.total_gpus(reqs) > 0:
-                    fields[key] = value
+            fields = requested_gpu_fields(marker)
             if not fields:
                 continue  # asked for no GPU (--gres=gpu:0): nothing to repair
             if self._restore_failed.get(job.job_id, 0) > time.monotonic():
