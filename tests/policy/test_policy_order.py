@@ -123,6 +123,111 @@ def test_same_queue_waiting_job_does_not_preempt_running_job():
     assert not kinds(decisions, "Preempt")
 
 
+# -- Tiresias' in-queue order (lists kept across cycles) --------------------------------------
+
+def test_job_demoted_while_running_ranks_behind_jobs_waiting_in_its_new_queue():
+    # Tiresias appends a demoted job to the tail of its new queue: a job already waiting
+    # there takes its GPUs at once. The older running-first order keeps it running.
+    n1 = node("n1", groups=(4,))
+    waiting = pending(2, 4, submit=0.0, attained_gpu_s=4000.0, last_run_s=1000.0,
+                      queue_since_s=100.0)                                  # queue 1
+    for in_queue, preempted in (("tiresias", [1]), ("running_first", [])):
+        policy = build_policy(las_profile(in_queue=in_queue))
+        before = running(1, {"n1": (0, 1, 2, 3)}, submit=10.0, attained=3200.0, start=0.0)
+        decisions = policy.run_cycle(snapshot([n1], [before, waiting], now=800.0))
+        assert not kinds(decisions, "Preempt")                 # still queue 0, above
+        after = running(1, {"n1": (0, 1, 2, 3)}, submit=10.0, attained=3600.0, start=0.0)
+        decisions = policy.run_cycle(snapshot([n1], [after, waiting], now=900.0))
+        assert [d.job_id for d in kinds(decisions, "Preempt")] == preempted, in_queue
+        if preempted:
+            assert [d.job_id for d in kinds(decisions, "Place")] == [2]
+
+
+def _demote(policy, nodes, jobs_at):
+    """Run one cycle per (time, jobs) step; returns the last cycle's priorities."""
+    decisions = []
+    for now, jobs in jobs_at:
+        decisions = policy.run_cycle(snapshot(nodes, jobs, now=now))
+    return [d.job_id for d in kinds(decisions, "SetPriority")]
+
+
+def test_waiting_jobs_keep_the_order_they_entered_their_queue_not_submit_order():
+    # A (submitted first) is demoted after B; both then wait in queue 1: B ranks first.
+    n1 = node("n1", groups=(4,))
+    hog = running(9, {"n1": (0, 1, 2, 3)}, submit=2000.0, attained=10.0, start=1390.0)
+    steps = [
+        (1000.0, [running(1, {"n1": (0,)}, submit=0.0, attained=3000.0, start=0.0),
+                  running(2, {"n1": (1,)}, submit=50.0, attained=3200.0, start=0.0)]),
+        (1100.0, [running(1, {"n1": (0,)}, submit=0.0, attained=3100.0, start=0.0),
+                  running(2, {"n1": (1,)}, submit=50.0, attained=3300.0, start=0.0)]),
+        (1300.0, [running(1, {"n1": (0,)}, submit=0.0, attained=3300.0, start=0.0),
+                  running(2, {"n1": (1,)}, submit=50.0, attained=3500.0, start=0.0)]),
+        (1400.0, [pending(1, 1, submit=0.0, attained_gpu_s=3300.0, last_run_s=1300.0,
+                          queue_since_s=1390.0),
+                  pending(2, 1, submit=50.0, attained_gpu_s=3500.0, last_run_s=1300.0,
+                          queue_since_s=1390.0), hog]),
+    ]
+    assert _demote(build_policy(las_profile()), [n1], steps) == [2, 1]
+    assert _demote(build_policy(las_profile(in_queue="running_first")), [n1], steps) == [1, 2]
+
+
+def test_after_a_pass_waiting_jobs_move_behind_running_ones_of_their_queue():
+    # Entry order W (waiting), R (demoted later, running); once R runs and W still waits,
+    # the next pass ranks R first: W cannot preempt it.
+    order = build_policy(las_profile()).order
+    w = pending(1, 4, submit=0.0, attained_gpu_s=4000.0, last_run_s=900.0, queue_since_s=900.0)
+    order.begin_cycle([w, running(2, {"n1": (0, 1, 2, 3)}, submit=5.0, attained=3000.0,
+                                  start=500.0)], 950.0)
+    r = running(2, {"n1": (0, 1, 2, 3)}, submit=5.0, attained=3300.0, start=500.0)
+    order.begin_cycle([w, r], 1000.0)    # R demoted: tail of queue 1, behind W
+    assert order.classify(w, 1000.0)[1] < order.classify(r, 1000.0)[1]
+    order.begin_cycle([w, r], 1010.0)    # the pass kept R running and W waiting
+    assert order.classify(r, 1010.0)[1] < order.classify(w, 1010.0)[1]
+
+
+def test_lists_follow_a_restart_views_and_a_new_run():
+    order = build_policy(las_profile()).order
+    # A restarted daemon knows nothing: running jobs first, then by submit time.
+    late_running = running(5, {"n1": (0,)}, submit=90.0, attained=10.0, start=95.0)
+    early_waiting = pending(6, 1, submit=10.0)
+    order.begin_cycle([early_waiting, late_running], 100.0)
+    assert order.classify(late_running, 100.0)[1] < order.classify(early_waiting, 100.0)[1]
+    # A view of another partition does not forget this one's jobs.
+    other = pending(7, 1, submit=0.0, partition="other")
+    order.begin_cycle([other], 101.0)
+    assert set(order.lists.entries) == {5, 6, 7}
+    # Job 6 ended: the next view of its partition drops it.
+    order.begin_cycle([late_running], 102.0)
+    assert set(order.lists.entries) == {5, 7}
+    # The clock going back means a new run (simulator, training episode): start empty.
+    order.begin_cycle([early_waiting], 0.0)
+    assert set(order.lists.entries) == {6}
+
+
+def test_explain_says_how_and_when_a_job_entered_its_queue():
+    order = build_policy(las_profile()).order
+    job = running(1, {"n1": (0, 1)}, attained=3000.0, start=0.0)
+    order.begin_cycle([job], 1500.0)
+    moved = running(1, {"n1": (0, 1)}, attained=3400.0, start=0.0)
+    order.begin_cycle([moved], 1700.0)   # crossed 3250 GPU-s at 1625 s
+    assert order.describe(moved, 1700.0, 1) == \
+        "queue 1: 3400 GPU-s attained, demoted into it 75 s ago"
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"in_queue": "lifo"}, "in_queue must be one of"),
+    ({"in_queue": "tiresias", "running_first": False}, "running_first applies"),
+])
+def test_in_queue_parameters_are_checked(params, message):
+    with pytest.raises(ValueError, match=message):
+        build_policy(las_profile(**params))
+
+
+def test_running_first_alone_keeps_profiles_written_before_in_queue():
+    assert build_policy(las_profile(running_first=True)).order.in_queue == "running_first"
+    assert build_policy(las_profile()).order.in_queue == "tiresias"
+
+
 def test_lowest_ranked_running_jobs_are_the_victims():
     prof = las_profile()
     n1 = node("n1", groups=(2, 2))

@@ -2,9 +2,10 @@
 
 Mechanism apart from policy (as in the Kubernetes scheduler framework): the order plugin
 ranks jobs, place plugins filter and score candidate placements, and the actions (backfill,
-preemption) are steps of this cycle over the same snapshot. ``run_cycle`` is pure and
-deterministic, so the daemon and the simulator reach the same decisions from the same
-snapshot.
+preemption) are steps of this cycle over the same snapshot. ``run_cycle`` is deterministic,
+so the daemon and the simulator reach the same decisions from the same snapshots; it is a
+pure function of the snapshot except for an order plugin that keeps state across cycles
+(``CycleAwareOrder``: Tiresias' queue lists), which then depends on the snapshots seen before.
 
 What a cycle returns:
 
@@ -29,7 +30,7 @@ from typing import NamedTuple
 
 from slurm_marl.domain import (ClusterSnapshot, Decision, GroupAlloc, Job, Place, Preempt,
                                SetPriority)
-from slurm_marl.policy.plugins import OrderPlugin, PlacePlugin, build_plugin
+from slurm_marl.policy.plugins import CycleAwareOrder, OrderPlugin, PlacePlugin, build_plugin
 from slurm_marl.policy.profile import Profile
 from slurm_marl.policy.state import (ACTIVE_STATES, PENDING, Candidate, CycleState,
                                      generate_candidates, has_candidate, job_shape,
@@ -51,6 +52,7 @@ class Policy:
                  place: Sequence[tuple[PlacePlugin, float]]) -> None:
         self.profile = profile
         self.order = order
+        self._begin_cycle = order.begin_cycle if isinstance(order, CycleAwareOrder) else None
         self.place = tuple(place)
         self._needs_colocation = any(getattr(p, "needs_colocation", False)
                                      for p, _ in self.place)
@@ -95,6 +97,8 @@ class Policy:
     def run_cycle(self, snapshot: ClusterSnapshot) -> list[Decision]:
         now = snapshot.time_s
         profile = self.profile
+        if self._begin_cycle is not None:
+            self._begin_cycle(snapshot.jobs, now)
         pending = [j for j in snapshot.jobs if j.state is PENDING]
         ranked = self.rank(pending, now)
 
@@ -420,13 +424,17 @@ _POLICY_CACHE: dict[Profile, Policy] = {}
 
 
 def run_cycle(snapshot: ClusterSnapshot, profile: Profile) -> list[Decision]:
-    """One scheduling cycle with a profile's default plugin context."""
+    """One scheduling cycle with a profile's default plugin context, from scratch: an order
+    that keeps state across cycles starts empty (callers that run a sequence of cycles build
+    their own policy with ``build_policy``)."""
     policy = _POLICY_CACHE.get(profile)
     if policy is None or policy.profile is not profile:
         policy = build_policy(profile)
         if len(_POLICY_CACHE) > 64:
             _POLICY_CACHE.clear()
         _POLICY_CACHE[profile] = policy
+    if isinstance(policy.order, CycleAwareOrder):
+        policy.order.reset()
     return policy.run_cycle(snapshot)
 
 

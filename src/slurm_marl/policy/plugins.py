@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from slurm_marl.domain import Job
@@ -32,6 +32,21 @@ class OrderPlugin(Protocol):
 
     def next_change_s(self, job: Job, now_s: float) -> float | None:
         """When this job's queue or key changes with no other event (demotion, promotion)."""
+
+
+@runtime_checkable
+class CycleAwareOrder(Protocol):
+    """An order plugin that keeps state across cycles (Tiresias' per-queue lists). The
+    framework calls ``begin_cycle`` once at the start of every cycle, before ranking, with
+    all jobs of the cycle's view; ``classify`` then reads that state. Decisions then depend
+    on the sequence of snapshots, not only on the last one: the simulator and the daemon
+    still agree when they see the same sequence."""
+
+    def begin_cycle(self, jobs: Sequence[Job], now_s: float) -> None:
+        """Bring the state up to ``now_s`` from the jobs seen now."""
+
+    def reset(self) -> None:
+        """Forget everything seen (a new run)."""
 
 
 @runtime_checkable

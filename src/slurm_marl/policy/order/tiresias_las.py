@@ -3,10 +3,20 @@
 Attained service is GPUs x seconds run. Jobs sit in K queues split by service thresholds
 (default 3250 / 7200 / 18000 GPU-s, the limits in Tiresias' simulator); a job is demoted when
 its service reaches its queue's limit, and lower queues yield to higher ones (preemption,
-when the profile enables it). Inside a queue, running jobs keep their place ahead of waiting
-ones and waiting ones go by arrival: this is what Tiresias' simulator does (it moves waiting
-jobs behind running ones after every pass), and it stops jobs of one queue preempting each
-other back and forth.
+when the profile enables it).
+
+Inside a queue (``in_queue``):
+
+* ``"tiresias"`` (default) keeps each queue as a list, as Tiresias' simulator does: a job
+  enters at the tail (on arrival in queue 0, on demotion into the next queue, on a
+  starvation promotion back into queue 0) and keeps that entry order; after every pass the
+  waiting jobs move behind the running ones. So running jobs normally rank ahead of waiting
+  ones of their queue, but a job demoted while running ranks behind every job already
+  waiting in its new queue, which may preempt it at once. The lists are state kept across
+  cycles (``begin_cycle``); a job the lists do not know yet (a daemon restart) goes to the
+  tail of its queue, running jobs first, then by submit time.
+* ``"running_first"``: running jobs ahead of waiting ones, each by submit time; stateless.
+  This is the order of earlier versions (see docs/simulator.md for how the two compare).
 
 STARVELIMIT: a waiting job that has run before is promoted to queue 0 once it has waited
 ``starve_limit`` x its last run time; during the run that follows, only service from that
@@ -23,6 +33,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from slurm_marl.domain import Job
 from slurm_marl.policy.plugins import PluginError, check_params
@@ -79,32 +90,150 @@ def validate_thresholds(key: str, params: Mapping) -> tuple[tuple[float, ...], i
     return thresholds[:num_queues - 1], num_queues, float(starve)
 
 
+IN_QUEUE_ORDERS = ("tiresias", "running_first")
+
+
+@dataclass(slots=True)
+class _Entry:
+    queue: int
+    position: int
+    partition: str
+    entered_s: float
+    why: str
+
+
+class QueueLists:
+    """Tiresias' per-queue job lists, kept across cycles.
+
+    Every known job has a queue and a position; positions only grow, so a job that enters a
+    queue goes to its tail. ``settle`` runs at the start of a cycle and replays what
+    Tiresias' simulator does between two passes: first what it does after a pass (waiting
+    jobs move behind running ones, each group keeping its order; the statuses seen now are
+    the outcome of the last pass), then the entries since the last cycle (arrivals, then
+    demotions and promotions in the order they happened).
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[int, _Entry] = {}
+        self._next = 0
+        self.last_now_s: float | None = None
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self._next = 0
+        self.last_now_s = None
+
+    def _append(self, job: Job, queue: int, entered_s: float, why: str) -> None:
+        self._next += 1
+        self.entries[job.job_id] = _Entry(queue, self._next, job.partition, entered_s, why)
+
+    def settle(self, jobs: Sequence[Job], now_s: float, order: "TiresiasLas") -> None:
+        if self.last_now_s is not None and now_s < self.last_now_s:
+            self.clear()   # the clock went back: a new run (simulator, training episode)
+        self.last_now_s = now_s
+        entries = self.entries
+        live = [j for j in jobs if j.is_pending or j.is_running]
+        live_ids = {j.job_id for j in live}
+        partitions = {j.partition for j in jobs}
+        for job_id in [i for i, e in entries.items()
+                       if i not in live_ids and e.partition in partitions]:
+            del entries[job_id]   # ended (a view holds one partition's jobs: keep others')
+        # After the last pass: running before waiting inside each queue, order kept.
+        by_queue: dict[int, list[tuple[int, bool, Job]]] = {}
+        for job in live:
+            e = entries.get(job.job_id)
+            if e is not None:
+                by_queue.setdefault(e.queue, []).append((e.position, job.is_running, job))
+        for members in by_queue.values():
+            members.sort(key=lambda m: m[0])
+            for running_pass in (True, False):
+                for _, running, job in members:
+                    if running is running_pass:
+                        self._next += 1
+                        entries[job.job_id].position = self._next
+        # Entries since the last cycle: new jobs (running first: a restarted daemon), then
+        # queue changes in the order they happened.
+        arrivals: list[tuple[tuple, Job, int]] = []
+        moves: list[tuple[tuple, Job, int, float, str]] = []
+        for job in live:
+            queue, service, promoted = order.queue_of(job, now_s)
+            e = entries.get(job.job_id)
+            if e is None:
+                arrivals.append(((0 if job.is_running else 1, job.submit_time_s,
+                                  job.job_id), job, queue))
+            elif e.queue != queue:
+                at = order.entered_at(job, now_s, e.queue, queue, service, promoted)
+                why = "demoted" if queue > e.queue else "promoted"
+                moves.append(((at, job.submit_time_s, job.job_id), job, queue, at, why))
+        arrivals.sort(key=lambda a: a[0])
+        for _, job, queue in arrivals:
+            first_seen = job.submit_time_s if job.is_pending and job.attained_gpu_s <= 0 \
+                else now_s
+            self._append(job, queue, min(first_seen, now_s), "arrived")
+        moves.sort(key=lambda m: m[0])
+        for _, job, queue, at, why in moves:
+            self._append(job, queue, at, why)
+
+
 class TiresiasLas:
     key = KEY
     time_dependent = True
 
     def __init__(self, thresholds_gpu_s: Sequence[float], num_queues: int,
-                 starve_limit: float, running_first: bool = True) -> None:
+                 starve_limit: float, running_first: bool = True,
+                 in_queue: str = "tiresias") -> None:
         self.thresholds_gpu_s = tuple(thresholds_gpu_s)
         self.num_queues = num_queues
         self.starve_limit = starve_limit
         self.running_first = running_first
+        self.in_queue = in_queue
+        self.lists = QueueLists()
 
     def queue_of(self, job: Job, now_s: float) -> tuple[int, float, bool]:
         service, promoted = las_service(job, now_s, self.starve_limit)
         return queue_for_service(service, self.thresholds_gpu_s, self.num_queues), \
             service, promoted
 
+    def entered_at(self, job: Job, now_s: float, old_queue: int, queue: int,
+                   service: float, promoted: bool) -> float:
+        """When a job moved from ``old_queue`` to ``queue``: the moment its service crossed
+        the threshold (demotion) or its starvation deadline (promotion), else now."""
+        if queue > old_queue and job.is_running and job.num_gpus > 0 \
+                and job.start_time_s is not None:
+            crossed = now_s - (service - self.thresholds_gpu_s[queue - 1]) / job.num_gpus
+            return min(now_s, max(job.start_time_s, crossed))
+        if queue < old_queue and promoted and job.queue_since_s is not None:
+            deadline = starvation_deadline_s(job.queue_since_s, job.last_run_s,
+                                             self.starve_limit)
+            return min(now_s, deadline)
+        return now_s
+
+    def begin_cycle(self, jobs: Sequence[Job], now_s: float) -> None:
+        if self.in_queue == "tiresias":
+            self.lists.settle(jobs, now_s, self)
+
+    def reset(self) -> None:
+        self.lists.clear()
+
     def classify(self, job: Job, now_s: float) -> tuple[int, tuple]:
         queue, _, _ = self.queue_of(job, now_s)
+        if self.in_queue == "tiresias":
+            e = self.lists.entries.get(job.job_id)
+            return queue, (queue, e.position if e is not None and e.queue == queue
+                           else math.inf)
         waiting = 0 if (self.running_first and job.is_running) else 1
         return queue, (queue, waiting)
 
     def describe(self, job: Job, now_s: float, queue: int) -> str:
         service, promoted = las_service(job, now_s, self.starve_limit)
         if promoted:
-            return f"queue {queue}: promoted after waiting {self.starve_limit:g}x last run"
-        return f"queue {queue}: {service:.0f} GPU-s attained"
+            text = f"queue {queue}: promoted after waiting {self.starve_limit:g}x last run"
+        else:
+            text = f"queue {queue}: {service:.0f} GPU-s attained"
+        e = self.lists.entries.get(job.job_id) if self.in_queue == "tiresias" else None
+        if e is not None and e.queue == queue:
+            text += f", {e.why} into it {max(0.0, now_s - e.entered_s):.0f} s ago"
+        return text
 
     def next_change_s(self, job: Job, now_s: float) -> float | None:
         queue, service, promoted = self.queue_of(job, now_s)
@@ -119,8 +248,25 @@ class TiresiasLas:
         return None
 
 
+def validate_in_queue(key: str, params: Mapping) -> str:
+    value = params.get("in_queue", "tiresias")
+    if value not in IN_QUEUE_ORDERS:
+        raise PluginError(f"plugin {key!r}: in_queue must be one of {list(IN_QUEUE_ORDERS)}, "
+                          f"got {value!r}")
+    return value
+
+
 def build(params: Mapping, **context) -> TiresiasLas:
     check_params(KEY, params, {"thresholds_gpu_s": (list, tuple), "num_queues": int,
-                               "starve_limit": (int, float), "running_first": bool})
+                               "starve_limit": (int, float), "running_first": bool,
+                               "in_queue": str})
     thresholds, num_queues, starve = validate_thresholds(KEY, params)
-    return TiresiasLas(thresholds, num_queues, starve, params.get("running_first", True))
+    in_queue = validate_in_queue(KEY, params)
+    if "running_first" in params:
+        if "in_queue" not in params:
+            in_queue = "running_first"   # profiles written before in_queue existed
+        elif in_queue == "tiresias":
+            raise PluginError(f"plugin {KEY!r}: running_first applies to in_queue = "
+                              f"'running_first' only (Tiresias' lists decide it themselves)")
+    return TiresiasLas(thresholds, num_queues, starve, params.get("running_first", True),
+                       in_queue)
