@@ -211,7 +211,7 @@ def test_explain_says_how_and_when_a_job_entered_its_queue():
     moved = running(1, {"n1": (0, 1)}, attained=3400.0, start=0.0)
     order.begin_cycle([moved], 1700.0)   # crossed 3250 GPU-s at 1625 s
     assert order.describe(moved, 1700.0, 1) == \
-        "queue 1: 3400 GPU-s attained, demoted into it 75 s ago"
+        "queue 1: 3400 GPU-s attained, entered 75 s ago by demotion"
 
 
 @pytest.mark.parametrize("params, message", [

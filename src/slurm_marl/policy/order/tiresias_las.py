@@ -163,13 +163,13 @@ class QueueLists:
                                   job.job_id), job, queue))
             elif e.queue != queue:
                 at = order.entered_at(job, now_s, e.queue, queue, service, promoted)
-                why = "demoted" if queue > e.queue else "promoted"
+                why = "demotion" if queue > e.queue else "promotion"
                 moves.append(((at, job.submit_time_s, job.job_id), job, queue, at, why))
         arrivals.sort(key=lambda a: a[0])
         for _, job, queue in arrivals:
             first_seen = job.submit_time_s if job.is_pending and job.attained_gpu_s <= 0 \
                 else now_s
-            self._append(job, queue, min(first_seen, now_s), "arrived")
+            self._append(job, queue, min(first_seen, now_s), "arrival")
         moves.sort(key=lambda m: m[0])
         for _, job, queue, at, why in moves:
             self._append(job, queue, at, why)
@@ -232,7 +232,7 @@ class TiresiasLas:
             text = f"queue {queue}: {service:.0f} GPU-s attained"
         e = self.lists.entries.get(job.job_id) if self.in_queue == "tiresias" else None
         if e is not None and e.queue == queue:
-            text += f", {e.why} into it {max(0.0, now_s - e.entered_s):.0f} s ago"
+            text += f", entered {max(0.0, now_s - e.entered_s):.0f} s ago by {e.why}"
         return text
 
     def next_change_s(self, job: Job, now_s: float) -> float | None:
