@@ -185,8 +185,23 @@ def test_after_a_pass_waiting_jobs_move_behind_running_ones_of_their_queue():
     assert order.classify(r, 1010.0)[1] < order.classify(w, 1010.0)[1]
 
 
+def test_a_preempted_job_heads_the_waiting_jobs_of_its_queue():
+    # Tiresias' after-pass move keeps list order: a running job that was preempted was
+    # ahead of every waiting job of its queue, so it stays ahead of them.
+    order = build_policy(las_profile()).order
+    w = pending(1, 2, submit=0.0)
+    r = running(2, {"n1": (0, 1)}, submit=50.0, attained=100.0, start=60.0)
+    order.begin_cycle([w, r], 100.0)
+    assert order.classify(r, 100.0)[1] < order.classify(w, 100.0)[1]
+    preempted = pending(2, 2, submit=50.0, attained_gpu_s=180.0, last_run_s=40.0,
+                        queue_since_s=100.0)
+    order.begin_cycle([w, preempted], 110.0)
+    assert order.classify(preempted, 110.0)[1] < order.classify(w, 110.0)[1]
+
+
 def test_lists_follow_a_restart_views_and_a_new_run():
     order = build_policy(las_profile()).order
+    order.lists.prune_slack = 0      # forget ended jobs at once (normally in batches)
     # A restarted daemon knows nothing: running jobs first, then by submit time.
     late_running = running(5, {"n1": (0,)}, submit=90.0, attained=10.0, start=95.0)
     early_waiting = pending(6, 1, submit=10.0)

@@ -35,7 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from slurm_marl.domain import Job
+from slurm_marl.domain import Job, JobState
 from slurm_marl.policy.plugins import PluginError, check_params
 
 KEY = "tiresias_las"
@@ -93,10 +93,16 @@ def validate_thresholds(key: str, params: Mapping) -> tuple[tuple[float, ...], i
 IN_QUEUE_ORDERS = ("tiresias", "running_first")
 
 
+_ACTIVE = frozenset(st for st in JobState if st.is_active)
+_RUNNING_PART, _WAITING_PART, _ENTERED_PART = 0, 1, 2
+
+
 @dataclass(slots=True)
 class _Entry:
     queue: int
-    position: int
+    part: int          # running part, waiting part, or entered since the last pass
+    position: int      # order inside the part
+    running: bool      # status when last seen
     partition: str
     entered_s: float
     why: str
@@ -105,74 +111,124 @@ class _Entry:
 class QueueLists:
     """Tiresias' per-queue job lists, kept across cycles.
 
-    Every known job has a queue and a position; positions only grow, so a job that enters a
-    queue goes to its tail. ``settle`` runs at the start of a cycle and replays what
-    Tiresias' simulator does between two passes: first what it does after a pass (waiting
-    jobs move behind running ones, each group keeping its order; the statuses seen now are
-    the outcome of the last pass), then the entries since the last cycle (arrivals, then
-    demotions and promotions in the order they happened).
+    A queue's list is its running part, then its waiting part, then the jobs that entered
+    it since the last pass, each in order (``_Entry.part``, ``_Entry.position``). ``settle``
+    runs at the start of a cycle and replays what Tiresias' simulator does between two
+    passes. First what it does after a pass, from the statuses seen now (the outcome of the
+    last pass): waiting jobs move behind running ones, each group keeping its list order, so
+    a job that started joins the tail of the running part and a preempted job the head of
+    the waiting part. Then the entries since the last cycle at the tail: arrivals, then
+    demotions and promotions in the order they happened. Only jobs whose status or queue
+    changed are touched, so a cycle costs what changed (plus one pass over the jobs).
     """
+
+    prune_slack = 64        # forget ended jobs once entries exceed 2 x live jobs + this
 
     def __init__(self) -> None:
         self.entries: dict[int, _Entry] = {}
-        self._next = 0
+        self._next = 0      # tail positions, growing
+        self._head = 0      # head-of-waiting positions, shrinking
         self.last_now_s: float | None = None
 
     def clear(self) -> None:
         self.entries.clear()
-        self._next = 0
+        self._next = self._head = 0
         self.last_now_s = None
 
-    def _append(self, job: Job, queue: int, entered_s: float, why: str) -> None:
-        self._next += 1
-        self.entries[job.job_id] = _Entry(queue, self._next, job.partition, entered_s, why)
+    def key(self, job_id: int, queue: int) -> tuple[int, int] | None:
+        e = self.entries.get(job_id)
+        if e is None or e.queue != queue:
+            return None
+        return e.part, e.position
 
     def settle(self, jobs: Sequence[Job], now_s: float, order: "TiresiasLas") -> None:
         if self.last_now_s is not None and now_s < self.last_now_s:
             self.clear()   # the clock went back: a new run (simulator, training episode)
         self.last_now_s = now_s
         entries = self.entries
-        live = [j for j in jobs if j.is_pending or j.is_running]
-        live_ids = {j.job_id for j in live}
-        partitions = {j.partition for j in jobs}
-        for job_id in [i for i, e in entries.items()
-                       if i not in live_ids and e.partition in partitions]:
-            del entries[job_id]   # ended (a view holds one partition's jobs: keep others')
-        # After the last pass: running before waiting inside each queue, order kept.
-        by_queue: dict[int, list[tuple[int, bool, Job]]] = {}
-        for job in live:
-            e = entries.get(job.job_id)
-            if e is not None:
-                by_queue.setdefault(e.queue, []).append((e.position, job.is_running, job))
-        for members in by_queue.values():
-            members.sort(key=lambda m: m[0])
-            for running_pass in (True, False):
-                for _, running, job in members:
-                    if running is running_pass:
-                        self._next += 1
-                        entries[job.job_id].position = self._next
-        # Entries since the last cycle: new jobs (running first: a restarted daemon), then
-        # queue changes in the order they happened.
-        arrivals: list[tuple[tuple, Job, int]] = []
-        moves: list[tuple[tuple, Job, int, float, str]] = []
-        for job in live:
-            queue, service, promoted = order.queue_of(job, now_s)
+        pending_state = JobState.PENDING
+        watch_waiting = order.starve_limit > 0
+        live = 0
+        started: list[tuple[int, int, Job]] = []
+        stopped: list[tuple[int, Job]] = []
+        arrivals: list[tuple[tuple, Job]] = []
+        check: list[Job] = []
+        for job in jobs:
+            state = job.state
+            if state in _ACTIVE:
+                running = True
+            elif state is pending_state:
+                running = False
+            else:
+                continue
+            live += 1
             e = entries.get(job.job_id)
             if e is None:
-                arrivals.append(((0 if job.is_running else 1, job.submit_time_s,
-                                  job.job_id), job, queue))
-            elif e.queue != queue:
+                arrivals.append(((0 if running else 1, job.submit_time_s, job.job_id), job))
+                continue
+            if e.part == _ENTERED_PART:
+                if running:
+                    started.append((_ENTERED_PART, e.position, job))
+                else:
+                    e.part = _WAITING_PART   # its tail position is behind every waiting job
+            elif running and e.part == _WAITING_PART:
+                started.append((_WAITING_PART, e.position, job))
+            elif not running and e.part == _RUNNING_PART:
+                stopped.append((e.position, job))
+            # Service grows only while running; a waiting job's queue changes by itself
+            # only with starvation promotion, or when it stops (a promotion may end).
+            if running or watch_waiting or e.running:
+                check.append(job)
+            e.running = running
+        # After the last pass: started jobs to the tail of the running part (those that
+        # waited before those that entered since), preempted ones to the head of the
+        # waiting part, each group in its list order.
+        started.sort(key=lambda x: (x[0], x[1]))
+        for _, _, job in started:
+            self._next += 1
+            e = entries[job.job_id]
+            e.part, e.position = _RUNNING_PART, self._next
+        stopped.sort(key=lambda x: -x[0])
+        for _, job in stopped:
+            self._head -= 1
+            e = entries[job.job_id]
+            e.part, e.position = _WAITING_PART, self._head
+        # Entries since the last cycle: new jobs (running first: a restarted daemon), then
+        # queue changes in the order they happened.
+        arrivals.sort(key=lambda a: a[0])
+        for _, job in arrivals:
+            queue, _, _ = order.queue_of(job, now_s)
+            first_seen = job.submit_time_s if job.state is pending_state \
+                and job.attained_gpu_s <= 0 else now_s
+            self._append(job, queue, min(first_seen, now_s), "arrival")
+        moves: list[tuple[tuple, Job, int, float, str]] = []
+        for job in check:
+            e = entries[job.job_id]
+            queue, service, promoted = order.queue_of(job, now_s)
+            if queue != e.queue:
                 at = order.entered_at(job, now_s, e.queue, queue, service, promoted)
                 why = "demotion" if queue > e.queue else "promotion"
                 moves.append(((at, job.submit_time_s, job.job_id), job, queue, at, why))
-        arrivals.sort(key=lambda a: a[0])
-        for _, job, queue in arrivals:
-            first_seen = job.submit_time_s if job.is_pending and job.attained_gpu_s <= 0 \
-                else now_s
-            self._append(job, queue, min(first_seen, now_s), "arrival")
         moves.sort(key=lambda m: m[0])
         for _, job, queue, at, why in moves:
             self._append(job, queue, at, why)
+        if len(entries) > 2 * live + self.prune_slack:
+            self._prune(jobs)
+
+    def _append(self, job: Job, queue: int, entered_s: float, why: str) -> None:
+        self._next += 1
+        self.entries[job.job_id] = _Entry(queue, _ENTERED_PART, self._next,
+                                          job.state is not JobState.PENDING, job.partition,
+                                          entered_s, why)
+
+    def _prune(self, jobs: Sequence[Job]) -> None:
+        """Forget jobs that ended: those of the partitions in view that are not live (a view
+        may hold one partition's jobs: others' entries stay)."""
+        live = {j.job_id for j in jobs if j.state in _ACTIVE or j.state is JobState.PENDING}
+        partitions = {j.partition for j in jobs}
+        for job_id in [i for i, e in self.entries.items()
+                       if i not in live and e.partition in partitions]:
+            del self.entries[job_id]
 
 
 class TiresiasLas:
@@ -218,9 +274,8 @@ class TiresiasLas:
     def classify(self, job: Job, now_s: float) -> tuple[int, tuple]:
         queue, _, _ = self.queue_of(job, now_s)
         if self.in_queue == "tiresias":
-            e = self.lists.entries.get(job.job_id)
-            return queue, (queue, e.position if e is not None and e.queue == queue
-                           else math.inf)
+            key = self.lists.key(job.job_id, queue)
+            return queue, (queue,) + key if key is not None else (queue, math.inf, 0)
         waiting = 0 if (self.running_first and job.is_running) else 1
         return queue, (queue, waiting)
 
