@@ -106,6 +106,7 @@ class _Entry:
     partition: str
     entered_s: float
     why: str
+    check_s: float = -math.inf   # while running: no queue change before this time
 
 
 class QueueLists:
@@ -175,9 +176,11 @@ class QueueLists:
                 started.append((_WAITING_PART, e.position, job))
             elif not running and e.part == _RUNNING_PART:
                 stopped.append((e.position, job))
-            # Service grows only while running; a waiting job's queue changes by itself
-            # only with starvation promotion, or when it stops (a promotion may end).
-            if running or watch_waiting or e.running:
+            # Service grows only while running (a running job changes queue at a known
+            # time); a waiting job's queue changes by itself only with starvation
+            # promotion, or when it stops (a promotion may end).
+            if (running and (not e.running or now_s >= e.check_s)) or watch_waiting \
+                    or e.running:
                 check.append(job)
             e.running = running
         # After the last pass: started jobs to the tail of the running part (those that
@@ -209,6 +212,8 @@ class QueueLists:
                 at = order.entered_at(job, now_s, e.queue, queue, service, promoted)
                 why = "demotion" if queue > e.queue else "promotion"
                 moves.append(((at, job.submit_time_s, job.job_id), job, queue, at, why))
+            elif e.running:
+                e.check_s = order.next_check_s(job, now_s, queue, service)
         moves.sort(key=lambda m: m[0])
         for _, job, queue, at, why in moves:
             self._append(job, queue, at, why)
@@ -263,6 +268,13 @@ class TiresiasLas:
                                              self.starve_limit)
             return min(now_s, deadline)
         return now_s
+
+    def next_check_s(self, job: Job, now_s: float, queue: int, service: float) -> float:
+        """A running job cannot change queue before this time (its next threshold; a little
+        early, so rounding never makes a demotion late)."""
+        if queue >= self.num_queues - 1 or job.num_gpus <= 0:
+            return math.inf
+        return now_s + (self.thresholds_gpu_s[queue] - service) / job.num_gpus * 0.999
 
     def begin_cycle(self, jobs: Sequence[Job], now_s: float) -> None:
         if self.in_queue == "tiresias":
