@@ -179,8 +179,8 @@ class QueueLists:
             # Service grows only while running (a running job changes queue at a known
             # time); a waiting job's queue changes by itself only with starvation
             # promotion, or when it stops (a promotion may end).
-            if (running and (not e.running or now_s >= e.check_s)) or watch_waiting \
-                    or e.running:
+            if (now_s >= e.check_s or not e.running) if running \
+                    else (watch_waiting or e.running):
                 check.append(job)
             e.running = running
         # After the last pass: started jobs to the tail of the running part (those that
