@@ -62,3 +62,41 @@ def test_bad_input_is_a_clear_error():
                                      *args])
         assert result.exit_code == 2
         assert fragment in result.output
+
+
+def test_drop_oversized_flag(tmp_path):
+    args = ["--trace", str(DATA / "tiresias_head20.csv"), "--cluster", "1x1x4"]
+    refused = runner.invoke(app, ["simulate", *args])
+    assert refused.exit_code == 2 and "--drop-oversized" in refused.output
+    result = runner.invoke(app, ["simulate", *args, "--drop-oversized", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "dropped 3 job(s) larger than their partition" in result.output
+    doc = json.loads(result.stdout)
+    assert doc["dropped_oversized"] == 3 and doc["jobs"] == 17
+    both = runner.invoke(app, ["compare", *args, "--drop-oversized", "--json",
+                               "--out", str(tmp_path)])
+    assert both.exit_code == 0, both.output
+    assert {r["dropped_oversized"] for r in json.loads(both.stdout)["results"]} == {3}
+
+
+def test_skip_bad_rows_flag(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("submit_time_s,duration_s,num_gpus\n0,10,1\n1,0,1\n2,10,x\n3,10,1\n")
+    failed = runner.invoke(app, ["simulate", "--trace", str(path), "--cluster", "1x1x4"])
+    assert failed.exit_code == 2
+    assert "2 bad rows" in failed.output and f"{path}:3: duration_s='0' must be > 0" \
+        in failed.output
+    for command in ("simulate", "compare"):
+        result = runner.invoke(app, [command, "--trace", str(path), "--cluster", "1x1x4",
+                                     "--skip-bad-rows", "--json", "--out", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        assert f"skipped 2 bad rows: {path}:3:" in result.output
+
+
+def test_cluster_and_window_traps_are_clear_errors():
+    for args, fragment in (
+            (["--cluster", "1x1x64:cores=8"], "CPUs, not GPUs, would bind"),
+            (["--window", "vc=6214e9"], "window key vc= applies to Philly traces only")):
+        result = runner.invoke(app, ["simulate", "--trace", str(DATA / "tiresias_head20.csv"),
+                                     *args])
+        assert result.exit_code == 2 and fragment in result.output, result.output

@@ -53,3 +53,35 @@ def test_toml_cluster(tmp_path):
 def test_bad_specs(spec, fragment):
     with pytest.raises(ClusterSpecError, match=fragment):
         parse_cluster(spec)
+
+
+def test_default_cores_keep_gpus_the_binding_resource():
+    # Unchanged where 16 cores per socket already cover the GPU slots.
+    assert parse_cluster("8x2x4").nodes[0].cpus == 32
+    wide = parse_cluster("1x1x64")
+    assert wide.partitions_spec[0].cores_per_socket == 64 and wide.nodes[0].cpus == 64
+    shared = parse_cluster("1x2x8:share=4")          # 32 slots per socket
+    assert shared.nodes[0].cpus == 64
+    assert parse_cluster("1x1x4:cores=4").nodes[0].cpus == 4   # one core per slot is enough
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("1x1x64:cores=32", "give cores=64 (per socket)"),
+    ("1x2x2:share=4:cores=4", "give cores=8 (per socket)"),
+])
+def test_explicit_cores_below_gpu_slots_is_an_error(spec, fragment):
+    with pytest.raises(ClusterSpecError) as err:
+        parse_cluster(spec)
+    message = str(err.value)
+    assert "CPUs, not GPUs, would bind" in message and fragment in message
+    assert "\n" not in message
+
+
+def test_toml_cores_default_and_check(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[[partition]]\nnodes = 1\nsockets = 2\ngpus_per_socket = 32\n")
+    assert parse_cluster(path).nodes[0].cpus == 64
+    path.write_text("[[partition]]\nnodes = 1\nsockets = 2\ngpus_per_socket = 4\n"
+                    "share = 2\ncores_per_socket = 4\n")
+    with pytest.raises(ClusterSpecError, match=r"would bind .*cores_per_socket = 8"):
+        parse_cluster(path)

@@ -9,7 +9,7 @@ from slurm_marl.policy.interference import FittedEstimator
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.sim.cluster import parse_cluster
 from slurm_marl.sim.data import ENV_VAR, DataNotFound, data_dir, data_file
-from slurm_marl.sim.engine import SimulationError, Simulator
+from slurm_marl.sim.engine import FINISH, SimulationError, Simulator
 from slurm_marl.sim.metrics import percentile, summarize
 from slurm_marl.sim.run import simulate
 from slurm_marl.sim.traces import TraceJob, load_trace
@@ -176,3 +176,123 @@ def test_data_dir_honours_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "nowhere"))
     with pytest.raises(DataNotFound, match=ENV_VAR):
         data_dir()
+
+
+def test_gpus_stay_the_binding_resource_on_wide_and_shared_nodes():
+    # 64 one-GPU jobs on one 64-GPU socket, 16 one-slot jobs on 4 GPUs shared 4 ways: every
+    # job starts at once (CPUs used to bind: 16 default cores for 64 GPUs or 16 slots).
+    wide = simulate([tj(i, 0, 100, 1) for i in range(64)], "1x1x64", "fifo-consolidate")
+    assert {j.first_start_s for j in wide.outcome.jobs} == {0.0}
+    assert wide.summary["gpu_utilisation"] == 1.0
+    shared = Simulator(parse_cluster("1x1x4:share=4"), [tj(i, 0, 100, 1) for i in range(16)],
+                       build_policy(load_profile("fifo-consolidate")))
+    assert {j.first_start_s for j in shared.run().jobs} == {0.0}
+    # Whole GPUs: CPUs and memory per GPU as before (8x2x4: 32 cores, 256 GiB per node).
+    sim = Simulator(parse_cluster("8x2x4"), [tj(1, 0, 10, 3)],
+                    build_policy(load_profile("fifo-consolidate")))
+    assert (sim.jobs[0].cpus, sim.jobs[0].mem_mib) == (12, 3 * 16 * 1024)
+
+
+def test_oversized_error_names_the_cli_flag_and_drops_are_counted():
+    jobs = [tj(1, 0, 10, 17), tj(2, 0, 10, 1), tj(3, 0, 10, 12, gpus_per_node=4)]
+    with pytest.raises(SimulationError, match=r"job 1 needs 17 GPUs .*--drop-oversized; "
+                       r"drop_oversized=True from Python"):
+        simulate(jobs, "2x1x8", "fifo-consolidate")
+    # A fixed shape needing more nodes than the partition has never fits either.
+    with pytest.raises(SimulationError, match="job 3 needs 3 nodes x 4 GPUs"):
+        simulate(jobs[1:], "2x1x8", "fifo-consolidate")
+    run = simulate(jobs, "2x1x8", "fifo-consolidate", drop_oversized=True)
+    assert [j.job_id for j in run.outcome.jobs] == [2]
+    assert run.summary["dropped_oversized"] == 2 and run.summary["unfinished"] == 0
+
+
+class CycleTimes(Simulator):
+    """Records when cycles run and the heap's stale share at each of them."""
+
+    def _cycle(self, now):
+        self.times = getattr(self, "times", []) + [now]
+        stale = sum(1 for e in self.events
+                    if e[1] == FINISH and self.by_id[e[3]].version != e[4])
+        self.worst = max(getattr(self, "worst", 0), stale - len(self.events) // 2)
+        super()._cycle(now)
+
+
+def test_stale_finish_events_trigger_no_cycle():
+    # Job 1 is preempted at 4000 (finish at 10000 goes stale) and at 9000 (10100 goes stale);
+    # job 1 waits from 9000 to 14000, so a cycle at a stale time would run with work pending.
+    jobs = [tj(1, 0, 10000, 1), tj(2, 4000, 100, 1), tj(3, 9000, 5000, 1)]
+    sim = CycleTimes(parse_cluster("1x1x1"), jobs, build_policy(load_profile("las-consolidate")),
+                     restart_delay_s=0)
+    out = sim.run()
+    assert {j.job_id: j.finish_s for j in out.jobs} == {1: 15100.0, 2: 4100.0, 3: 14000.0}
+    assert 10000.0 not in sim.times and 10100.0 not in sim.times
+    assert sim.times == [0, 4000, 4100.0, 9000, 12250.0, 14000.0]
+
+
+def test_heap_stays_bounded_under_heavy_preemption():
+    # A long job preempted by 300 short ones leaves 300 stale finish events behind.
+    jobs = [tj(0, 0, 1e6, 1)] + [tj(i, 3600 + 200 * i, 100, 1) for i in range(1, 301)]
+    sim = CycleTimes(parse_cluster("1x1x1"), jobs, build_policy(load_profile("las-consolidate")))
+    out = sim.run()
+    assert out.preemptions == 300 and out.unfinished == 0
+    assert sim.worst <= 2          # stale entries never much more than half the heap
+    assert out.jobs[0].finish_s == pytest.approx(1e6 + 300 * (100 + 30))
+
+
+class SlotLog(Simulator):
+    """Records which GPU slots each job got."""
+
+    def _start(self, j, place, now):
+        touched = super()._start(j, place, now)
+        if touched is not None:
+            self.slots = getattr(self, "slots", {})
+            self.slots[j.job_id] = [(self.nodes[n].name, gpu)
+                                    for n, _, gpus in j.allocs for gpu in gpus]
+        return touched
+
+
+def test_gpu_fraction_takes_slots_of_one_physical_gpu():
+    # 2 GPUs offered as 4 slots each, slot-major: slots 0 and 1 are GPUs 0 and 1, so the
+    # lowest free slots would split a 2-slot job over two GPUs.
+    cluster = parse_cluster("1x1x2:share=4")
+    jobs = [tj(1, 0, 100, 1, gpu_fraction=0.5), tj(2, 0, 50, 1, gpu_fraction=0.25),
+            tj(3, 0, 10, 1, gpu_fraction=1.0)]
+    sim = SlotLog(cluster, jobs, build_policy(load_profile("fifo-consolidate")))
+    out = sim.run()
+    physical = {jid: {cluster.physical_gpu(n, s) for n, s in slots}
+                for jid, slots in sim.slots.items()}
+    assert {jid: len(slots) for jid, slots in sim.slots.items()} == {1: 2, 2: 1, 3: 4}
+    assert all(len(gpus) == 1 for gpus in physical.values())
+    assert sim.slots[1] == [("gpu01", 0), ("gpu01", 2)]
+    # Job 3 wants a whole GPU: refused at 0 (3 + 2 slots free, on two GPUs), runs once job 2
+    # has left GPU 1; nobody shares a GPU, so everyone runs at full speed.
+    assert out.refused_placements == 1 and physical[3] == physical[2]
+    assert {j.job_id: (j.first_start_s, j.finish_s) for j in out.jobs} == {
+        1: (0.0, 100.0), 2: (0.0, 50.0), 3: (50.0, 60.0)}
+
+
+def test_gpu_fraction_shares_a_gpu_under_the_sharing_model():
+    jobs = [tj(1, 0, 1000, 1, "resnet50_bs64", gpu_fraction=0.5),
+            tj(2, 0, 1000, 1, "a3c", gpu_fraction=0.25)]
+    run = simulate(jobs, "1x1x1:share=4", "fifo-consolidate", collect_samples=True)
+    assert all(j.finish_s > 1000 for j in run.outcome.jobs)     # one GPU, shared
+    # Job 1 holds two slots of the GPU, job 2 sees it there once.
+    first = {}
+    for s in run.outcome.samples:
+        first.setdefault(s["job_id"], s["colocated"]["gpu"])
+    assert first == {1: ["a3c"], 2: ["resnet50_bs64"]}
+    whole = simulate([tj(1, 0, 100, 1, gpu_fraction=1.0), tj(2, 0, 100, 1, gpu_fraction=0.5)],
+                     "1x1x1:share=2", "fifo-consolidate")
+    assert finish_times(whole) == {1: 100.0, 2: 200.0}          # a whole GPU takes both
+
+
+def test_gpu_fraction_without_sharing_is_an_error():
+    with pytest.raises(SimulationError, match=r"2 job\(s\) ask for a fraction of a GPU "
+                       r"\(first: job 1, gpu_fraction=0.5\) .*share=K"):
+        simulate([tj(1, 0, 10, 1, gpu_fraction=0.5), tj(2, 0, 10, 1, gpu_fraction=0.3)],
+                 "1x1x4", "fifo-consolidate")
+    with pytest.raises(SimulationError, match="fractions are for 1-GPU jobs only"):
+        simulate([tj(1, 0, 10, 2, gpu_fraction=0.5)], "1x1x4:share=2", "fifo-consolidate")
+    # A whole GPU on whole GPUs is just a GPU.
+    run = simulate([tj(1, 0, 10, 1, gpu_fraction=1.0)], "1x1x4", "fifo-consolidate")
+    assert finish_times(run) == {1: 10.0}

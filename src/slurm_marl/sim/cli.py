@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
     TimeElapsedColumn
 from rich.table import Table
@@ -31,6 +32,12 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for model types and n
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 RestartOpt = Annotated[float, typer.Option("--restart-delay",
                                            help="Seconds of lost work per preemption.")]
+DropOpt = Annotated[bool, typer.Option(
+    "--drop-oversized", help="Leave out jobs larger than their partition (counted in the "
+    "summary's dropped_oversized) instead of stopping with an error.")]
+SkipOpt = Annotated[bool, typer.Option(
+    "--skip-bad-rows", help="Skip bad trace rows (their count and the first few go to "
+    "stderr) instead of stopping with an error.")]
 
 
 def _cell(value, key: str) -> str:
@@ -44,7 +51,8 @@ def _cell(value, key: str) -> str:
 
 
 def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(message)}",
+                                               highlight=False)
     raise typer.Exit(2)
 
 
@@ -62,23 +70,36 @@ def _progress(label: str) -> Progress:
                     console=Console(stderr=True), transient=True)
 
 
-def _run(trace_jobs, cluster, profile, strength, seed, restart_delay, samples, label):
+def _warn(message: str) -> None:
+    Console(stderr=True, soft_wrap=True).print(f"[yellow]warning:[/yellow] {escape(message)}",
+                                               highlight=False)
+
+
+def _run(trace_jobs, cluster, profile, strength, seed, restart_delay, samples, label,
+         drop_oversized=False):
     with _progress(label) as bar:
         task = bar.add_task(label, total=len(trace_jobs))
         return run_simulation(trace_jobs, cluster, profile, interference=strength, seed=seed,
                               restart_delay_s=restart_delay, collect_samples=samples,
+                              drop_oversized=drop_oversized,
                               progress=lambda done, total: bar.update(task, completed=done))
 
 
-def _load(trace: Path, window: str | None, cluster: str):
+def _load(trace: Path, window: str | None, cluster: str, skip_bad_rows: bool = False):
     try:
-        jobs = load_trace(trace, window)
         sim_cluster = parse_cluster(cluster)
+        jobs = load_trace(trace, window, skip_bad_rows=skip_bad_rows, on_skip=_warn)
     except (TraceError, ClusterSpecError, OSError) as exc:
         _fail(str(exc))
     if not jobs:
         _fail(f"no jobs in {trace} for window {window!r}")
     return jobs, sim_cluster
+
+
+def _note_dropped(summary: dict, cluster: str) -> None:
+    if summary.get("dropped_oversized"):
+        _warn(f"dropped {summary['dropped_oversized']} job(s) larger than their partition "
+              f"of {cluster} (--drop-oversized)")
 
 
 def simulate(
@@ -95,19 +116,23 @@ def simulate(
         "--out", help="Folder for summary.json, jobs.csv, jct_cdf.png (and samples).")] = None,
     samples: Annotated[bool, typer.Option(
         "--samples", help="Also write co-location samples (samples.jsonl) to --out.")] = False,
+    drop_oversized: DropOpt = False,
+    skip_bad_rows: SkipOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate a trace under one scheduling profile and print its metrics."""
     strength = _strengths(interference)
     if len(strength) != 1:
         _fail("simulate takes one --interference strength (compare takes several)")
-    jobs, sim_cluster = _load(trace, window, cluster)
+    jobs, sim_cluster = _load(trace, window, cluster, skip_bad_rows)
     try:
         prof = load_profile(profile)
         run = _run(jobs, sim_cluster, prof, strength[0], seed, restart_delay,
-                   samples and out is not None, f"{prof.name} ({strength[0]})")
+                   samples and out is not None, f"{prof.name} ({strength[0]})",
+                   drop_oversized)
     except (ProfileError, SimulationError, ValueError) as exc:
         _fail(str(exc))
+    _note_dropped(run.summary, cluster)
     result = {"profile": prof.name, "trace": str(trace), "window": window,
               "cluster": cluster, "interference": strength[0], "seed": seed,
               "restart_delay_s": restart_delay, **run.summary}
@@ -148,12 +173,14 @@ def compare(
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="Folder for compare.json and one JCT CDF plot per strength "
         "(default: the plots go to the current folder).")] = None,
+    drop_oversized: DropOpt = False,
+    skip_bad_rows: SkipOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run several profiles on one trace (and strengths), compare their metrics and plot
     their JCT CDFs together."""
     strengths = _strengths(interference)
-    jobs, sim_cluster = _load(trace, window, cluster)
+    jobs, sim_cluster = _load(trace, window, cluster, skip_bad_rows)
     try:
         profs = [load_profile(p.strip()) for p in profiles.split(",") if p.strip()]
     except ProfileError as exc:
@@ -166,9 +193,11 @@ def compare(
         for prof in profs:
             try:
                 run = _run(jobs, sim_cluster, prof, strength, seed, restart_delay, False,
-                           f"{prof.name} ({strength})")
+                           f"{prof.name} ({strength})", drop_oversized)
             except (SimulationError, ValueError) as exc:
                 _fail(f"{prof.name}: {exc}")
+            if not results:
+                _note_dropped(run.summary, cluster)
             results.append({"profile": prof.name, "interference": strength, **run.summary})
             cdfs[strength][prof.name] = jcts(run.outcome.jobs)
     doc = {"trace": str(trace), "window": window, "cluster": cluster, "seed": seed,

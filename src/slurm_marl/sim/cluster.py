@@ -8,11 +8,15 @@ A spec string describes one or more partitions joined by ``+``::
 
 Options after ``:``: ``leaf=N`` nodes per leaf switch (default: all nodes of the partition
 under one leaf), ``name=P`` partition name (default ``gpu``, then ``gpu2``...), ``cores=N``
-CPU cores per socket (default 16), ``mem=N`` memory per node in GiB (default 256),
-``share=K`` Slurm GPU sharing (shards/MPS): each GPU offered as K slots (default 1 = whole
-GPUs). A TOML file says the same (``[[partition]]`` tables with keys ``name``, ``nodes``,
-``sockets``, ``gpus_per_socket``, ``cores_per_socket``, ``mem_gib``, ``nodes_per_leaf``,
-``share``).
+CPU cores per socket (default max(16, GPU slots per socket)), ``mem=N`` memory per node in
+GiB (default 256), ``share=K`` Slurm GPU sharing (shards/MPS): each GPU offered as K slots
+(default 1 = whole GPUs). A TOML file says the same (``[[partition]]`` tables with keys
+``name``, ``nodes``, ``sockets``, ``gpus_per_socket``, ``cores_per_socket``, ``mem_gib``,
+``nodes_per_leaf``, ``share``).
+
+Jobs get CPUs in proportion to their GPU slots (cores per node / slots per node each), so GPUs
+stay the binding resource only while a node has at least one core per GPU slot: fewer cores
+given explicitly is an error that says which ``cores=`` to give.
 
 Leaves are numbered across partitions; all leaves hang under one spine switch.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 from slurm_marl.domain import GpuGroup, Node, Partition, Switch
 
 _SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
+DEFAULT_CORES_PER_SOCKET = 16
 
 
 class ClusterSpecError(ValueError):
@@ -39,12 +44,24 @@ class PartitionSpec:
     nodes: int
     sockets: int
     gpus_per_socket: int
-    cores_per_socket: int = 16
+    cores_per_socket: int | None = None  # None: max(16, GPU slots per socket)
     mem_gib: int = 256
     nodes_per_leaf: int = 0          # 0: the whole partition under one leaf
     share: int = 1
 
-    def validate(self, where: str) -> None:
+    def __post_init__(self) -> None:
+        if self.cores_per_socket is None:
+            gpus, share = self.gpus_per_socket, self.share
+            slots = gpus * share if isinstance(gpus, int) and isinstance(share, int) else 0
+            object.__setattr__(self, "cores_per_socket", max(DEFAULT_CORES_PER_SOCKET, slots))
+
+    @property
+    def slots_per_node(self) -> int:
+        """GPU slots per node: GPUs x ``share``."""
+        return self.sockets * self.gpus_per_socket * self.share
+
+    def validate(self, where: str, cores_hint: str = "cores={} (per socket)") -> None:
+        """Check the values; ``cores_hint`` is how the error says which cores to give."""
         for field_name in ("nodes", "sockets", "gpus_per_socket", "cores_per_socket",
                            "mem_gib", "share"):
             value = getattr(self, field_name)
@@ -56,6 +73,13 @@ class PartitionSpec:
         if not re.match(r"^[A-Za-z][A-Za-z0-9_-]*$", self.name):
             raise ClusterSpecError(f"{where}: partition name {self.name!r} is not a valid "
                                    f"Slurm partition name")
+        cores, slots = self.sockets * self.cores_per_socket, self.slots_per_node
+        if cores < slots:
+            need = cores_hint.format(-(-slots // self.sockets))
+            raise ClusterSpecError(
+                f"{where}: partition {self.name!r} has {cores} CPU cores per node for {slots} "
+                f"GPU slots, so CPUs, not GPUs, would bind (a slot takes at least one core): "
+                f"give {need} or more, or leave it out for the default")
 
 
 @dataclass(frozen=True)
@@ -149,7 +173,7 @@ def _from_toml(path: Path) -> SimCluster:
         table = dict(table)
         table.setdefault("name", "gpu" if i == 0 else f"gpu{i + 1}")
         part = PartitionSpec(**table)
-        part.validate(f"{path}: [[partition]] #{i + 1}")
+        part.validate(f"{path}: [[partition]] #{i + 1}", cores_hint="cores_per_socket = {}")
         parts.append(part)
     return build_cluster(parts, str(path))
 

@@ -9,7 +9,16 @@ taken from the named groups, lowest free indices first). ``SetPriority`` and adv
 ``Place(start_now=False)`` change nothing in the simulated cluster.
 
 A cycle is skipped when it cannot change anything: no pending job, or no free GPU and no
-preemption in the profile (tested: identical results with and without the skip).
+preemption in the profile (tested: identical results with and without the skip). Events are
+versioned: a job's finish event goes stale when the job is preempted or its speed changes (a
+new one is pushed); stale events trigger no cycle, and the heap is compacted when more than
+half of it is stale, so heavy preemption cannot grow it without bound.
+
+With GPU sharing (``share=K``) a job of the trace's ``gpu_fraction`` f takes
+max(1, round(f x K)) slots of one physical GPU (``same_gpu``): the simulator picks the GPU of
+the named group with the most free slots; a placement no single GPU can hold is refused (the
+job stays pending, counted in ``refused_placements``), as Slurm allocates a job's shards of a
+node from one GPU.
 
 Speed: the snapshot reuses every domain object that did not change (nodes whose GPUs did
 not change, pending jobs), so a cycle costs O(pending + running) object references plus one
@@ -71,6 +80,9 @@ class SimJob:
     pending_total_s: float = 0.0
     allocs: list = field(default_factory=list)  # [(node, group pos, (gpu indices...)), ...]
     version: int = 0
+    finish_queued: bool = False                # a live finish event is in the heap
+    same_gpu: bool = False                     # its slots must be on one physical GPU
+    gpu_fraction: float | None = None
     job_obj: Job | None = None
     speed_weighted_s: float = 0.0              # sum(speed x run time), for mean speed
     run_total_s: float = 0.0
@@ -98,6 +110,8 @@ class SimOutcome:
     end_time_s: float
     unfinished: int
     total_gpus: int
+    dropped: int = 0                 # jobs larger than their partition, dropped
+    refused_placements: int = 0      # same-GPU placements no single GPU could hold
 
 
 _new = object.__new__
@@ -155,12 +169,15 @@ class Simulator:
         self.gpu_jobs: dict[tuple[int, int], list[int]] = {}
         self.snapshot_nodes: tuple[Node, ...] = tuple(self.nodes)
 
+        self.dropped: list[int] = []
         self.jobs = self._make_jobs(trace, seed, drop_oversized)
         self.by_id = {j.job_id: j for j in self.jobs}
         self.pending: dict[int, SimJob] = {}
         self.running: dict[int, SimJob] = {}
         self.events: list = []
+        self.stale = 0                   # stale finish events still in the heap
         self.seq = 0
+        self.refused_count = 0
         self.samples: list[dict] = []
         self.cycles = 0
         self.preemption_count = 0
@@ -175,41 +192,83 @@ class Simulator:
             if any(t.model_type is None for t in trace) else []
         jobs = []
         ids = set()
+        unshared: list[TraceJob] = []    # fractional jobs on partitions of whole GPUs
         for i, t in enumerate(trace):
             part_name = t.partition or default
             part = parts.get(part_name)
             if part is None:
                 raise SimulationError(f"job {t.job_id} asks for partition {part_name!r}, the "
                                       f"cluster has {', '.join(parts)}")
-            slots = part.nodes * part.sockets * part.gpus_per_socket * part.share
-            per_node_slots = part.sockets * part.gpus_per_socket * part.share
-            too_big = t.num_gpus > slots or (t.gpus_per_node and t.gpus_per_node
-                                             > per_node_slots)
-            if too_big:
+            num, per_node, same_gpu = t.num_gpus, t.gpus_per_node, False
+            frac = t.gpu_fraction
+            if frac is not None:
+                if not 0 < frac <= 1:
+                    raise SimulationError(f"job {t.job_id}: gpu_fraction={frac!r} is not in "
+                                          f"(0, 1]")
+                if frac < 1 and t.num_gpus != 1:
+                    raise SimulationError(f"job {t.job_id} asks for gpu_fraction={frac:g} "
+                                          f"with {t.num_gpus} GPUs: fractions are for 1-GPU "
+                                          f"jobs only")
+                if frac < 1 and part.share == 1:
+                    unshared.append(t)
+                if t.num_gpus == 1 and part.share > 1:
+                    # Half up: f x K = 2.5 takes 3 slots.
+                    num = max(1, min(part.share, math.floor(frac * part.share + 0.5)))
+                    if num > 1:          # one node, one GPU
+                        per_node, same_gpu = num, True
+            slots = part.nodes * part.slots_per_node
+            if num > slots or per_node > part.slots_per_node or (
+                    per_node and num // per_node > part.nodes):
                 if drop_oversized:
+                    self.dropped.append(t.job_id)
                     continue
-                raise SimulationError(f"job {t.job_id} needs {t.num_gpus} GPUs but partition "
-                                      f"{part_name!r} has {slots}: use a larger cluster or "
-                                      f"drop_oversized")
+                k = num // per_node if per_node else 0
+                shape = (f"{k} node{'s' if k != 1 else ''} x {per_node} GPUs" if per_node
+                         else f"{num} GPUs")
+                raise SimulationError(
+                    f"job {t.job_id} needs {shape} but partition {part_name!r} has "
+                    f"{part.nodes} node{'s' if part.nodes != 1 else ''} x "
+                    f"{part.slots_per_node} GPUs ({slots} in all): use a larger cluster, or "
+                    f"drop such jobs (--drop-oversized; drop_oversized=True from Python)")
             if t.job_id in ids:
                 raise SimulationError(f"job id {t.job_id} appears twice in the trace")
             ids.add(t.job_id)
-            gpus_node = part.sockets * part.gpus_per_socket
-            cpus_per_gpu = max(1, (part.sockets * part.cores_per_socket) // gpus_node)
-            mem_per_gpu = part.mem_gib * 1024 // (2 * gpus_node)
-            per_node = t.gpus_per_node
+            # CPUs and memory per GPU slot, so GPUs stay the binding resource (the cluster
+            # spec guarantees a core per slot; half the node's memory goes to jobs).
+            slots_node = part.slots_per_node
+            cpus_per_slot = max(1, (part.sockets * part.cores_per_socket) // slots_node)
+            mem_per_slot = part.mem_gib * 1024 // (2 * slots_node)
             jobs.append(SimJob(
                 job_id=t.job_id, submit_s=t.submit_time_s, duration_s=t.duration_s,
-                num_gpus=t.num_gpus, gpus_per_node=per_node,
-                node_count=t.num_gpus // per_node if per_node else 1,
+                num_gpus=num, gpus_per_node=per_node,
+                node_count=num // per_node if per_node else 1,
                 model_type=t.model_type if t.model_type is not None else drawn[i],
-                partition=part_name, user=t.user, cpus=cpus_per_gpu * t.num_gpus,
-                mem_mib=mem_per_gpu * t.num_gpus))
+                partition=part_name, user=t.user, cpus=cpus_per_slot * num,
+                mem_mib=mem_per_slot * num, same_gpu=same_gpu, gpu_fraction=frac))
+        if unshared:
+            t = unshared[0]
+            part_name = t.partition or default
+            raise SimulationError(
+                f"{len(unshared)} job(s) ask for a fraction of a GPU (first: job {t.job_id}, "
+                f"gpu_fraction={t.gpu_fraction:g}) but partition {part_name!r} offers whole "
+                f"GPUs: give it GPU sharing (share=K, e.g. --cluster 8x2x4:share=4) to model "
+                f"them")
         return jobs
 
     def _push(self, t: float, kind: int, job_id: int = -1, version: int = 0) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, kind, self.seq, job_id, version))
+
+    def _compact(self) -> None:
+        """Drop stale finish events once they are more than half the heap (the order of
+        the rest is unchanged: entries are unique by their sequence number)."""
+        if self.stale * 2 <= len(self.events):
+            return
+        by_id = self.by_id
+        self.events = [e for e in self.events
+                       if e[1] != FINISH or by_id[e[3]].version == e[4]]
+        heapq.heapify(self.events)
+        self.stale = 0
 
     # -- domain objects ------------------------------------------------------------------
     def _node_obj(self, n: int) -> Node:
@@ -266,7 +325,9 @@ class Simulator:
                                switches=self.cluster.switches)
 
     # -- resources -----------------------------------------------------------------------
-    def _start(self, j: SimJob, place: Place, now: float) -> list[int]:
+    def _start(self, j: SimJob, place: Place, now: float) -> list[int] | None:
+        """Start a job where the policy says; None when a same-GPU job cannot have its
+        slots on one physical GPU there (refused: the job stays pending)."""
         if j.state != "pending":
             raise SimulationError(f"policy placed job {j.job_id}, which is {j.state}")
         if place.gpus != j.num_gpus:
@@ -274,6 +335,7 @@ class Simulator:
                                   f"{j.num_gpus}")
         allocs = []
         per_node: dict[int, int] = {}
+        taken: dict[int, set[int]] = {}
         for a in place.allocs:
             n = self.node_index.get(a.node)
             if n is None or a.group not in self.group_pos[n]:
@@ -284,14 +346,21 @@ class Simulator:
                                       f"{j.partition}) on {a.node}")
             pos = self.group_pos[n][a.group]
             group = self.nodes[n].gpu_groups[pos]
-            free = [i for i in group.gpu_indices if i not in self.used[n]]
+            busy = taken.setdefault(n, set())
+            free = [i for i in group.gpu_indices if i not in self.used[n] and i not in busy]
             if len(free) < a.gpus:
                 raise SimulationError(f"policy placed {a.gpus} GPUs of job {j.job_id} on "
                                       f"{a.node} group {a.group}, which has {len(free)} free")
             take = tuple(free[:a.gpus])
-            self.used[n].update(take)
+            if j.same_gpu:
+                take = self._one_gpu_slots(n, free, a.gpus) if len(place.allocs) == 1 else None
+                if take is None:
+                    return None          # refused before anything changed
+            busy.update(take)
             allocs.append((n, pos, take))
             per_node[n] = per_node.get(n, 0) + a.gpus
+        for n, _, take in allocs:
+            self.used[n].update(take)
         if j.gpus_per_node and any(k != j.gpus_per_node for k in per_node.values()):
             raise SimulationError(f"policy split job {j.job_id} as {per_node}, it asks for "
                                   f"{j.gpus_per_node} GPUs on each of {j.node_count} nodes")
@@ -317,6 +386,18 @@ class Simulator:
             self._refresh_node(n)
         return touched
 
+    def _one_gpu_slots(self, n: int, free: list[int], k: int) -> tuple[int, ...] | None:
+        """``k`` free slots of one physical GPU: the GPU with the most free slots (then the
+        lowest), its lowest free slots; None if no GPU has ``k`` free."""
+        name = self.nodes[n].name
+        by_gpu: dict[int, list[int]] = {}
+        for i in free:
+            by_gpu.setdefault(self.cluster.physical_gpu(name, i), []).append(i)
+        best = max(sorted(by_gpu.items()), key=lambda kv: len(kv[1]), default=None)
+        if best is None or len(best[1]) < k:
+            return None
+        return tuple(sorted(best[1])[:k])
+
     def _stop(self, j: SimJob, now: float) -> list[int]:
         self._settle(j, now)
         per_node = {n for n, _, _ in j.allocs}
@@ -337,6 +418,9 @@ class Simulator:
         j.allocs = []
         j.hood = None
         j.version += 1
+        if j.finish_queued:          # its finish event is stale now
+            j.finish_queued = False
+            self.stale += 1
         j.job_obj = None
         for n in per_node:
             self._refresh_node(n)
@@ -348,16 +432,25 @@ class Simulator:
         nodes[n] = self.nodes[n]
         self.snapshot_nodes = tuple(nodes)
 
+    def _physical(self, j: SimJob) -> list[tuple[int, int]]:
+        """(node, physical GPU) of a job's slots, each once (two slots of one GPU share it
+        with the same jobs)."""
+        keys: dict[tuple[int, int], None] = {}
+        for n, _, gpus in j.allocs:
+            name = self.nodes[n].name
+            for gpu in gpus:
+                keys[(n, self.cluster.physical_gpu(name, gpu))] = None
+        return list(keys)
+
     def _index_add(self, j: SimJob) -> None:
         nodes = set()
         for n, g, gpus in j.allocs:
             self.group_jobs[n][g][j.job_id] = len(gpus)
             self.node_jobs[n].add(j.job_id)
             nodes.add(n)
-            if self.sharing:
-                for gpu in gpus:
-                    key = (n, self.cluster.physical_gpu(self.nodes[n].name, gpu))
-                    self.gpu_jobs.setdefault(key, []).append(j.job_id)
+        if self.sharing:
+            for key in self._physical(j):
+                self.gpu_jobs.setdefault(key, []).append(j.job_id)
         if len(nodes) > 1:
             for leaf in {self.leaf[n] for n in nodes}:
                 self.leaf_multi.setdefault(leaf, set()).add(j.job_id)
@@ -368,12 +461,11 @@ class Simulator:
             self.group_jobs[n][g].pop(j.job_id, None)
             self.node_jobs[n].discard(j.job_id)
             nodes.add(n)
-            if self.sharing:
-                for gpu in gpus:
-                    key = (n, self.cluster.physical_gpu(self.nodes[n].name, gpu))
-                    lst = self.gpu_jobs.get(key, [])
-                    if j.job_id in lst:
-                        lst.remove(j.job_id)
+        if self.sharing:
+            for key in self._physical(j):
+                lst = self.gpu_jobs.get(key, [])
+                if j.job_id in lst:
+                    lst.remove(j.job_id)
         if len(nodes) > 1:
             for leaf in {self.leaf[n] for n in nodes}:
                 self.leaf_multi.get(leaf, set()).discard(j.job_id)
@@ -416,13 +508,8 @@ class Simulator:
             leaf_models = tuple(by[o].model_type for o in sorted(ids))
         gpu_models: tuple = ()
         if self.sharing:
-            gm = []
-            for n, _, gpus in j.allocs:
-                for gpu in gpus:
-                    key = (n, self.cluster.physical_gpu(self.nodes[n].name, gpu))
-                    gm.append(tuple(by[o].model_type for o in self.gpu_jobs.get(key, ())
-                                    if o != j.job_id))
-            gpu_models = tuple(gm)
+            gpu_models = tuple(tuple(by[o].model_type for o in self.gpu_jobs.get(key, ())
+                                     if o != j.job_id) for key in self._physical(j))
         return Neighbourhood(groups=tuple(groups), nodes=tuple(nodes),
                              n_groups=len(j.allocs), n_nodes=len(nodes_seen),
                              n_leaves=len(leaves), leaf_models=leaf_models,
@@ -440,10 +527,13 @@ class Simulator:
             "strength": self.perf.strength})
 
     def _reschedule(self, j: SimJob, now: float) -> None:
+        if j.finish_queued:
+            self.stale += 1
         j.version += 1
         remaining = j.remaining_work_s
         finish = now + max(0.0, remaining) / j.speed
         self._push(finish, FINISH, j.job_id, j.version)
+        j.finish_queued = True
 
     def _update_speeds(self, changed_nodes: Iterable[int], started: Iterable[SimJob],
                        multi_leaves: Iterable, now: float) -> None:
@@ -487,17 +577,25 @@ class Simulator:
             self._push(self.jobs[0].submit_s + self.cycle_period_s, TICK)
         done = 0
         total = len(self.jobs)
-        now = 0.0
+        now = end = 0.0
+        by_id = self.by_id
         while self.events:
-            now = self.events[0][0]
+            head = self.events[0]
+            if head[1] == FINISH and by_id[head[3]].version != head[4]:
+                heapq.heappop(self.events)   # stale: no batch (and no cycle) starts here
+                self.stale -= 1
+                continue
+            now = end = head[0]
             changed_nodes: set[int] = set()
             multi_leaves: set = set()
             while self.events and self.events[0][0] <= now + _EPS:
                 t, kind, _, jid, version = heapq.heappop(self.events)
                 if kind == FINISH:
                     j = self.by_id[jid]
-                    if j.state != "running" or version != j.version:
+                    if version != j.version:
+                        self.stale -= 1
                         continue
+                    j.finish_queued = False
                     nodes = self._stop(j, now)
                     if len(nodes) > 1:
                         multi_leaves.update(self.leaf[n] for n in nodes)
@@ -522,18 +620,20 @@ class Simulator:
             if self.pending and (self.free_slots > 0 or self.preemptive
                                  or not self.skip_idle_cycles):
                 self._cycle(now)
+            self._compact()
             if self.progress is not None and changed_nodes:
                 self.progress(done, total)
             if not self.events and self.pending:
                 break  # nothing will ever free resources for what is left
         for j in list(self.running.values()):
-            self._settle(j, now)
+            self._settle(j, end)
         unfinished = sum(1 for j in self.jobs if j.state != "done")
         return SimOutcome(jobs=self.jobs, cycles=self.cycles,
                           wall_time_s=time.perf_counter() - wall0,
                           preemptions=self.preemption_count,
                           reservations=self.reservation_count, samples=self.samples,
-                          end_time_s=now, unfinished=unfinished, total_gpus=self.total_slots)
+                          end_time_s=end, unfinished=unfinished, total_gpus=self.total_slots,
+                          dropped=len(self.dropped), refused_placements=self.refused_count)
 
     def _cycle(self, now: float) -> None:
         self.cycles += 1
@@ -566,6 +666,9 @@ class Simulator:
                 if j is None:
                     raise SimulationError(f"policy placed unknown job {d.job_id}")
                 nodes = self._start(j, d, now)
+                if nodes is None:
+                    self.refused_count += 1
+                    continue
                 changed_nodes.update(nodes)
                 if len(nodes) > 1:
                     multi_leaves.update(self.leaf[n] for n in nodes)

@@ -5,6 +5,10 @@ one is given (``estimator=`` or the plugin's ``samples_path``), it is fitted fro
 a pilot run of the same workload with another model-type draw (``seed + 1``) under
 ``las-consolidate`` (dense co-location, so many pairs are observed), on the same cluster and
 interference strength. The estimator only sees the pilot's emitted samples.
+
+The summary adds to ``metrics.summarize``: ``dropped_oversized`` (jobs larger than their
+partition, left out with ``drop_oversized=True``) and ``refused_placements`` (same-GPU
+placements of fractional jobs that no single GPU could hold).
 """
 
 from __future__ import annotations
@@ -58,8 +62,13 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
              interference: str = "none", seed: int = 0, restart_delay_s: float = 30.0,
              cycle_period_s: float = 0.0, collect_samples: bool = False,
              estimator: InterferenceEstimator | None = None, drop_oversized: bool = False,
+             skip_bad_rows: bool = False,
              progress: Callable[[int, int], None] | None = None) -> SimRun:
-    jobs = trace if isinstance(trace, list) else load_trace(trace, window)
+    """Run one simulation; ``trace`` is a loaded trace or a path (read with ``window`` and
+    ``skip_bad_rows``). Jobs larger than their partition are an error unless
+    ``drop_oversized`` (then counted in the summary's ``dropped_oversized``)."""
+    jobs = trace if isinstance(trace, list) else load_trace(trace, window,
+                                                           skip_bad_rows=skip_bad_rows)
     sim_cluster = cluster if isinstance(cluster, SimCluster) else parse_cluster(cluster)
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     context = {}
@@ -79,4 +88,6 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     run = SimRun(profile=prof, cluster=sim_cluster, interference=interference, seed=seed,
                  outcome=outcome, estimator_samples=n_est)
     run.summary = summarize(outcome)
+    run.summary["dropped_oversized"] = outcome.dropped
+    run.summary["refused_placements"] = outcome.refused_placements
     return run
