@@ -24,7 +24,7 @@ TARGET_S = 120.0
 
 
 def one(profile: str, cluster: str) -> dict:
-    from slurm_marl.sim.data import data_file
+    from slurm_marl.shared_data import data_file
     from slurm_marl.sim.run import simulate
     from slurm_marl.sim.traces import load_trace
 

@@ -36,7 +36,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from slurm_marl.sim.data import data_file
+    from slurm_marl.shared_data import data_file
     from slurm_marl.sim.run import simulate
     from slurm_marl.sim.traces import load_trace
 

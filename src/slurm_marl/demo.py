@@ -12,7 +12,6 @@ reasons, and writes a JCT CDF plot.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -21,19 +20,6 @@ from rich.console import Console
 from rich.table import Table
 
 DEMO_WINDOW = "vc=6214e9,rows=8870:8950"
-
-
-def shared_data_dir() -> Path:
-    """``$SLURM_MARL_DATA``, else ``../shared/data`` beside the checkout."""
-    env = os.environ.get("SLURM_MARL_DATA")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent.parent / "shared" / "data"
-        if candidate.is_dir():
-            return candidate
-    return Path("../shared/data").resolve()
 
 
 def _show_decisions(store_path: Path, console: Console, limit: int = 8) -> None:
@@ -61,12 +47,14 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
          json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a short Philly window on a real local Slurm cluster: Slurm alone vs the agent."""
     from slurm_marl.replay.cli import compare_replay, render
+    from slurm_marl.shared_data import DataNotFound, data_file
 
     console = Console(stderr=json_output)
-    trace = shared_data_dir() / "traces" / "philly.csv"
-    if not trace.exists():
-        console.print(f"[red]trace not found:[/] {trace} (set SLURM_MARL_DATA)")
-        raise typer.Exit(2)
+    try:
+        trace = data_file("traces/philly.csv")
+    except DataNotFound as exc:
+        console.print(f"[red]trace not found:[/] {exc}")
+        raise typer.Exit(2) from None
     report = compare_replay(trace, window, speedup, nodes=8, gpus_per_socket=4,
                             profile=profile, interference=interference, out=out, seed=0,
                             console=console, timeout_s=900)

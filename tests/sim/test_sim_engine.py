@@ -8,7 +8,7 @@ from slurm_marl.policy.framework import Policy, build_policy
 from slurm_marl.policy.interference import FittedEstimator
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.sim.cluster import parse_cluster
-from slurm_marl.sim.data import ENV_VAR, DataNotFound, data_dir, data_file
+from slurm_marl.shared_data import ENV_VAR, DataNotFound, data_dir, data_file
 from slurm_marl.sim.engine import FINISH, SimulationError, Simulator
 from slurm_marl.sim.metrics import percentile, summarize
 from slurm_marl.sim.run import simulate

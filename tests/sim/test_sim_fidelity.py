@@ -9,7 +9,7 @@ it is missing).
 
 import pytest
 
-from slurm_marl.sim.data import data_file
+from slurm_marl.shared_data import data_file
 from slurm_marl.sim.fidelity import SCHEDULES, WINDOWS, compare, profile_for
 from slurm_marl.sim.run import simulate
 

@@ -138,9 +138,9 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
            ] = None,
            json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a trace window on a fresh local Slurm cluster: Slurm alone vs the agent."""
-    from slurm_marl.demo import shared_data_dir
+    from slurm_marl.shared_data import data_file
 
-    trace = trace or shared_data_dir() / "traces" / "philly.csv"
+    trace = trace or data_file("traces/philly.csv")
     modes = ("slurm", "agent") if mode == "both" else (mode,)
     console = Console(stderr=json_output)
     if interference_model is not None and not interference_model.exists():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_marl.policy.profile import PROFILES_DIR, Profile, profile_from_mapping
-from slurm_marl.sim.data import data_file
+from slurm_marl.shared_data import data_file
 from slurm_marl.sim.run import simulate
 
 REFERENCE_DIR = "reference/tiresias_windows"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from slurm_marl.policy.modeltypes import model_family
-from slurm_marl.sim.data import DataNotFound, data_file
+from slurm_marl.shared_data import DataNotFound, data_file
 
 
 @dataclass(frozen=True)

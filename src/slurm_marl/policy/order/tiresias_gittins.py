@@ -141,7 +141,7 @@ def build(params: Mapping, **context) -> TiresiasGittins:
     else:
         path = params.get("samples_path")
         if path is None:
-            from slurm_marl.sim.data import DataNotFound, data_file
+            from slurm_marl.shared_data import DataNotFound, data_file
             try:
                 resolved = data_file(DEFAULT_SAMPLES)
             except DataNotFound as exc:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 ENV_VAR = "SLURM_MARL_DATA"
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class DataNotFound(FileNotFoundError):
