@@ -1,42 +1,23 @@
 """The agent's translation of policy decisions into writes, on hand-built snapshots.
 
 The policy here is a fixed list of decisions (what to decide is the policy tests' business);
-the sink records what it is asked to write (the real sink is tested against real Slurm)."""
+the shared fake sink records what it is asked to write (the real sink is tested against real
+Slurm)."""
 
 from dataclasses import replace
 
+from fakes import FakeClusterSource, FakeDecisionSink
 from slurm_marl.daemon.config import parse_config
 from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, Defer, EndReservation, GpuGroup, GroupAlloc,
                                Job, JobState, Node, Partition, Place, Preempt, Reserve,
                                SetPriority)
-from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
 
 NODES = tuple(Node(name=n, partitions=("gpu",), cpus=8, real_memory_mib=16000,
                    gpu_groups=(GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1)))
               for n in ("n1", "n2"))
 PARTS = (Partition("gpu", ("n1", "n2"), True), Partition("cpu", ("n1",)))
-
-
-class Source:
-    def __init__(self, snap):
-        self.snap = snap
-
-    def snapshot(self):
-        return self.snap
-
-
-class Sink:
-    def __init__(self):
-        self.calls = []
-
-    def apply(self, decisions, snapshot=None):
-        self.calls.append(list(decisions))
-        return [WriteResult(d, WriteStatus.OK) for d in decisions]
-
-    def repair_half_done(self, snapshot):
-        return []
 
 
 class FixedPolicy:
@@ -50,8 +31,8 @@ class FixedPolicy:
 def agent(tmp_path, snap, decisions, **agent_cfg):
     cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1, "grace_s": 30,
                                   **agent_cfg}})
-    sink = Sink()
-    return Agent(cfg, Source(snap), sink, Store(tmp_path / "s.sqlite"),
+    sink = FakeDecisionSink()
+    return Agent(cfg, FakeClusterSource(snap), sink, Store(tmp_path / "s.sqlite"),
                  FixedPolicy(decisions)), sink
 
 
@@ -89,7 +70,7 @@ def test_placement_written_once_then_held_until_slurm_starts_it(tmp_path):
     # policy, and its GPU counts as taken.
     seen = []
     a.policy = type("P", (), {"run_cycle": lambda self, s: seen.append(s) or []})()
-    a.source = Source(ClusterSnapshot(now + 1, NODES, (job,), PARTS))
+    a.source = FakeClusterSource(ClusterSnapshot(now + 1, NODES, (job,), PARTS))
     a.cycle()
     assert seen[0].job(1) is None and 2 in seen[0].node("n1").used_gpu_indices
     assert not sink.calls[1:] or not any(isinstance(d, Place) for d in sink.calls[-1])
@@ -136,7 +117,7 @@ def test_reservation_for_waiting_multinode_job_then_ended_when_it_runs(tmp_path)
     assert not any(isinstance(d, Reserve) for c in sink.calls[1:] for d in c)
     running = replace(big, state=JobState.RUNNING, nodes=("n1", "n2"),
                       gpu_alloc=(("n1", (0,)), ("n2", (0,))), start_time_s=now + 2)
-    a.source = Source(ClusterSnapshot(now + 3, NODES, (running,), PARTS))
+    a.source = FakeClusterSource(ClusterSnapshot(now + 3, NODES, (running,), PARTS))
     a.cycle()
     ends = [d for d in sink.calls[-1] if isinstance(d, EndReservation)]
     assert [e.name for e in ends] == ["slurm-marl-5"]
@@ -177,7 +158,7 @@ def test_requeued_job_placed_again_where_it_was_is_restarted(tmp_path):
     a.cycle()
     assert any(isinstance(d, Place) for d in sink.calls[-1])
     requeued = pending(1, now + 60, eligible_in=121, restart_count=1)
-    a.source = Source(ClusterSnapshot(now + 60, NODES, (requeued,), PARTS))
+    a.source = FakeClusterSource(ClusterSnapshot(now + 60, NODES, (requeued,), PARTS))
     before = len(sink.calls)
     a.cycle()
     assert len(sink.calls) == before + 1
@@ -224,6 +205,6 @@ def test_fifo_inside_a_queue_keeps_the_first_submit_time_across_a_requeue(tmp_pa
     a.cycle()
     requeued = replace(pending(1, now + 100, eligible_in=121, restart_count=1),
                        submit_time_s=now + 99)
-    a.source = Source(ClusterSnapshot(now + 100, NODES, (requeued,), PARTS))
+    a.source = FakeClusterSource(ClusterSnapshot(now + 100, NODES, (requeued,), PARTS))
     a.cycle()
     assert a.policy.seen[-1].job(1).submit_time_s == now - 5

@@ -30,19 +30,14 @@ from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Release, Reserve, SetPriority)
-from slurm_marl.slurm_integration.marker import parse_marker
-from slurm_marl.slurm_integration.sink import requested_gpu_fields, user_gpu_request
-from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
-from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
+from slurm_marl.slurm_integration.marker import (parse_marker, requested_gpu_fields,
+                                                 user_gpu_request)
+from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, SlurmError,
+                                                WriteResult, WriteStatus)
+from slurm_marl.slurm_integration.vocabulary import (MAX_PRIORITY, is_agent_reservation,
+                                                     reservation_name, unschedulable)
 
 log = logging.getLogger(__name__)
-
-RESERVATION_PREFIX = "slurm-marl-"
-MAX_PRIORITY = 4_294_967_293  # Slurm's job priority is a uint32 below NO_VAL
-# Pending reasons that mean the job cannot run whatever the agent writes.
-_UNSCHEDULABLE_REASONS = ("JobHeld", "Dependency", "DependencyNeverSatisfied", "BadConstraints",
-                          "PartitionDown", "PartitionInactive", "InvalidAccount", "InvalidQOS",
-                          "ReqNodeNotAvail, UnavailableNodes")
 
 
 @dataclass
@@ -89,8 +84,8 @@ def partition_view(snap: ClusterSnapshot, partition: str) -> ClusterSnapshot:
 
 
 class Agent:
-    def __init__(self, config: Config, source, sink, store: Store, policy,
-                 metrics=None, clock=time.time) -> None:
+    def __init__(self, config: Config, source: ClusterSource, sink: DecisionSink,
+                 store: Store, policy, metrics=None, clock=time.time) -> None:
         self.config = config
         self.source = source
         self.sink = sink
@@ -314,7 +309,7 @@ class Agent:
         keep = []
         for j in view.jobs:
             if j.is_pending:
-                if j.left_to_slurm or j.pending_reason.startswith(_UNSCHEDULABLE_REASONS):
+                if j.left_to_slurm or unschedulable(j.pending_reason):
                     continue
                 marker = parse_marker(j.admin_comment)
                 if j.required_nodes:
@@ -376,7 +371,7 @@ class Agent:
             if isinstance(d, Place):
                 if not job.is_pending:
                     continue
-                name = f"{RESERVATION_PREFIX}{job.job_id}"
+                name = reservation_name(job.job_id)
                 if not d.start_now and written.get((job.job_id, "place")) != _place_key(d):
                     advice.append(d)
                 if d.start_now:
@@ -464,7 +459,7 @@ class Agent:
         known = self.store.active_reservations()
         for job in snap.jobs:
             name = job.reservation
-            if name and name.startswith(RESERVATION_PREFIX) and name not in known:
+            if is_agent_reservation(name) and name not in known:
                 self.store.add_reservation(name, job.job_id, ",".join(job.required_nodes),
                                            snap.time_s)
 
@@ -473,6 +468,7 @@ def build_agent(config: Config, metrics=None) -> Agent:
     """The agent wired to real Slurm, its store and the configured policy profile."""
     from slurm_marl.policy.framework import build_policy
     from slurm_marl.policy.profile import load_profile
+    from slurm_marl.slurm_integration.runner import SlurmRunner
     from slurm_marl.slurm_integration.sink import CliDecisionSink
     from slurm_marl.slurm_integration.source import CliClusterSource
 

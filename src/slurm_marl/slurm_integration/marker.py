@@ -13,11 +13,17 @@ list is its own pin, free to change, and not the user's constraint. Markers writ
 constraint).
 
 The marker is appended after any text an admin put there, separated by ``|``.
+
+What a marker says about a job's GPU request (``user_gpu_request``, ``requested_gpu_fields``)
+is read here too: the daemon decides with it, the sink writes with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from slurm_marl.domain import Job
+from slurm_marl.slurm_integration import gres as G
 
 PREFIX = "slurm-marl:v1"
 
@@ -63,3 +69,28 @@ def with_marker(admin_comment: str | None, marker: Marker) -> str:
         tail = ("|" + rest[1]) if len(rest) > 1 else ""
         text = (text[:start] + tail).strip("|")
     return f"{text}|{marker.render()}" if text else marker.render()
+
+
+def user_gpu_request(job: Job) -> tuple[int, str | None]:
+    """(GPU count, GPU type or None) the user asked for: from the gate's marker, else what
+    the job asks now (then a type already there counts as the user's)."""
+    marker = parse_marker(job.admin_comment)
+    if marker is not None:
+        per_node, bad1 = G.parse_gpu_request(marker.tres_per_node)
+        per_job, bad2 = G.parse_gpu_request(marker.tres_per_job)
+        if not (bad1 or bad2) and (per_node or per_job):
+            total = (G.total_gpus(per_node) * max(1, job.node_count) + G.total_gpus(per_job))
+            return total, G.single_type(per_node + per_job)
+    return job.num_gpus, job.gpu_type
+
+
+def requested_gpu_fields(marker: Marker) -> dict[str, str]:
+    """The marker's request fields that ask for GPUs (readable, more than 0): what a job
+    emptied by an old half-done re-pin gets back. Empty for ``--gres=gpu:0``."""
+    fields = {}
+    for key, value in (("TresPerNode", marker.tres_per_node),
+                       ("TresPerJob", marker.tres_per_job)):
+        reqs, bad = G.parse_gpu_request(value)
+        if value and not bad and G.total_gpus(reqs) > 0:
+            fields[key] = value
+    return fields

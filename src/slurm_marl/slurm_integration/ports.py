@@ -1,12 +1,29 @@
-"""The two interfaces the rest of slurm-marl sees of Slurm (ports, in the adapters sense)."""
+"""The two interfaces the rest of slurm-marl sees of Slurm (ports, in the adapters sense),
+and the errors that cross them.
+
+- ``ClusterSource``: what Slurm holds now, as a ``ClusterSnapshot``. A failed read raises a
+  ``SlurmError`` (``SlurmUnavailable`` when slurmctld does not answer, ``SlurmOutputError``
+  when an answer cannot be read); the daemon logs it and tries again at the next cycle.
+- ``DecisionSink``: carries decisions out and answers one ``WriteResult`` per decision;
+  a bad job, a refusal or an unreachable controller is a result, never an exception.
+
+The adapters over Slurm's CLIs are ``source.CliClusterSource`` and ``sink.CliDecisionSink``;
+the tests share one fake of each (``tests/fakes.py``). The errors are defined with the code
+that raises them (``runner``) and re-exported here, so that a user of the ports needs this
+module only.
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from slurm_marl.domain import ClusterSnapshot, Decision
+from slurm_marl.slurm_integration.runner import SlurmError, SlurmOutputError, SlurmUnavailable
+
+__all__ = ["ClusterSource", "DecisionSink", "SlurmError", "SlurmOutputError",
+           "SlurmUnavailable", "WriteResult", "WriteStatus"]
 
 
 class WriteStatus(str, enum.Enum):
@@ -29,14 +46,26 @@ class WriteResult:
         return self.status in (WriteStatus.OK, WriteStatus.SKIPPED)
 
 
+@runtime_checkable
 class ClusterSource(Protocol):
     def snapshot(self) -> ClusterSnapshot:
-        """The cluster now. Raises SlurmUnavailable when the controller does not answer."""
-        ...
+        """The cluster now. Raises SlurmUnavailable when the controller does not answer,
+        SlurmOutputError when an answer cannot be read, SlurmError when a read fails
+        otherwise."""
+        raise NotImplementedError
 
 
+@runtime_checkable
 class DecisionSink(Protocol):
     def apply(self, decisions: list[Decision],
               snapshot: ClusterSnapshot | None = None) -> list[WriteResult]:
-        """Carry decisions out; one result per decision, never raises for one bad job."""
-        ...
+        """Carry decisions out; one result per decision, never raises for one bad job.
+        ``snapshot`` is the cluster the decisions were made on (jobs' current requests)."""
+        raise NotImplementedError
+
+    def repair_half_done(self, snapshot: ClusterSnapshot) -> list[int]:
+        """Give pending marked jobs whose GPU request a half-done re-pin emptied (by an
+        older agent) their original request back; the ids of the jobs repaired. The daemon
+        calls it after every snapshot unless in shadow mode; a failed repair is logged and
+        tried again later, never raised."""
+        raise NotImplementedError

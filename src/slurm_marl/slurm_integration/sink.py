@@ -35,10 +35,12 @@ from collections.abc import Callable
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration import gres as G
-from slurm_marl.slurm_integration.marker import Marker, parse_marker, with_marker
+from slurm_marl.slurm_integration.marker import (Marker, parse_marker, requested_gpu_fields,
+                                                 user_gpu_request, with_marker)
 from slurm_marl.slurm_integration.parse import collapse_hosts
-from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
+from slurm_marl.slurm_integration.ports import DecisionSink, WriteResult, WriteStatus
 from slurm_marl.slurm_integration.runner import CommandResult, SlurmRunner, looks_unavailable
+from slurm_marl.slurm_integration.vocabulary import reservation_name
 
 log = logging.getLogger(__name__)
 
@@ -95,31 +97,6 @@ def _other_field(field: str) -> str:
     return "TresPerNode" if field == "TresPerJob" else "TresPerJob"
 
 
-def user_gpu_request(job: Job) -> tuple[int, str | None]:
-    """(GPU count, GPU type or None) the user asked for: from the gate's marker, else what
-    the job asks now (then a type already there counts as the user's)."""
-    marker = parse_marker(job.admin_comment)
-    if marker is not None:
-        per_node, bad1 = G.parse_gpu_request(marker.tres_per_node)
-        per_job, bad2 = G.parse_gpu_request(marker.tres_per_job)
-        if not (bad1 or bad2) and (per_node or per_job):
-            total = (G.total_gpus(per_node) * max(1, job.node_count) + G.total_gpus(per_job))
-            return total, G.single_type(per_node + per_job)
-    return job.num_gpus, job.gpu_type
-
-
-def requested_gpu_fields(marker: Marker) -> dict[str, str]:
-    """The marker's request fields that ask for GPUs (readable, more than 0): what a job
-    emptied by an old half-done re-pin gets back. Empty for ``--gres=gpu:0``."""
-    fields = {}
-    for key, value in (("TresPerNode", marker.tres_per_node),
-                       ("TresPerJob", marker.tres_per_job)):
-        reqs, bad = G.parse_gpu_request(value)
-        if value and not bad and G.total_gpus(reqs) > 0:
-            fields[key] = value
-    return fields
-
-
 def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
                  ) -> tuple[dict[str, str], str]:
     """The fields of the ONE update that narrows ``job``'s GPU request to the group chosen
@@ -153,7 +130,7 @@ def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
     return {_other_field(field): "", field: request, "NumNodes": "1-1"}, ""
 
 
-class CliDecisionSink:
+class CliDecisionSink(DecisionSink):
     """Writes decisions with ``scontrol``; see the module docstring for the protocol."""
 
     def __init__(self, runner: SlurmRunner, retries: int = 2, backoff_s: float = 0.3,
@@ -413,7 +390,7 @@ class CliDecisionSink:
     def _reserve(self, d: Reserve, snapshot: ClusterSnapshot | None) -> WriteResult:
         cmds: list[str] = []
         job = snapshot.job(d.job_id) if snapshot is not None else None
-        name = d.name or f"slurm-marl-{d.job_id}"
+        name = d.name or reservation_name(d.job_id)
         seconds = max(10, math.ceil(d.duration_s))
         users = job.user if job is not None and job.user else "root"
         nodes = collapse_hosts(d.nodes)
@@ -438,7 +415,7 @@ class CliDecisionSink:
 
     def _end_reservation(self, d: EndReservation) -> WriteResult:
         cmds: list[str] = []
-        name = d.name or f"slurm-marl-{d.job_id}"
+        name = d.name or reservation_name(d.job_id)
         res = self._run(["scontrol", "delete", f"ReservationName={name}"], cmds)
         if not res.ok and classify(res) is WriteStatus.REFUSED:
             # In use by a running job: end it now, the job keeps running.

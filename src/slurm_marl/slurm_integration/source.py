@@ -7,12 +7,13 @@ import time
 
 from slurm_marl.domain import ClusterSnapshot
 from slurm_marl.slurm_integration import parse as P
+from slurm_marl.slurm_integration.ports import ClusterSource
 from slurm_marl.slurm_integration.runner import SlurmRunner
 
 log = logging.getLogger(__name__)
 
 
-class CliClusterSource:
+class CliClusterSource(ClusterSource):
     """Reads ``squeue --json``, ``sinfo --json``, ``scontrol show partition`` and
     ``scontrol show topology``: four calls, whatever the number of jobs and nodes.
 

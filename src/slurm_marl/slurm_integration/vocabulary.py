@@ -1,0 +1,34 @@
+"""Slurm's own words as the agent reads and writes them (Slurm 22.05): names, ranges and
+strings that mean something only to Slurm. The daemon decides; what its decisions look like
+in Slurm is spelled here. The AdminComment marker has its own module (``marker``).
+"""
+
+from __future__ import annotations
+
+# Reservations the agent creates for a waiting multi-node job: ``slurm-marl-<jobid>``. Any
+# reservation named so is the agent's own (one left by a crash is adopted at start-up).
+RESERVATION_PREFIX = "slurm-marl-"
+
+# Slurm's job priority is a uint32 below NO_VAL; the agent writes at most this.
+MAX_PRIORITY = 4_294_967_293
+
+# Pending reasons that mean the job cannot run whatever the agent writes (prefixes: Slurm
+# also says e.g. JobHeldUser, JobHeldAdmin).
+UNSCHEDULABLE_REASONS = ("JobHeld", "Dependency", "DependencyNeverSatisfied", "BadConstraints",
+                         "PartitionDown", "PartitionInactive", "InvalidAccount", "InvalidQOS",
+                         "ReqNodeNotAvail, UnavailableNodes")
+
+
+def reservation_name(job_id: int) -> str:
+    """The name of the agent's reservation for ``job_id``."""
+    return f"{RESERVATION_PREFIX}{job_id}"
+
+
+def is_agent_reservation(name: str | None) -> bool:
+    """Whether a reservation with this name is one the agent creates."""
+    return bool(name) and name.startswith(RESERVATION_PREFIX)
+
+
+def unschedulable(pending_reason: str) -> bool:
+    """Whether a pending job's reason says it cannot run whatever the agent writes."""
+    return pending_reason.startswith(UNSCHEDULABLE_REASONS)
