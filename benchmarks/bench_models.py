@@ -12,6 +12,13 @@ depend on the weights):
   64-GPU, 2-partition evaluation cluster.
 
 Run: ``python benchmarks/bench_models.py`` (``--quick`` skips the 10,000-node case).
+
+``--encoder-vs REV`` instead measures the hierarchical encoder of this checkout against the
+one of ``src/slurm_marl/models/gnn.py`` at git revision ``REV`` (loaded with ``git show``),
+with the same weights, side by side: forward (inference) and forward + backward (training)
+at 2,000 and 10,000 nodes, and at the PPO minibatch shape (the 64-GPU training cluster,
+batch 128), old and new alternating, several rounds; it checks first that both give the
+same embeddings.
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import subprocess
 import sys
 import time
+import types
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -200,13 +210,112 @@ def bench_training(repeat: int) -> dict:
             "ppo_minibatch_update_ms (128 decisions)": round(update_ms, 1)}
 
 
+def encoder_module_at(rev: str) -> types.ModuleType:
+    """``slurm_marl.models.gnn`` as it was at git revision ``rev``."""
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(["git", "-C", str(root), "show",
+                             f"{rev}:src/slurm_marl/models/gnn.py"],
+                            capture_output=True, text=True, check=True).stdout
+    module = types.ModuleType(f"gnn_at_{rev}")
+    exec(compile(source, f"{rev}:src/slurm_marl/models/gnn.py", "exec"), module.__dict__)
+    return module
+
+
+def _encoder_inputs(snap, agents, batch: int = 0):
+    """(new encoders of an untrained policy, [(x, parent)] per agent) for ``snap``."""
+    ckpt = model_parts(agents)
+    observer = Observer(ckpt.interference, ckpt.config.agents)
+    cyc = observer.cycle(snap)
+    top = observer.topology
+    data = []
+    for name in top.views:
+        x = cyc.x[name]
+        if batch:
+            x = {lvl: torch.stack([v] * batch) for lvl, v in x.items()}
+        data.append((x, top.views[name].parent))
+    return [agent.encoder for agent in ckpt.policy.agents], data
+
+
+def bench_encoder_vs(rev: str, cases, rounds: int, inner: int = 5) -> list[dict]:
+    """Old (``rev``) vs new encoder, same weights: per case and mode the median over
+    ``rounds`` of the fastest of ``inner`` calls, old and new alternating (the order flips
+    every round)."""
+    old_module = encoder_module_at(rev)
+    rows = []
+    for label, snap, agents, batch in cases:
+        new, data = _encoder_inputs(snap, agents, batch)
+        old = []
+        for enc in new:
+            o = old_module.HierarchicalEncoder(enc.dims, enc.hidden)
+            o.load_state_dict(enc.state_dict())          # strict: same keys and shapes
+            old.append(o)
+        with torch.no_grad():
+            for o, n, (x, parent) in zip(old, new, data):
+                a, b = o(x, parent), n(x, parent)
+                for lvl in a:
+                    assert torch.allclose(a[lvl], b[lvl], atol=1e-6), (label, lvl)
+
+        def forward(encoders):
+            with torch.no_grad():
+                for enc, (x, parent) in zip(encoders, data):
+                    enc(x, parent)
+
+        def forward_backward(encoders):
+            loss = 0.0
+            for enc, (x, parent) in zip(encoders, data):
+                h = enc(x, parent)
+                loss = loss + h["gpu_group"].sum() + h["node"].sum()
+            loss.backward()
+
+        for mode, fn in (("forward", forward), ("forward+backward", forward_backward)):
+            times: dict[str, list[float]] = {"old": [], "new": []}
+            for r in range(rounds):
+                for which in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                    encoders = old if which == "old" else new
+                    fn(encoders)                                    # warm-up
+                    best = float("inf")
+                    for _ in range(inner):
+                        t0 = time.perf_counter()
+                        fn(encoders)
+                        best = min(best, time.perf_counter() - t0)
+                    times[which].append(best * 1000)
+            o_ms, n_ms = statistics.median(times["old"]), statistics.median(times["new"])
+            ratios = [n / o for o, n in zip(times["old"], times["new"])]
+            rows.append({"case": label, "mode": mode, "old_ms": round(o_ms, 2),
+                         "new_ms": round(n_ms, 2), "new/old": round(n_ms / o_ms, 3),
+                         "per_round_new/old": f"{min(ratios):.2f}-{max(ratios):.2f}"})
+    return rows
+
+
+def encoder_cases(quick: bool):
+    """(label, snapshot, agents, batch): the two cluster sizes of ``bench_encoding`` with
+    one observation (inference), and the PPO minibatch shape: 8 nodes x 8 GPUs in two
+    partitions (shaped like ``bench_training``'s cluster), 128 observations."""
+    cases = [("2,000 nodes", cluster_snapshot(2000), ("p0", "p1"), 0)]
+    if not quick:
+        cases.append(("10,000 nodes", cluster_snapshot(10_000), ("p0", "p1"), 0))
+    small = synthetic_snapshot(8, busy_fraction=0.5, seed=0, gpus_per_node=8, sockets=2,
+                               nodes_per_leaf=2, leaves_per_spine=2, partitions=2)
+    cases.append(("64 GPUs x batch 128", small, ("p0", "p1"), 128))
+    return cases
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip 10,000 nodes")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--encoder-vs", metavar="REV",
+                        help="only compare the encoder with gnn.py at git revision REV")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="--encoder-vs: alternating rounds per case and mode")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    if args.encoder_vs:
+        cases = encoder_cases(args.quick)
+        for row in bench_encoder_vs(args.encoder_vs, cases, args.rounds):
+            print(row)
+        return 0
     enc = bench_encoding(2000, args.repeat)
     print({k: v for k, v in enc.items() if not k.startswith("_")})
     for row in bench_decision(enc, args.repeat):
