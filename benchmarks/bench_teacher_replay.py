@@ -37,7 +37,7 @@ def main() -> None:
     from slurm_marl.sim.run import simulate
     from slurm_marl.train.cli import _load_cluster_and_jobs
     from slurm_marl.train.env import PlacementEnv
-    from slurm_marl.train.ppo import run_episodes
+    from slurm_marl.train.acting import run_episodes
 
     model = InterferenceModel.load(args.reward_model)
     cluster, (jobs,) = _load_cluster_and_jobs(args.trace, [args.window], args.cluster)

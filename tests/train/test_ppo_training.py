@@ -11,9 +11,9 @@ import torch
 from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
 from slurm_marl.models.policy import PlacementPolicy
 from slurm_marl.train.env import PlacementEnv
+from slurm_marl.train.acting import greedy_chooser, random_chooser, run_episodes
 from slurm_marl.train.ppo import (PPOConfig, Transition, act, compute_gae, epsilon_at,
-                                  exploration_mix,
-                                  greedy_chooser, random_chooser, run_episodes, train)
+                                  exploration_mix, gae, rollout, train)
 from train_helpers import tiny_workload
 
 
@@ -27,6 +27,42 @@ def test_gae_per_agent_and_episode():
     # agent a, episode 0: returns 1 + 0.5 * 2 = 2 and 2; b alone: 0; episode 1 separate
     assert [t.ret for t in ts] == pytest.approx([2.0, 0.0, 2.0, 1.0])
     assert ts[0].advantage == pytest.approx(1.5)
+
+
+def test_gae_bootstraps_truncated_episodes_from_the_last_value():
+    # two episodes in one sequence: steps 0-1 cut off after step 1, steps 2-3 run to the end
+    adv, ret = gae(rewards=[1.0, 2.0, 0.5, 1.0], values=[0.5, 1.0, 0.25, 0.5],
+                   dones=[False, True, False, True], truncations=[False, True, False, False],
+                   gamma=0.5, lam=0.5)
+    # t=3 terminal: 1 - 0.5; t=2: 0.5 + 0.5*0.5 - 0.25 = 0.5, + 0.25*0.5
+    # t=1 truncated: 2 + 0.5*V(s_1)=1.0 - 1.0 = 1.5 (not 2 - 1 = 1); t=0: 1 + 0.5 - 0.5 + 0.25*1.5
+    assert adv == [1.375, 1.5, 0.625, 0.5]
+    assert ret == [1.875, 2.5, 0.875, 1.0]
+
+
+def test_compute_gae_bootstraps_each_agents_last_decision_of_a_truncated_episode():
+    ts = [_t("a", 1.0, 0.5), _t("b", 0.0, 0.25), _t("a", 2.0, 1.0), _t("a", 1.0, 0.25, 1)]
+    ts[1].truncated = ts[2].truncated = True      # episode 0 was cut off; episode 1 ended
+    compute_gae(ts, gamma=0.5, lam=0.5)
+    assert [t.advantage for t in ts] == [1.375, -0.125, 1.5, 0.75]
+    assert [t.ret for t in ts] == [1.875, 0.125, 2.5, 1.0]
+
+
+def test_rollout_marks_each_agents_last_decision_of_a_truncated_episode(
+        tiny_cluster, tiny_interference):
+    torch.manual_seed(0)
+    policy = PlacementPolicy(policy_config(tiny_interference, ("a", "b"), "multi"))
+    gen, rng = torch.Generator().manual_seed(0), random.Random(0)
+    for max_steps, want in ((5, True), (0, False)):
+        env = PlacementEnv(tiny_cluster, [tiny_workload(12, 1)], tiny_interference,
+                           max_steps=max_steps)
+        ts, _ = rollout(policy, env, 1, 0.0, gen, rng, 0)
+        env.close()
+        assert (len(ts) == 5) if max_steps else (len(ts) > 5)
+        last = {t.agent: i for i, t in enumerate(ts)}
+        assert sorted(last) == ["a", "b"]
+        assert [t.truncated for t in ts] == [want and i in last.values()
+                                             for i in range(len(ts))]
 
 
 def test_epsilon_decays_from_start_to_end():

@@ -10,6 +10,10 @@ own summary (mean of its node embeddings) and the mean of the other agents' summ
 Action ``a`` of an agent with ``G`` groups: ``0..G-1`` a group (local order), ``G`` defer.
 Invalid actions are masked; ``masked_softmax`` never yields NaN, even for rows where every
 action is masked (it returns zeros there).
+
+``PlacementPolicy.act`` is the one forward pass from encoded observations to an agent's
+masked action distribution and value (``ActOutput``): the learned plugin, PPO's rollouts and
+updates and the trainer's greedy evaluation all call it.
 """
 
 from __future__ import annotations
@@ -50,6 +54,30 @@ def masked_entropy(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     p = masked_softmax(logits, mask)
     logp = masked_log_softmax(logits, mask)
     return -torch.where(mask.bool(), p * logp, torch.zeros_like(p)).sum(-1)
+
+
+@dataclass
+class ActOutput:
+    """An agent's forward pass on a batch (or on one observation, unbatched): ``logits``
+    ``[..., G + 1]`` (defer last), the action ``mask`` and the critic's ``value`` ``[...]``."""
+
+    logits: torch.Tensor
+    mask: torch.Tensor
+    value: torch.Tensor
+
+    def probs(self) -> torch.Tensor:
+        """The masked action distribution (what greedy and sampled actions come from)."""
+        return masked_softmax(self.logits, self.mask)
+
+    def log_probs(self) -> torch.Tensor:
+        return masked_log_softmax(self.logits, self.mask)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """Log-probability of ``actions`` (one per row)."""
+        return self.log_probs().gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return masked_entropy(self.logits, self.mask)
 
 
 @dataclass(frozen=True)
@@ -165,11 +193,27 @@ class PlacementPolicy(nn.Module):
             return torch.zeros_like(summaries[name])
         return torch.stack(others).mean(0)
 
+    def act(self, name: str, encoded: tuple[Mapping[str, torch.Tensor],
+                                            Mapping[str, torch.Tensor]],
+            inp: AgentInput, rows: torch.Tensor | slice | None = None) -> ActOutput:
+        """Agent ``name``'s forward pass for the jobs in ``inp`` (``job``, ``live``,
+        ``mask``): its heads on ``encoded`` (``encode``'s group embeddings and summaries of
+        every agent, which may be cached across jobs of one snapshot), hearing the other
+        agents' mean summary. ``rows`` picks the batch rows of ``encoded`` that ``inp``
+        holds (all when None)."""
+        groups, summaries = encoded
+        own, others = summaries[name], self.others_summary(summaries, name)
+        mine = groups[name]
+        if rows is not None:
+            mine, own, others = mine[rows], own[rows], others[rows]
+        logits, value = self.agents[self.index[name]].heads(mine, own, others, inp)
+        return ActOutput(logits, inp.mask, value)
+
     def forward(self, inputs: Mapping[str, AgentInput]
                 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        groups, summaries = self.encode(inputs)
+        encoded = self.encode(inputs)
         out = {}
         for name, inp in inputs.items():
-            out[name] = self.agents[self.index[name]].heads(
-                groups[name], summaries[name], self.others_summary(summaries, name), inp)
+            step = self.act(name, encoded, inp)
+            out[name] = step.logits, step.value
         return out

@@ -5,17 +5,21 @@
    probability epsilon (decaying) the *job-aware exploration* takes the bin-packing choice
    (best-fit consolidation, preferred for multi-GPU jobs) or the load-balancing choice
    (spread, preferred for 1-GPU jobs) instead, or, when every placement on offer is poor
-   for this job (predicted below 80% of its ideal speed), waits. The behaviour probability of the taken
-   action, ``(1 - eps) pi(a) + eps mix(a)``, is stored so PPO's ratio is a true importance
-   weight.
+   for this job (predicted below 80% of its ideal speed), waits. The behaviour probability
+   of the taken action, ``(1 - eps) pi(a) + eps mix(a)``, is stored so PPO's ratio is a
+   true importance weight.
 2. Rewards come from the interference model (the environment computes them).
-3. Advantages: GAE per agent over its own decisions in an episode.
+3. Advantages: GAE per agent over its own decisions in an episode. An episode cut off
+   (truncated, the environment's ``max_steps``) rather than run to its end bootstraps from
+   the value of each agent's last observation instead of 0.
 4. Update: PPO clipped surrogate + value loss - entropy bonus, several epochs of
    minibatches over the new rollout plus the last ``replay`` rollouts kept in a FIFO replay
    buffer (experience replay, Harmony).
 5. Log a CSV row per update, checkpoint (``LearnedCheckpoint`` + optimiser and RNG state, so
    a run resumes where it stopped), and every ``eval_every`` updates evaluate the greedy
-   policy on a validation window in the simulator (average JCT).
+   policy on a validation window in the simulator (average JCT). The run's files are
+   ``train/run_dir.py``'s; the forward pass is ``PlacementPolicy.act`` (as at inference),
+   fed by ``train/acting.py``, which also has the greedy and random choosers.
 
 Imitation warm start (optional, ``imitate_updates``): the first updates clone a teacher
 heuristic (the environment's ``teacher_action``, by default ``las-lif``'s least-interference
@@ -34,30 +38,23 @@ cluster, the partition only restricting its mask.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import random
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
+from slurm_marl.models.checkpoint import policy_config
 from slurm_marl.models.interference import InterferenceModel
-from slurm_marl.models.policy import (AgentInput, PlacementPolicy, masked_entropy,
-                                      masked_log_softmax, masked_softmax)
 from slurm_marl.models.observe import LIVE_FEATURES
+from slurm_marl.models.policy import AgentInput, PlacementPolicy
+from slurm_marl.train.acting import act_on_step, agent_inputs, step_xs
 from slurm_marl.train.env import PlacementEnv
-
-CSV_COLUMNS = ["update", "env_steps", "episodes", "wall_s", "epsilon", "episode_reward",
-               "step_reward", "defer_rate", "train_avg_jct_s", "policy_loss", "value_loss",
-               "entropy", "approx_kl", "clipfrac", "phase", "teacher_agreement",
-               "imitation_loss", "eval_avg_jct_s"]
+from slurm_marl.train.run_dir import RunDir, TrainState, env_extra, update_row
 
 
 @dataclass
@@ -97,18 +94,9 @@ class Transition:
     reward: float
     episode: int
     teacher: int = -1            # the teacher's action here (-1: none)
+    truncated: bool = False      # the agent's last decision in an episode that was cut off
     advantage: float = 0.0
     ret: float = 0.0
-
-
-@dataclass
-class TrainState:
-    update: int = 0
-    env_steps: int = 0
-    episodes: int = 0
-    wall_s: float = 0.0
-    best_eval_jct_s: float | None = None
-    history: list = field(default_factory=list)
 
 
 def epsilon_at(update: int, cfg: PPOConfig) -> float:
@@ -129,28 +117,41 @@ def exploration_mix(job_log2_gpus: float, poor: bool) -> tuple[float, float, flo
 POOR_SPEED = 0.8
 
 
+def gae(rewards: Sequence[float], values: Sequence[float], dones: Sequence[bool],
+        truncations: Sequence[bool], gamma: float, lam: float
+        ) -> tuple[list[float], list[float]]:
+    """(advantages, returns) of a sequence of steps, CleanRL's loop. ``dones[t]``: the
+    episode ended after step ``t``; ``truncations[t]``: it was cut off there rather than
+    run to its end, so step ``t`` bootstraps from the value of the last observation,
+    ``values[t]`` (the environment hands no later one: ``PlacementEnv`` ends a truncated
+    episode with idle observations, whose job the critic never sees in training), instead
+    of 0. The last step ends the sequence."""
+    n = len(rewards)
+    adv = [0.0] * n
+    last = 0.0
+    for t in reversed(range(n)):
+        if t == n - 1 or dones[t]:
+            next_value, last = (values[t] if truncations[t] else 0.0), 0.0
+        else:
+            next_value = values[t + 1]
+        delta = rewards[t] + gamma * next_value - values[t]
+        last = delta + gamma * lam * last
+        adv[t] = last
+    return adv, [a + v for a, v in zip(adv, values)]
+
+
 def compute_gae(transitions: list[Transition], gamma: float, lam: float) -> None:
-    """In place: advantage and return of each transition, per agent and episode."""
+    """In place: advantage and return of each transition, per agent and episode (an agent's
+    decisions in one episode are one sequence; ``truncated`` marks a cut-off end)."""
     by_key: dict[tuple, list[Transition]] = {}
     for t in transitions:
         by_key.setdefault((t.episode, t.agent), []).append(t)
     for seq in by_key.values():
-        gae, next_value = 0.0, 0.0
-        for t in reversed(seq):
-            delta = t.reward + gamma * next_value - t.value
-            gae = delta + gamma * lam * gae
-            t.advantage, t.ret = gae, gae + t.value
-            next_value = t.value
-
-
-def _inputs(env: PlacementEnv, batch: list[Transition]) -> dict[str, AgentInput]:
-    """Every agent's level tensors for the batch (for the summary exchange); job, live and
-    mask are filled where the agent acted and zero elsewhere."""
-    out = {}
-    for agent, view in env.views.items():
-        x = {lvl: torch.stack([t.x[agent][lvl] for t in batch]) for lvl in view.rows}
-        out[agent] = AgentInput(x=x, parent=view.parent, job=None, live=None, mask=None)
-    return out
+        adv, ret = gae([t.reward for t in seq], [t.value for t in seq],
+                       [False] * (len(seq) - 1) + [True], [t.truncated for t in seq],
+                       gamma, lam)
+        for t, a, r in zip(seq, adv, ret):
+            t.advantage, t.ret = a, r
 
 
 def teacher_prob_at(update: int, cfg: PPOConfig) -> float:
@@ -170,8 +171,7 @@ def evaluate_batch(policy: PlacementPolicy, env: PlacementEnv, batch: list[Trans
                    actions: list[int] | None = None):
     """(log-prob of the taken actions, or of ``actions``, entropy, value), in batch
     order."""
-    inputs = _inputs(env, batch)
-    groups, summaries = policy.encode(inputs)
+    encoded = policy.encode(agent_inputs(env, [t.x for t in batch]))
     logp = torch.zeros(len(batch))
     ent = torch.zeros(len(batch))
     value = torch.zeros(len(batch))
@@ -184,15 +184,12 @@ def evaluate_batch(policy: PlacementPolicy, env: PlacementEnv, batch: list[Trans
                          job=torch.stack([batch[i].job for i in idx]),
                          live=torch.stack([batch[i].live for i in idx]),
                          mask=torch.stack([batch[i].mask for i in idx]))
-        net = policy.agents[policy.index[agent]]
-        logits, v = net.heads(groups[agent][sel], summaries[agent][sel],
-                              policy.others_summary(summaries, agent)[sel], inp)
+        out = policy.act(agent, encoded, inp, rows=sel)
         chosen = torch.tensor([(actions[i] if actions is not None else batch[i].action)
                                for i in idx])
-        lp = masked_log_softmax(logits, inp.mask).gather(1, chosen[:, None]).squeeze(1)
-        logp = logp.index_put((sel,), lp)
-        ent = ent.index_put((sel,), masked_entropy(logits, inp.mask))
-        value = value.index_put((sel,), v)
+        logp = logp.index_put((sel,), out.log_prob(chosen))
+        ent = ent.index_put((sel,), out.entropy())
+        value = value.index_put((sel,), out.value)
     return logp, ent, value
 
 
@@ -202,18 +199,8 @@ def act(policy: PlacementPolicy, env: PlacementEnv, infos: dict, eps: float,
     """(agent, action, behaviour log-prob, value, raw observation, teacher's action,
     whether the policy's most probable action is the teacher's) for the active agent.
     With ``teacher_prob`` the teacher acts (imitation phase; no exploration then)."""
-    active = next(a for a, i in infos.items() if i["active"])
-    raw = infos[active]["raw"]
-    probe = Transition(active, {a: infos[a]["raw"].x for a in env.views}, raw.job, raw.live,
-                       raw.mask, 0, 0.0, 0.0, 0.0, 0)
-    inputs = _inputs(env, [probe])
-    groups, summaries = policy.encode(inputs)
-    net = policy.agents[policy.index[active]]
-    inp = AgentInput(x=None, parent=None, job=raw.job[None], live=raw.live[None],
-                     mask=raw.mask[None])
-    logits, value = net.heads(groups[active], summaries[active],
-                              policy.others_summary(summaries, active), inp)
-    probs = masked_softmax(logits, inp.mask)[0]
+    active, raw, out = act_on_step(policy, env, infos)
+    probs, value = out.probs()[0], out.value
     pack, balance = infos[active]["pack_action"], infos[active]["balance_action"]
     defer = raw.defer_action
     valid = raw.mask[:-1]
@@ -248,18 +235,24 @@ def rollout(policy, env, n_episodes, eps, gen, rng, episode_base, teacher_prob=0
     for k in range(n_episodes):
         _, infos = env.reset()
         defers = steps = agree = labelled = 0
+        truncated, first = False, len(transitions)
         while env.agents:
             agent, action, logp, value, raw, teacher, agrees = act(
                 policy, env, infos, eps, gen, rng, teacher_prob)
-            _, rewards, _, _, infos_next = env.step({agent: action})
+            _, rewards, _, truncations, infos_next = env.step({agent: action})
             transitions.append(Transition(
-                agent, {a: infos[a]["raw"].x for a in env.views}, raw.job, raw.live,
+                agent, step_xs(env, infos), raw.job, raw.live,
                 raw.mask, action, logp, value, rewards[agent], episode_base + k, teacher))
             defers += action == raw.defer_action
             agree += agrees
             labelled += teacher >= 0
             steps += 1
+            truncated = any(truncations.values())
             infos = infos_next
+        if truncated:   # each agent's last decision of the episode bootstraps
+            ends = {t.agent: t for t in transitions[first:]}
+            for t in ends.values():
+                t.truncated = True
         jct = None
         if env.outcome is not None:
             done = [j.finish_s - j.submit_s for j in env.outcome.jobs if j.finish_s is not None]
@@ -347,60 +340,7 @@ def ppo_update(policy, env, optimizer, batch_all: list[Transition], cfg: PPOConf
     return {k: v / max(1, count) for k, v in out.items()}
 
 
-# -- the run: checkpoints, resume, CSV, plot ------------------------------------------------
-
-def _save(out: Path, policy, interference, cfg: PPOConfig, state: TrainState, optimizer,
-          gen: torch.Generator, rng: random.Random, env: PlacementEnv, extra: dict) -> None:
-    training = {"ppo": asdict(cfg), "env_steps": state.env_steps, "update": state.update,
-                "wall_s": round(state.wall_s, 1), **extra}
-    LearnedCheckpoint(policy, interference, training).save(out / "policy.pt")
-    torch.save({"optimizer": optimizer.state_dict(), "torch_rng": gen.get_state()},
-               out / "train_state.pt")
-    doc = {"state": asdict(state), "config": asdict(cfg), "extra": extra,
-           "python_rng": _rng_to_json(rng.getstate()),
-           "env_rng": _rng_to_json(env._rng.getstate())}
-    tmp = out / "train_state.json.tmp"
-    tmp.write_text(json.dumps(doc) + "\n", encoding="utf-8")
-    tmp.replace(out / "train_state.json")
-
-
-def _rng_to_json(state) -> list:
-    return [state[0], list(state[1]), state[2]]
-
-
-def _rng_from_json(doc) -> tuple:
-    return (doc[0], tuple(doc[1]), doc[2])
-
-
-def write_curve(csv_path: Path, png_path: Path, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    rows = list(csv.DictReader(open(csv_path, encoding="utf-8")))
-    if not rows:
-        return
-    steps = [int(r["env_steps"]) for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), dpi=110)
-    axes[0].plot(steps, [float(r["step_reward"]) for r in rows])
-    axes[0].set_xlabel("environment steps")
-    axes[0].set_ylabel("mean reward per decision")
-    axes[0].grid(alpha=0.3)
-    ev = [(s, float(r["eval_avg_jct_s"])) for s, r in zip(steps, rows) if r["eval_avg_jct_s"]]
-    tr = [(s, float(r["train_avg_jct_s"])) for s, r in zip(steps, rows) if r["train_avg_jct_s"]]
-    if ev:   # one fixed validation window: comparable across updates
-        axes[1].plot(*zip(*ev), marker="o", label="validation window (greedy)")
-    elif tr:  # training episodes differ in workload: only a rough trend
-        axes[1].plot(*zip(*tr), alpha=0.6, label="training episodes (sampled)")
-        axes[1].set_yscale("log")
-    axes[1].set_xlabel("environment steps")
-    axes[1].set_ylabel("average JCT (s)")
-    axes[1].grid(alpha=0.3)
-    axes[1].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(png_path)
-    plt.close(fig)
-
+# -- the run ---------------------------------------------------------------------------------
 
 def train(env: PlacementEnv, interference: InterferenceModel, cfg: PPOConfig, out: Path, *,
           resume: bool = False, evaluate: Callable[[Path], float] | None = None,
@@ -408,13 +348,11 @@ def train(env: PlacementEnv, interference: InterferenceModel, cfg: PPOConfig, ou
           progress: Callable[[TrainState, dict], None] | None = None
           ) -> tuple[TrainState, PlacementPolicy]:
     """Train (or resume) into ``out``: policy.pt/json (always at the end), train_state.*,
-    train_log.csv, training_curve.png; returns the final state and policy. ``evaluate(checkpoint_path) -> avg JCT`` runs every
-    ``cfg.eval_every`` updates."""
+    train_log.csv, training_curve.png (``train/run_dir.py``); returns the final state and
+    policy. ``evaluate(checkpoint_path) -> avg JCT`` runs every ``cfg.eval_every``
+    updates."""
     torch.set_num_threads(1)
-    out.mkdir(parents=True, exist_ok=True)
-    extra = {**(extra or {}), "max_defer_s": env.observer.max_defer_s,
-             "defer_only_below": env.observer.defer_only_below,
-             "defer_cost": env.defer_cost, "speed_threshold": env.speed_threshold}
+    run = RunDir(out, cfg, interference, {**(extra or {}), **env_extra(env)})
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -423,28 +361,11 @@ def train(env: PlacementEnv, interference: InterferenceModel, cfg: PPOConfig, ou
     policy = PlacementPolicy(policy_config(interference, agents, env.mode, cfg.hidden))
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
     state = TrainState()
-    csv_path = out / "train_log.csv"
     if resume:
-        if not (out / "train_state.json").is_file():
-            raise FileNotFoundError(f"nothing to resume in {out} (no train_state.json)")
-        ckpt = LearnedCheckpoint.load(out / "policy.pt")
-        if ckpt.config.agents != agents or ckpt.config.mode != env.mode:
-            raise ValueError(f"{out}: the saved run has agents {ckpt.config.agents} "
-                             f"({ckpt.config.mode}); this run has {agents} ({env.mode})")
-        policy = ckpt.policy.train()
+        policy = run.load_policy(agents, env.mode)
         optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
-        saved = torch.load(out / "train_state.pt", weights_only=True)
-        optimizer.load_state_dict(saved["optimizer"])
-        gen.set_state(saved["torch_rng"])
-        doc = json.loads((out / "train_state.json").read_text(encoding="utf-8"))
-        state = TrainState(**doc["state"])
-        rng.setstate(_rng_from_json(doc["python_rng"]))
-        env._rng.setstate(_rng_from_json(doc["env_rng"]))
-    elif csv_path.exists():
-        csv_path.unlink()
-    if not csv_path.exists():
-        with open(csv_path, "w", newline="", encoding="utf-8") as fh:
-            csv.writer(fh).writerow(CSV_COLUMNS)
+        state = run.restore(optimizer, gen, rng, env)
+    run.open_log(resume)
 
     if cfg.imitate_updates and env.teacher is None:
         raise ValueError("imitate_updates needs an environment with a teacher profile")
@@ -469,7 +390,7 @@ def train(env: PlacementEnv, interference: InterferenceModel, cfg: PPOConfig, ou
         if imitating:
             imitation.append(transitions)
             losses = imitation_update(policy, env, optimizer,
-                                      [t for run in imitation for t in run], cfg, gen)
+                                      [t for past in imitation for t in past], cfg, gen)
         else:
             batch = transitions + [t for old in replay for t in old]
             losses = ppo_update(policy, env, optimizer, batch, cfg, gen,
@@ -480,108 +401,20 @@ def train(env: PlacementEnv, interference: InterferenceModel, cfg: PPOConfig, ou
         state.env_steps += len(transitions)
         state.episodes += len(stats)
         state.wall_s += time.perf_counter() - t0
-        jcts = [s["avg_jct_s"] for s in stats if s["avg_jct_s"] is not None]
-        row = {"update": state.update, "env_steps": state.env_steps,
-               "episodes": state.episodes, "wall_s": round(state.wall_s, 2),
-               "epsilon": round(eps, 4),
-               "episode_reward": round(float(np.mean([s["reward"] for s in stats])), 5),
-               "step_reward": round(float(np.mean([t.reward for t in transitions]))
-                                    if transitions else 0.0, 5),
-               "defer_rate": round(sum(s["defers"] for s in stats)
-                                   / max(1, sum(s["steps"] for s in stats)), 4),
-               "train_avg_jct_s": round(float(np.mean(jcts)), 1) if jcts else "",
-               **{k: round(v, 5) for k, v in losses.items()},
-               "phase": "imitate" if imitating else "ppo",
-               "teacher_agreement": (round(sum(s["agree"] for s in stats)
-                                           / sum(s["labelled"] for s in stats), 4)
-                                     if sum(s["labelled"] for s in stats) else ""),
-               "eval_avg_jct_s": ""}
+        row = update_row(state, eps, stats, [t.reward for t in transitions], losses,
+                         imitating)
         last = state.update == cfg.updates
         if evaluate is not None and cfg.eval_every and (state.update % cfg.eval_every == 0
                                                         or last):
             policy.eval()
-            _save(out, policy, interference, cfg, state, optimizer, gen, rng, env, extra)
-            jct = evaluate(out / "policy.pt")
-            row["eval_avg_jct_s"] = round(jct, 1)
-            if state.best_eval_jct_s is None or jct < state.best_eval_jct_s:
-                state.best_eval_jct_s = jct
-                LearnedCheckpoint(policy, interference, {
-                    "ppo": asdict(cfg), "env_steps": state.env_steps,
-                    "update": state.update, "wall_s": round(state.wall_s, 1),
-                    "eval_avg_jct_s": round(jct, 1), **extra}).save(out / "best.pt")
+            run.save(state, policy, optimizer, gen, rng, env)
+            run.record_eval(state, policy, evaluate(run.checkpoint), row)
         state.history.append(row)
         if last or row["eval_avg_jct_s"] != "" or (
                 cfg.checkpoint_every and state.update % cfg.checkpoint_every == 0):
-            _save(out, policy, interference, cfg, state, optimizer, gen, rng, env, extra)
-        with open(csv_path, "a", newline="", encoding="utf-8") as fh:
-            csv.DictWriter(fh, CSV_COLUMNS).writerow(row)
+            run.save(state, policy, optimizer, gen, rng, env)
+        run.append(row)
         if progress is not None:
             progress(state, row)
-    write_curve(csv_path, out / "training_curve.png",
-                f"{env.mode}-agent PPO on {env.cluster.spec} ({env.strength})")
+    run.finish(f"{env.mode}-agent PPO on {env.cluster.spec} ({env.strength})")
     return state, policy.eval()
-
-
-# -- evaluation in the environment ------------------------------------------------------------
-
-def greedy_chooser(policy: PlacementPolicy, env: PlacementEnv) -> Callable[[dict], int]:
-    """The trained agents' most probable action (what the learned plugin does)."""
-    def choose(infos: dict) -> int:
-        active = next(a for a, i in infos.items() if i["active"])
-        raw = infos[active]["raw"]
-        probe = Transition(active, {a: infos[a]["raw"].x for a in env.views}, raw.job,
-                           raw.live, raw.mask, 0, 0.0, 0.0, 0.0, 0)
-        with torch.no_grad():
-            logp, _, _ = _all_logits(policy, env, [probe])
-        return int(torch.argmax(logp[0]))
-    return choose
-
-
-def random_chooser(seed: int, allow_defer: bool = False) -> Callable[[dict], int]:
-    """Uniform over the valid groups (and defer, if allowed): the random placement baseline."""
-    rng = random.Random(seed)
-
-    def choose(infos: dict) -> int:
-        active = next(a for a, i in infos.items() if i["active"])
-        mask = infos[active]["raw"].mask.clone()
-        if not allow_defer and mask[:-1].any():
-            mask[-1] = False
-        return rng.choice(torch.nonzero(mask).flatten().tolist())
-    return choose
-
-
-def run_episodes(env: PlacementEnv, choose: Callable[[dict], int], workloads: list[int],
-                 seed: int = 0) -> dict:
-    """Play the given workloads (indices) with ``choose``; same sim seeds for every chooser."""
-    rewards, defers, steps, jcts, unfinished = [], 0, 0, [], 0
-    for k, index in enumerate(workloads):
-        _, infos = env.reset(options={"workload": index, "sim_seed": seed + k})
-        while env.agents:
-            action = choose(infos)
-            active = next(a for a, i in infos.items() if i["active"])
-            defers += action == infos[active]["raw"].defer_action
-            _, r, _, _, infos = env.step({active: action})
-            rewards.append(r[active])
-            steps += 1
-        done = [j.finish_s - j.submit_s for j in env.outcome.jobs if j.finish_s is not None]
-        unfinished += len(env.outcome.jobs) - len(done)
-        if done:
-            jcts.append(sum(done) / len(done))
-    return {"reward_per_decision": float(np.mean(rewards)), "defer_rate": defers / steps,
-            "avg_jct_s": float(np.mean(jcts)) if jcts else None, "decisions": steps,
-            "unfinished": unfinished}
-
-
-def _all_logits(policy: PlacementPolicy, env: PlacementEnv, batch: list[Transition]):
-    """Masked log-probabilities of every action of each transition's acting agent."""
-    inputs = _inputs(env, batch)
-    groups, summaries = policy.encode(inputs)
-    out = []
-    for i, t in enumerate(batch):
-        net = policy.agents[policy.index[t.agent]]
-        inp = AgentInput(x=None, parent=None, job=t.job[None], live=t.live[None],
-                         mask=t.mask[None])
-        logits, value = net.heads(groups[t.agent][i:i + 1], summaries[t.agent][i:i + 1],
-                                  policy.others_summary(summaries, t.agent)[i:i + 1], inp)
-        out.append(masked_log_softmax(logits, inp.mask)[0])
-    return out, None, None

@@ -270,15 +270,12 @@ class ModelChooser:
 
     @torch.no_grad()
     def __call__(self, obs, state: CycleState) -> Choice:
-        from slurm_marl.models.policy import AgentInput, masked_softmax
+        from slurm_marl.models.policy import AgentInput
         self._embed(state)
-        name = obs.agent
-        agent = self.policy.agents[self.policy.index[name]]
         inp = AgentInput(x=obs.x, parent=obs.parent, job=obs.job, live=obs.live,
                          mask=obs.mask)
-        logits, _ = agent.heads(self._groups[name], self._summaries[name],
-                                self.policy.others_summary(self._summaries, name), inp)
-        return choice_from_probs(masked_softmax(logits, obs.mask), obs, self.allow_defer)
+        out = self.policy.act(obs.agent, (self._groups, self._summaries), inp)
+        return choice_from_probs(out.probs(), obs, self.allow_defer)
 
 
 def load_learned(path: str | Path, fallback_key: str):
