@@ -14,9 +14,9 @@ import statistics
 import subprocess
 import time
 
-from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.source import CliClusterSource
+from slurm_marl.testcluster import ClusterSpec, LocalCluster
 
 
 def submit(cluster: LocalCluster, count: int) -> None:

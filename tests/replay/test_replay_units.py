@@ -11,7 +11,7 @@ from slurm_marl.replay.plan import parse_job_name, plan_replay, sim_cluster_spec
 from slurm_marl.sim.cluster import parse_cluster
 from slurm_marl.sim.perf import PerfParams, job_speed
 from slurm_marl.sim.traces import TraceJob
-from slurm_marl.slurm_integration.harness import ClusterSpec
+from slurm_marl.testcluster import ClusterSpec
 
 SPEC = ClusterSpec(nodes=4, sockets=2, gpus_per_socket=2, nodes_per_leaf=2)
 

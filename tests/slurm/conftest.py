@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from slurmtest import Cluster
 
-from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
+from slurm_marl.testcluster import ClusterSpec, LocalCluster
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.store import Store
-from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
 from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
+from slurm_marl.testcluster import ClusterSpec, LocalCluster
 
 
 SLURM_MARL = [sys.executable, "-m", "slurm_marl.cli"]

@@ -8,7 +8,7 @@ import pytest
 from slurm_marl.replay.plan import plan_replay
 from slurm_marl.replay.runner import run_replay
 from slurm_marl.sim.traces import TraceJob
-from slurm_marl.slurm_integration.harness import ClusterSpec
+from slurm_marl.testcluster import ClusterSpec
 
 pytestmark = pytest.mark.slurm
 

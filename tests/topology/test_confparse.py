@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from slurm_marl.topology.confparse import (logical_lines, natural_key, parse_config_text,
-                                           parse_index_ranges_text, parse_count_text,
                                            read_config_file, split_pairs, strip_comment)
 from slurm_marl.topology.errors import TopologyConfigError
 
@@ -89,11 +88,7 @@ def test_unreadable_and_binary_files_raise_the_one_error(tmp_path: Path):
         read_config_file(bad)
 
 
-def test_value_helpers():
-    assert parse_index_ranges_text("0-3,8") == (0, 1, 2, 3, 8)
-    assert parse_index_ranges_text("3-1") is None
-    assert parse_count_text("20M") == 20 * 1024 ** 2
-    assert parse_count_text("x") is None
+def test_natural_key():
     assert sorted(["nvidia10", "nvidia2", "nvidia1"], key=natural_key) == [
         "nvidia1", "nvidia2", "nvidia10"]
     assert sorted(["a1", "a-", "1a"], key=natural_key)  # never compares int with str

@@ -3,8 +3,7 @@
 import pytest
 
 from slurm_marl.topology.errors import TopologyConfigError
-from slurm_marl.topology.gres_conf import (GresSpec, parse_gres_conf, parse_gres_conf_text,
-                                           parse_gres_list)
+from slurm_marl.topology.gres_conf import parse_gres_conf, parse_gres_conf_text
 
 
 def test_test_cluster_gres(testcluster_dir):
@@ -44,28 +43,6 @@ def test_errors(text, needle):
     with pytest.raises(TopologyConfigError) as info:
         parse_gres_conf_text("# header\n" + text + "\n", "/etc/slurm/gres.conf")
     assert needle in str(info.value) and info.value.line == 2
-
-
-@pytest.mark.parametrize("text,expected", [
-    ("gpu:4", (GresSpec("gpu", None, 4),)),
-    ("gpu:s0:2(S:0),gpu:s1:2(S:1)", (GresSpec("gpu", "s0", 2, sockets=(0,)),
-                                     GresSpec("gpu", "s1", 2, sockets=(1,)))),
-    ("gpu:4(S:0-1)", (GresSpec("gpu", None, 4, sockets=(0, 1)),)),
-    ("gpu:s1:2(IDX:2-3)", (GresSpec("gpu", "s1", 2, indices=(2, 3)),)),
-    ("gpu:s0:0(IDX:N/A)", (GresSpec("gpu", "s0", 0),)),
-    ("gpu:a100:8,bandwidth:lustre:no_consume:4G", (
-        GresSpec("gpu", "a100", 8),
-        GresSpec("bandwidth", "lustre", 4 * 1024 ** 3, no_consume=True))),
-    ("gpu", (GresSpec("gpu", None, 1),)),
-    ("(null)", ()),
-])
-def test_gres_lists(text, expected):
-    assert parse_gres_list(text) == expected
-
-
-@pytest.mark.parametrize("text", ["gpu:a:b:4", "gpu:4(S:x)", "gpu::2", "gp u:2", "gpu:2(S:0"])
-def test_bad_gres_lists(text):
-    assert parse_gres_list(text) is None
 
 
 def test_autodetect_on_a_gres_line_applies_to_its_nodes():

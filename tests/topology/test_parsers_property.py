@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_marl.topology.errors import TopologyConfigError
-from slurm_marl.topology.gres_conf import parse_gres_conf_text, parse_gres_list
+from slurm_marl.topology.gres_conf import parse_gres_conf_text
 from slurm_marl.topology.hwloc import parse_hwloc_xml
 from slurm_marl.topology.scontrol import parse_show_nodes, parse_show_topology
 from slurm_marl.topology.slurm_conf import parse_slurm_conf_text
@@ -60,13 +60,6 @@ def test_scontrol_outputs_parse_or_raise_one_error(text):
             parser(text, source)
         except TopologyConfigError as exc:
             _check_error(exc, source, text)
-
-
-@settings(max_examples=300, deadline=None)
-@given(text=st.text(alphabet=SYNTAX, max_size=40))
-def test_gres_lists_parse_or_return_none(text):
-    result = parse_gres_list(text)
-    assert result is None or isinstance(result, tuple)
 
 
 XML_PIECES = ['<topology version="2.0">', "</topology>", '<object type="Package" os_index="0" '

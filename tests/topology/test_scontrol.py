@@ -3,8 +3,8 @@
 import pytest
 
 from slurm_marl.topology.errors import TopologyConfigError
-from slurm_marl.topology.scontrol import (live_node_to_domain, memory_mib, parse_show_nodes,
-                                          parse_show_topology, split_node_fields)
+from slurm_marl.topology.scontrol import (live_node_to_domain, parse_show_nodes,
+                                          parse_show_topology)
 
 
 def test_recorded_test_cluster_topology(data_dir):
@@ -53,11 +53,6 @@ def test_multiline_form(data_dir):
     assert n3.real_memory_mib == 16000 and n4.gpu_count == 4
 
 
-def test_node_field_splitting_keeps_blanks_in_values():
-    assert split_node_fields("NodeName=a OS=Linux 6 #1 SMP  RealMemory=5 Reason=x=y z") == [
-        ("NodeName", "a"), ("OS", "Linux 6 #1 SMP"), ("RealMemory", "5"), ("Reason", "x=y z")]
-
-
 @pytest.mark.parametrize("text,needle", [
     ("Arch=x86_64\n", "NodeName= record first"),
     ("NodeName=n1 CPUTot=eight\n", "CPUTot"),
@@ -68,7 +63,3 @@ def test_node_field_splitting_keeps_blanks_in_values():
 def test_bad_node_output(text, needle):
     with pytest.raises(TopologyConfigError, match=needle):
         parse_show_nodes(text)
-
-
-def test_memory_units():
-    assert memory_mib("16000M") == 16000 and memory_mib("2G") == 2048 and memory_mib("x") is None

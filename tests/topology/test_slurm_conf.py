@@ -3,8 +3,7 @@
 import pytest
 
 from slurm_marl.topology.errors import TopologyConfigError
-from slurm_marl.topology.slurm_conf import (parse_slurm_conf, parse_slurm_conf_text,
-                                            parse_time_limit_s)
+from slurm_marl.topology.slurm_conf import parse_slurm_conf, parse_slurm_conf_text
 
 
 def test_test_cluster_nodes(testcluster_dir):
@@ -62,10 +61,3 @@ def test_cpus_default_and_boards():
                                  "ThreadsPerCore=2\n")
     n1 = conf.node("n1")
     assert n1.sockets == 4 and n1.cpus == 32
-
-
-@pytest.mark.parametrize("text,seconds", [
-    ("60", 3600.0), ("1:30", 90.0), ("1:00:00", 3600.0), ("2-0", 172800.0),
-    ("1-2:3", 93780.0), ("1-2:3:4", 93784.0), ("INFINITE", None), ("UNLIMITED", None)])
-def test_time_limits(text, seconds):
-    assert parse_time_limit_s(text) == seconds

@@ -87,12 +87,6 @@ def test_partition_time_limits_use_slurms_formats():
     assert parts == [] and "soon" in problems[0]
 
 
-def test_kv_line_keeps_values_with_spaces():
-    kv = P.parse_kv_line("NodeName=n1 OS=Linux 6.1 #1 SMP RealMemory=16000 Gres=gpu:s0:2(S:0)")
-    assert kv["OS"] == "Linux 6.1 #1 SMP" and kv["RealMemory"] == "16000"
-    assert kv["Gres"] == "gpu:s0:2(S:0)"
-
-
 def test_an_unreadable_switch_line_is_a_problem_and_keeps_the_others():
     text = ("SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=n[1-2]\n"
             "SwitchName=leaf2 Level=zero LinkSpeed=1 Nodes=n[3-4]\n"

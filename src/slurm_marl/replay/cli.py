@@ -42,7 +42,7 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
     from slurm_marl.sim.metrics import plot_jct_cdf
     from slurm_marl.sim.run import simulate
     from slurm_marl.sim.traces import load_trace
-    from slurm_marl.slurm_integration.harness import ClusterSpec
+    from slurm_marl.testcluster import ClusterSpec
 
     console = console or Console(stderr=True)
     _stop_cleanly_on_sigterm()

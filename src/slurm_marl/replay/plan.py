@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from slurm_marl.sim.models import assign_model_types
 from slurm_marl.sim.traces import TraceJob
-from slurm_marl.slurm_integration.harness import ClusterSpec
+from slurm_marl.testcluster import ClusterSpec
 
 NAME_PREFIX = "r"
 

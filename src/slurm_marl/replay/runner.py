@@ -24,10 +24,10 @@ from slurm_marl.replay.oracle import Oracle
 from slurm_marl.replay.plan import ReplayPlan
 from slurm_marl.replay.timescale import time_scaled_profile
 from slurm_marl.sim.perf import PerfParams
-from slurm_marl.slurm_integration.harness import ClusterSpec, LocalCluster
 from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.source import CliClusterSource
+from slurm_marl.testcluster import ClusterSpec, LocalCluster
 
 log = logging.getLogger(__name__)
 

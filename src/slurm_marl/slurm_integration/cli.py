@@ -31,7 +31,7 @@ def up(root: RootOpt = DEFAULT_ROOT,
        nodes_per_leaf: int = typer.Option(2, min=1),
        json_output: bool = typer.Option(False, "--json")) -> None:
     """Start a local cluster (installs Debian's Slurm and munge first if missing)."""
-    from slurm_marl.slurm_integration.harness import ClusterSpec, HarnessError, LocalCluster
+    from slurm_marl.testcluster import ClusterSpec, HarnessError, LocalCluster
 
     if (root / "cluster.json").exists() and LocalCluster.attach(root).pids():
         typer.echo(f"a cluster is already running under {root}; `slurm-marl cluster down "
@@ -56,7 +56,7 @@ def up(root: RootOpt = DEFAULT_ROOT,
 def down(root: RootOpt = DEFAULT_ROOT,
          keep_files: bool = typer.Option(False, help="keep the folder (logs, state)")) -> None:
     """Stop the local cluster's daemons (by PID) and remove its folder."""
-    from slurm_marl.slurm_integration.harness import HarnessError, LocalCluster
+    from slurm_marl.testcluster import HarnessError, LocalCluster
 
     try:
         cluster = LocalCluster.attach(root)
@@ -71,7 +71,7 @@ def down(root: RootOpt = DEFAULT_ROOT,
 def status(root: RootOpt = DEFAULT_ROOT,
            json_output: bool = typer.Option(False, "--json")) -> None:
     """Daemons alive and node states of the local cluster."""
-    from slurm_marl.slurm_integration.harness import HarnessError, LocalCluster
+    from slurm_marl.testcluster import HarnessError, LocalCluster
 
     try:
         info = LocalCluster.attach(root).status()

@@ -6,18 +6,15 @@ what could not be read is returned as a problem string for the caller to log.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from typing import Any
 
-import hostlist
-
 from slurm_marl.domain import GpuGroup, Job, JobState, Node, Partition, Switch
-from slurm_marl.slurm_integration import gres as G
 from slurm_marl.slurm_integration.runner import SlurmOutputError
-from slurm_marl.topology.slurm_conf import parse_time_limit_s
-
-_KV_RE = re.compile(r"(\w[\w/:.]*)=(.*?)(?=\s+\w[\w/:.]*=|\s*$)")
+from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, parse_gpu_request,
+                                   parse_gres_indices, parse_kv_line, parse_node_gres,
+                                   parse_switch_line, parse_time_limit_s, single_type,
+                                   total_gpus)
+from slurm_marl.slurm_text import collapse_hosts  # noqa: F401  (the sink imports it here)
 
 
 def num(value: Any, default: float | None = None) -> float | None:
@@ -36,26 +33,6 @@ def num(value: Any, default: float | None = None) -> float | None:
         return default
 
 
-def expand_hosts(expr: str | None) -> tuple[str, ...]:
-    """``n[1-3,7]`` -> ('n1', 'n2', 'n3', 'n7'); ``(null)`` / empty -> ()."""
-    expr = (expr or "").strip()
-    if not expr or expr in ("(null)", "None", "N/A"):
-        return ()
-    try:
-        return tuple(hostlist.expand_hostlist(expr))
-    except hostlist.BadHostlist as exc:
-        raise ValueError(f"bad hostlist {expr!r}: {exc}") from exc
-
-
-def collapse_hosts(names: Iterable[str]) -> str:
-    return hostlist.collect_hostlist(list(names))
-
-
-def parse_kv_line(line: str) -> dict[str, str]:
-    """``Key=Value Key2=Value with spaces`` as ``scontrol show -o`` prints it."""
-    return {m.group(1): m.group(2).strip() for m in _KV_RE.finditer(line.strip())}
-
-
 # ---------------------------------------------------------------------------------------
 # jobs
 
@@ -70,17 +47,17 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
 
     def hosts(key: str) -> tuple[str, ...]:
         try:
-            return expand_hosts(raw.get(key))
-        except ValueError as exc:
+            return expand_host_field(raw.get(key))
+        except SlurmTextError as exc:
             problems.append(f"job {jid}: {key}: {exc}")
             return ()
 
-    per_node, p1 = G.parse_gpu_request(raw.get("tres_per_node"))
-    per_job, p2 = G.parse_gpu_request(raw.get("tres_per_job"))
+    per_node, p1 = parse_gpu_request(raw.get("tres_per_node"))
+    per_job, p2 = parse_gpu_request(raw.get("tres_per_job"))
     for p in (p1, p2):
         if p:
             problems.append(f"job {jid}: {p}; treated as requesting no GPU")
-    gpu_type = G.single_type(per_node + per_job)
+    gpu_type = single_type(per_node + per_job)
     array_job_id = int(num(raw.get("array_job_id"), 0) or 0)
     left_to_slurm = unmodelable_reason(raw, array_job_id, per_node, per_job, bool(p1 or p2))
 
@@ -92,7 +69,7 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
         if len(details) != len(nodes):
             problems.append(f"job {jid}: {len(details)} gres_detail entries for "
                             f"{len(nodes)} nodes")
-        gpu_alloc = tuple((n, G.parse_gres_indices(d)) for n, d in zip(nodes, details))
+        gpu_alloc = tuple((n, parse_gres_indices(d)) for n, d in zip(nodes, details))
 
     node_count = int(num(raw.get("node_count"), 1) or 1)
     cpus = int(num(raw.get("cpus"), 1) or 1)
@@ -118,8 +95,8 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
         user=str(raw.get("user_name") or raw.get("user_id") or ""),
         partition=str(raw.get("partition") or ""),
         state=state,
-        gpus_per_node=G.total_gpus(per_node),
-        gpus_per_job=G.total_gpus(per_job),
+        gpus_per_node=total_gpus(per_node),
+        gpus_per_job=total_gpus(per_job),
         gpu_type=gpu_type,
         node_count=node_count,
         cpus=cpus,
@@ -169,7 +146,7 @@ def unmodelable_reason(raw: dict, array_job_id: int, per_node, per_job,
     types = {r.gpu_type for r in per_node + per_job}
     if len(types) > 1:
         return "several GPU types in one request"
-    if not G.total_gpus(per_node + per_job):
+    if not total_gpus(per_node + per_job):
         return "no GPU request: the agent orders and places GPU jobs only"
     return ""
 
@@ -206,7 +183,7 @@ def gpu_groups_from_gres(gres: str | None, cores_per_socket: int
     Each typed entry bound to one socket (``gpu:s1:2(S:1)``) is one group; an entry spanning
     several sockets or none is one group whose socket is unknown.
     """
-    entries, problem = G.parse_node_gres(gres)
+    entries, problem = parse_node_gres(gres)
     groups: list[GpuGroup] = []
     next_index = 0
     for entry in entries:
@@ -217,7 +194,7 @@ def gpu_groups_from_gres(gres: str | None, cores_per_socket: int
         if cores_per_socket > 0:
             for s in entry.sockets:
                 cores += tuple(range(s * cores_per_socket, (s + 1) * cores_per_socket))
-        groups.append(GpuGroup(index=len(groups), gpu_indices=indices, name=entry.gpu_type,
+        groups.append(GpuGroup(index=len(groups), gpu_indices=indices, name=entry.type,
                                socket=socket, core_ids=cores))
     return tuple(groups), problem
 
@@ -234,7 +211,7 @@ def node_from_json(raw: dict, leaf_of: dict[str, str] | None = None
     groups, problem = gpu_groups_from_gres(raw.get("gres"), cores)
     if problem:
         problems.append(f"node {name}: {problem}")
-    used = frozenset(G.parse_gres_indices(raw.get("gres_used")))
+    used = frozenset(parse_gres_indices(raw.get("gres_used")))
     features = tuple(f for f in str(raw.get("active_features") or raw.get("features") or "")
                      .split(",") if f)
     node = Node(
@@ -288,7 +265,7 @@ def partitions_from_scontrol(text: str) -> tuple[list[Partition], list[str]]:
         try:
             parts.append(Partition(
                 name=kv["PartitionName"],
-                nodes=expand_hosts(kv.get("Nodes")),
+                nodes=expand_host_field(kv.get("Nodes")),
                 default=kv.get("Default", "NO").upper() == "YES",
                 state=kv.get("State", "UP"),
                 max_time_s=(None if kv.get("MaxTime", "") in ("", "N/A")
@@ -302,18 +279,19 @@ def partitions_from_scontrol(text: str) -> tuple[list[Partition], list[str]]:
 def switches_from_scontrol(text: str) -> tuple[list[Switch], dict[str, str], list[str]]:
     """Switches of ``scontrol show topology``; also node -> leaf switch (Level=0).
 
-    The topology CLI's line parser (``topology/scontrol.py``), but lenient as the daemon
-    must be: an unreadable line becomes a problem and the other switches are kept."""
-    from slurm_marl.topology.errors import TopologyConfigError
-    from slurm_marl.topology.scontrol import parse_switch_line
+    The line parser the topology CLI uses too (``slurm_text.parse_switch_line``), but
+    lenient as the daemon must be: an unreadable line becomes a problem and the other
+    switches are kept."""
     switches, leaf_of, problems = [], {}, []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for line in text.splitlines():
         if not line.strip().startswith("SwitchName="):
             continue
         try:
-            live = parse_switch_line(line, "scontrol show topology", number)
-        except TopologyConfigError as exc:
+            live = parse_switch_line(line)
+        except SlurmTextError as exc:
             problems.append(f"switch line unreadable ({exc.reason}): {line[:120]}")
+            continue
+        if live is None:
             continue
         switches.append(live.to_domain())
         if live.level == 0:

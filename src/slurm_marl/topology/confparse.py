@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-import hostlist
-
+from slurm_marl import slurm_text
 from slurm_marl.topology.errors import TopologyConfigError
 
 _MAX_INCLUDE_DEPTH = 16
@@ -241,26 +240,15 @@ def read_config_file(path: str | Path, *, follow_includes: bool = True,
 
 
 # ---------------------------------------------------------------------------------------
-# Value parsers shared by the file kinds. ``entry`` gives the place to blame.
-
-
-def expand_hostlist_text(expression: str) -> tuple[str, ...] | None:
-    """Expand a hostlist expression (``n[1-4,7]``, ``gpu-a[01-10]``) with python-hostlist;
-    None when it is not one (python-hostlist's own error or a stray bracket in a name)."""
-    try:
-        names = hostlist.expand_hostlist(expression)
-    except (hostlist.BadHostlist, ValueError, IndexError, RecursionError, TypeError):
-        return None
-    if any(not n or "[" in n or "]" in n for n in names):
-        return None
-    return tuple(names)
+# Value parsers shared by the file kinds. ``entry`` gives the place to blame; the Slurm text
+# itself (hostlists, counts, index ranges) is read by ``slurm_marl.slurm_text``.
 
 
 def expand_hosts(expression: str, entry: ConfigEntry, key: str) -> tuple[str, ...]:
-    names = expand_hostlist_text(expression)
-    if names is None:
-        raise entry.error(f"{key}={expression!r}: bad hostlist expression")
-    return names
+    try:
+        return slurm_text.expand_hostlist(expression)
+    except slurm_text.SlurmTextError:
+        raise entry.error(f"{key}={expression!r}: bad hostlist expression") from None
 
 
 def parse_int(text: str, entry: ConfigEntry, key: str, *, minimum: int = 0) -> int:
@@ -272,44 +260,15 @@ def parse_int(text: str, entry: ConfigEntry, key: str, *, minimum: int = 0) -> i
     return value
 
 
-_COUNT_SUFFIX = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4,
-                 "P": 1024 ** 5}
-
-
-def parse_count_text(text: str) -> int | None:
-    """Slurm counts take an optional K/M/G/T/P suffix (powers of 1024); None when invalid."""
-    m = re.fullmatch(r"(\d{1,15})([KMGTPkmgtp]?)", text.strip())
-    if not m:
-        return None
-    return int(m.group(1)) * _COUNT_SUFFIX[m.group(2).upper()]
-
-
 def parse_count(text: str, entry: ConfigEntry, key: str) -> int:
-    value = parse_count_text(text)
+    value = slurm_text.parse_count(text)
     if value is None:
         raise entry.error(f"{key}={text!r}: expected a count such as 4 or 20M")
     return value
 
 
-def parse_index_ranges_text(text: str, *, limit: int = 1 << 20) -> tuple[int, ...] | None:
-    """``0-3,8`` -> (0, 1, 2, 3, 8); None when the text is not such a list."""
-    values: list[int] = []
-    if not text.strip():
-        return None
-    for part in text.split(","):
-        m = re.fullmatch(r"\s*(\d{1,9})\s*(?:-\s*(\d{1,9})\s*)?", part)
-        if not m:
-            return None
-        low = int(m.group(1))
-        high = int(m.group(2)) if m.group(2) is not None else low
-        if high < low or high - low > limit or len(values) + high - low > limit:
-            return None
-        values.extend(range(low, high + 1))
-    return tuple(sorted(set(values)))
-
-
 def parse_index_ranges(text: str, entry: ConfigEntry, key: str) -> tuple[int, ...]:
-    values = parse_index_ranges_text(text)
+    values = slurm_text.parse_index_ranges(text)
     if values is None:
         raise entry.error(f"{key}={text!r}: expected a list such as 0-3,8")
     return values

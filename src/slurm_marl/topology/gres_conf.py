@@ -8,117 +8,24 @@ device), ``Count`` (K/M/G suffixes; with ``File`` it must equal the number of fi
 (one entry per device index: -1 = itself, 0 = no link, >0 = number of links; only on a line
 with a single device), ``Flags`` and ``AutoDetect`` (nvml, nvidia, rsmi, oneapi, nrt, off).
 
-Also here: the ``Gres=`` strings of slurm.conf and ``scontrol show node`` (``gpu:s0:2(S:0)``).
+The ``Gres=`` strings of slurm.conf and ``scontrol show node`` (``gpu:s0:2(S:0)``) are read
+by ``slurm_marl.slurm_text`` (``GresSpec``, ``parse_gres_list``); ``require_gres_list`` here
+names the config line that holds a bad one.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_marl.slurm_integration.gres import split_outside_parens
+from slurm_marl.slurm_text import GresSpec, parse_gres_list
 from slurm_marl.topology.confparse import (ConfigEntry, ConfigText, IncludeDirective,
                                            SourceLine, expand_hosts, parse_config_text,
-                                           parse_count, parse_count_text, parse_index_ranges,
-                                           parse_index_ranges_text, read_config_file)
+                                           parse_count, parse_index_ranges, read_config_file)
 
 _GRES_KEYS = {"autodetect", "count", "cores", "cpus", "file", "flags", "links",
               "multiplefiles", "name", "nodename", "type"}
 AUTODETECT_VALUES = ("nvml", "nvidia", "rsmi", "oneapi", "nrt", "off")
-
-
-@dataclass(frozen=True)
-class GresSpec:
-    """One item of a ``Gres=`` list: ``gpu:s0:2(S:0)`` -> name gpu, type s0, count 2, socket 0.
-
-    ``indices`` comes from ``GresUsed=...(IDX:0-1)`` in ``scontrol show node -d``.
-    """
-
-    name: str
-    type: str | None = None
-    count: int = 1
-    no_consume: bool = False
-    sockets: tuple[int, ...] = ()
-    indices: tuple[int, ...] = ()
-
-    def __str__(self) -> str:
-        parts = [self.name] + ([self.type] if self.type else [])
-        parts += (["no_consume"] if self.no_consume else []) + [str(self.count)]
-        return ":".join(parts)
-
-
-def _parse_paren(annotation: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """``S:0-1`` -> sockets; ``IDX:0,2`` -> indices; ``IDX:N/A`` -> none. None if unreadable."""
-    sockets: tuple[int, ...] = ()
-    indices: tuple[int, ...] = ()
-    for part in annotation.split(")(") if annotation else []:
-        key, sep, value = part.partition(":")
-        if not sep:
-            return None
-        key = key.strip().upper()
-        value = value.strip()
-        if value.upper() in ("N/A", ""):
-            continue
-        parsed = parse_index_ranges_text(value)
-        if parsed is None:
-            return None
-        if key == "S":
-            sockets = parsed
-        elif key == "IDX":
-            indices = parsed
-    return sockets, indices
-
-
-def parse_gres_item(item: str) -> GresSpec | None:
-    """One ``name[:type][:no_consume][:count][(S:..)]`` item; None when it does not parse."""
-    m = re.fullmatch(r"([^()\s]+)((?:\([^()]*\))*)", item.strip())
-    if not m:
-        return None
-    head, parens = m.group(1), m.group(2)
-    annotation = parens[1:-1] if parens else ""
-    parsed_paren = _parse_paren(annotation)
-    if parsed_paren is None:
-        return None
-    fields = head.split(":")
-    name = fields[0]
-    if not re.fullmatch(r"[A-Za-z0-9_./-]+", name):
-        return None
-    rest = fields[1:]
-    no_consume = "no_consume" in (f.lower() for f in rest)
-    rest = [f for f in rest if f.lower() != "no_consume"]
-    count = 1
-    if rest:
-        maybe = parse_count_text(rest[-1])
-        if maybe is not None:
-            count = maybe
-            rest = rest[:-1]
-    if len(rest) > 1 or any(not f for f in rest):
-        return None
-    gres_type = rest[0] if rest else None
-    return GresSpec(name=name, type=gres_type, count=count, no_consume=no_consume,
-                    sockets=parsed_paren[0], indices=parsed_paren[1])
-
-
-def parse_gres_list(text: str) -> tuple[GresSpec, ...] | None:
-    """``gpu:s0:2(S:0),gpu:s1:2(S:1)`` -> specs; ``(null)`` and empty -> (); None if invalid."""
-    stripped = (text or "").strip()
-    if stripped.lower() in ("", "(null)", "none", "n/a"):
-        return ()
-    specs = []
-    for item in split_outside_parens(stripped):
-        spec = parse_gres_item(item)
-        if spec is None:
-            return None
-        specs.append(spec)
-    return tuple(specs)
-
-
-def gpu_count_of(specs: tuple[GresSpec, ...], name: str = "gpu") -> int:
-    return sum(s.count for s in specs if s.name == name)
-
-
-# ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -265,5 +172,5 @@ def require_gres_list(text: str, entry: ConfigEntry, key: str = "Gres") -> tuple
     return specs
 
 
-__all__ = ["GresSpec", "GresLine", "GresConf", "parse_gres_list", "parse_gres_item",
-           "parse_gres_conf", "parse_gres_conf_text", "gpu_count_of", "require_gres_list"]
+__all__ = ["GresSpec", "GresLine", "GresConf", "parse_gres_conf", "parse_gres_conf_text",
+           "require_gres_list"]

@@ -6,6 +6,8 @@ switch, ``SwitchName=s Level=0 LinkSpeed=1 Nodes=n[1-2]``; an upper switch print
 ``Switches=`` and, as ``Nodes=``, every node below it. ``scontrol show node -o`` prints one
 line of ``Key=Value`` pairs per node; values may hold blanks (``OS=Linux 6.1.0 #1 SMP``) and
 ``Reason=`` runs to the end of its line. Without ``-o`` a record spans several indented lines.
+The text itself is read by ``slurm_marl.slurm_text``; this module builds the live views and
+names ``source:line`` in its errors.
 """
 
 from __future__ import annotations
@@ -13,63 +15,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from slurm_marl.domain import GpuGroup, Node, Switch
-from slurm_marl.topology.confparse import expand_hostlist_text, split_pairs
+from slurm_marl import slurm_text
+from slurm_marl.domain import GpuGroup, Node
+from slurm_marl.slurm_text import (GresSpec, LiveSwitch, gpu_count_of, parse_gres_list,
+                                   parse_tres)
 from slurm_marl.topology.errors import TopologyConfigError
-from slurm_marl.topology.gres_conf import GresSpec, gpu_count_of, parse_gres_list
 from slurm_marl.topology.layout import groups_from_gres_specs
 
 TOPOLOGY_SOURCE = "<scontrol show topology>"
 NODES_SOURCE = "<scontrol show node>"
 
 
-@dataclass(frozen=True)
-class LiveSwitch:
-    name: str
-    level: int
-    link_speed: int | None = None
-    nodes: tuple[str, ...] = ()
-    switches: tuple[str, ...] = ()
-
-    def to_domain(self) -> Switch:
-        """An upper switch lists every node below it; the domain keeps nodes for leaves only."""
-        nodes = () if self.switches else self.nodes
-        return Switch(name=self.name, nodes=nodes, switches=self.switches,
-                      link_speed=None if self.link_speed is None else float(self.link_speed))
-
-
-def _expand(expression: str, source: str, line: int, key: str) -> tuple[str, ...]:
-    names = expand_hostlist_text(expression)
-    if names is None:
-        raise TopologyConfigError(f"{key}={expression!r}: bad hostlist expression", source, line)
-    return names
-
-
-def _int_field(value: str, key: str, source: str, line: int) -> int:
-    if not re.fullmatch(r"\d{1,18}", value.strip()):
-        raise TopologyConfigError(f"{key}={value!r}: expected an integer", source, line)
-    return int(value)
-
-
 def parse_switch_line(raw: str, source: str = TOPOLOGY_SOURCE, number: int = 1
                       ) -> LiveSwitch | None:
-    """One line of ``scontrol show topology``; None for a blank or "no topology" line.
-    Raises ``TopologyConfigError`` naming ``source:number``."""
-    line = raw.strip()
-    if not line or line.lower().startswith("no topology information"):
-        return None
-    pairs = dict((k.lower(), v) for k, v in split_pairs(line, source, number))
-    if "switchname" not in pairs or not pairs["switchname"]:
-        raise TopologyConfigError("expected SwitchName=...", source, number)
-    level = _int_field(pairs.get("level", "0"), "Level", source, number)
-    speed = pairs.get("linkspeed")
-    nodes = _expand(pairs["nodes"], source, number, "Nodes") if pairs.get("nodes") else ()
-    children = (_expand(pairs["switches"], source, number, "Switches")
-                if pairs.get("switches") else ())
-    return LiveSwitch(
-        name=pairs["switchname"], level=level,
-        link_speed=_int_field(speed, "LinkSpeed", source, number) if speed else None,
-        nodes=nodes, switches=children)
+    """One line of ``scontrol show topology`` (``slurm_text.parse_switch_line``); None for a
+    blank or "no topology" line. Raises ``TopologyConfigError`` naming ``source:number``."""
+    try:
+        return slurm_text.parse_switch_line(raw)
+    except slurm_text.SlurmTextError as exc:
+        raise TopologyConfigError(exc.reason, source, number) from None
 
 
 def parse_show_topology(text: str, source: str = TOPOLOGY_SOURCE) -> tuple[LiveSwitch, ...]:
@@ -116,60 +80,11 @@ class LiveNode:
         return dict(self.cfg_tres).get(key)
 
 
-_KEY_AT = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_]*)=")
-
-
-def split_node_fields(line: str) -> list[tuple[str, str]]:
-    """``Key=Value`` pairs of one physical line, values may contain blanks; Reason ends it."""
-    matches = list(_KEY_AT.finditer(line))
-    pairs: list[tuple[str, str]] = []
-    for i, m in enumerate(matches):
-        key = m.group(1)
-        if key.lower() == "reason":
-            pairs.append((key, line[m.end():].strip()))
-            break
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        pairs.append((key, line[m.end():end].strip()))
-    return pairs
-
-
 def _records(text: str, source: str) -> list[tuple[int, list[tuple[str, str]]]]:
-    records: list[tuple[int, list[tuple[str, str]]]] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        pairs = split_node_fields(raw.strip())
-        if not pairs:
-            raise TopologyConfigError(f"expected Key=Value pairs, found {raw.strip()[:40]!r}",
-                                      source, number)
-        if pairs[0][0].lower() == "nodename":
-            records.append((number, pairs))
-        elif records:
-            records[-1][1].extend(pairs)
-        else:
-            raise TopologyConfigError("expected a NodeName= record first", source, number)
-    return records
-
-
-def parse_tres(text: str) -> tuple[tuple[str, str], ...]:
-    """``cpu=8,mem=16000M,gres/gpu=4`` -> (("cpu", "8"), ...); empty or (null) -> ()."""
-    if not text or text.strip() in ("(null)", "N/A"):
-        return ()
-    pairs = []
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        if sep and key.strip():
-            pairs.append((key.strip(), value.strip()))
-    return tuple(pairs)
-
-
-def memory_mib(text: str) -> int | None:
-    """``16000M`` / ``15.62G`` / ``16000`` (MiB) -> MiB; None if unreadable."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGTP]?)", (text or "").strip())
-    if not m:
-        return None
-    scale = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2, "P": 1024 ** 3}
-    return int(round(float(m.group(1)) * scale[m.group(2)]))
+    try:
+        return slurm_text.scontrol_records(text, "NodeName", to_end=("Reason",))
+    except slurm_text.SlurmTextError as exc:
+        raise TopologyConfigError(exc.reason, source, exc.line) from None
 
 
 def _node_from_record(number: int, pairs: list[tuple[str, str]], source: str) -> LiveNode:
@@ -241,5 +156,4 @@ def live_node_to_domain(live: LiveNode, gpu_groups: tuple[GpuGroup, ...] = (),
 
 
 __all__ = ["LiveSwitch", "LiveNode", "parse_switch_line", "parse_show_topology",
-           "parse_show_nodes",
-           "parse_tres", "memory_mib", "live_node_to_domain"]
+           "parse_show_nodes", "live_node_to_domain"]

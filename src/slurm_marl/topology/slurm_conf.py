@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_marl.domain import Partition
+from slurm_marl.slurm_text import GresSpec, gpu_count_of, parse_time_limit_s
 from slurm_marl.topology.confparse import (ConfigEntry, ConfigText, IncludeDirective,
                                            SourceLine, expand_hosts, parse_bool,
                                            parse_config_text, parse_int, read_config_file)
 from slurm_marl.topology.errors import TopologyConfigError
-from slurm_marl.topology.gres_conf import GresSpec, gpu_count_of, require_gres_list
+from slurm_marl.topology.gres_conf import require_gres_list
 
 
 @dataclass(frozen=True)
@@ -149,40 +150,6 @@ def _nodes_from_entry(entry: ConfigEntry, defaults: dict[str, str]) -> list[Node
                      state=values.get("state", ""), hostname=hostname, address=address,
                      source=entry.source)
             for name, hostname, address in zip(names, hostnames, addresses, strict=True)]
-
-
-def parse_time_limit_s(text: str) -> float | None:
-    """Slurm time formats -> seconds; INFINITE/UNLIMITED -> None. Raises ValueError if bad.
-
-    Forms: ``minutes``, ``minutes:seconds``, ``hours:minutes:seconds``, ``days-hours``,
-    ``days-hours:minutes``, ``days-hours:minutes:seconds``.
-    """
-    t = text.strip()
-    if t.upper() in ("INFINITE", "UNLIMITED", "NONE", ""):
-        return None
-    days = 0
-    if "-" in t:
-        day_text, t = t.split("-", 1)
-        if not day_text.isdigit():
-            raise ValueError(text)
-        days = int(day_text)
-        parts = t.split(":")
-        if not all(p.isdigit() for p in parts) or len(parts) > 3:
-            raise ValueError(text)
-        nums = [int(p) for p in parts] + [0] * (3 - len(parts))
-        hours, minutes, seconds = nums
-    else:
-        parts = t.split(":")
-        if not all(p.isdigit() and len(p) < 12 for p in parts) or len(parts) > 3:
-            raise ValueError(text)
-        nums = [int(p) for p in parts]
-        if len(nums) == 1:
-            hours, minutes, seconds = 0, nums[0], 0
-        elif len(nums) == 2:
-            hours, minutes, seconds = 0, nums[0], nums[1]
-        else:
-            hours, minutes, seconds = nums
-    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 def _partition_from_entry(entry: ConfigEntry, defaults: dict[str, str],

@@ -1,10 +1,11 @@
 """A real, throw-away Slurm cluster on this host: munged, slurmctld and one slurmd per node.
 
-Used by the tests, the benchmarks and the demo. Everything lives under one folder; daemons
-listen on free loopback ports; fake GPUs are device files that are symlinks to /dev/null,
-typed per socket in gres.conf (``Type=s0``, ``Type=s1``) so GPU groups are real to Slurm.
-Teardown goes by PID (from the pid files this harness wrote), never by process name, so two
-clusters, or a production Slurm, on the same host are left alone.
+Used by the tests, the benchmarks, the replay and the demo. Everything lives under one
+folder; daemons listen on free loopback ports; fake GPUs are device files that are symlinks
+to /dev/null, typed per socket in gres.conf (``Type=s0``, ``Type=s1``) so GPU groups are
+real to Slurm. Teardown goes by PID (from the pid files this harness wrote) and process tree
+(``processes``), never by process name, so two clusters, or a production Slurm, on the same
+host are left alone.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from slurm_marl.slurm_text import collapse_hosts
+from slurm_marl.testcluster.processes import alive, end_processes, kill_strays
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +109,6 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def _hostlist(names: list[str]) -> str:
-    nums = [int(n[1:]) for n in names]
-    if nums == list(range(nums[0], nums[-1] + 1)) and len(nums) > 1:
-        return f"n[{nums[0]}-{nums[-1]}]"
-    return ",".join(names)
-
-
 def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: list[int],
                    hostname: str) -> dict[str, str]:
     """The text of slurm.conf, gres.conf and topology.conf for ``spec`` under ``root``."""
@@ -170,7 +166,7 @@ def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: li
             f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 Port={port} "
             f"Sockets={spec.sockets} CoresPerSocket={spec.cores_per_socket} ThreadsPerCore=1 "
             f"RealMemory={spec.memory_mib} Gres={gres_types} State=UNKNOWN")
-    all_nodes = _hostlist(spec.node_names)
+    all_nodes = collapse_hosts(spec.node_names)
     lines.append(f"PartitionName={spec.partition} Nodes={all_nodes} Default=YES "
                  "MaxTime=INFINITE State=UP")
     for pname, idx in spec.extra_partitions:
@@ -184,7 +180,8 @@ def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: li
         files = f"{root}/dev/nvidia[{first}-{last}]" if last > first else f"{root}/dev/nvidia{first}"
         gres.append(f"NodeName={all_nodes} Name=gpu Type=s{s} File={files} Cores={cores}")
 
-    topo = [f"SwitchName={leaf} Nodes={_hostlist(nodes)}" for leaf, nodes in spec.leaves.items()]
+    topo = [f"SwitchName={leaf} Nodes={collapse_hosts(nodes)}"
+            for leaf, nodes in spec.leaves.items()]
     leaves = list(spec.leaves)
     topo.append(f"SwitchName=spine Switches={','.join(leaves)}")
     return {"slurm.conf": "\n".join(lines) + "\n", "gres.conf": "\n".join(gres) + "\n",
@@ -349,7 +346,7 @@ class LocalCluster:
                 pid = int(pid_file.read_text().split()[0])
             except (ValueError, IndexError, OSError):
                 continue
-            if _alive(pid):
+            if alive(pid):
                 found[pid_file.stem] = pid
         return found
 
@@ -384,7 +381,7 @@ class LocalCluster:
         """Stop one daemon (``slurmctld``, ``slurmd-n1``, ``munged``) by its pid file."""
         pid = self.pids().get(label)
         if pid is not None:
-            _terminate([pid], timeout_s)
+            end_processes([pid], timeout_s)
 
     def start_slurmctld(self, timeout_s: float = 30.0) -> None:
         """(Re)start the controller, keeping its saved state (jobs survive)."""
@@ -402,78 +399,9 @@ class LocalCluster:
         for group in ([p for k, p in pids.items() if k.startswith("slurmd")],
                       [p for k, p in pids.items() if k == "slurmctld"],
                       [p for k, p in pids.items() if k == "munged"]):
-            _terminate(group, timeout_s=15.0)
+            end_processes(group, timeout_s=15.0)
         # Job steps left behind: slurmstepd and job scripts working under this folder.
-        _kill_strays(self.root)
+        kill_strays(self.root)
         if remove if remove is not None else self._owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive for our purposes
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _kill_strays(root: Path) -> None:
-    """SIGKILL the process groups of processes whose cwd, command line or open files are
-    under ``root`` (slurmstepd and job scripts of this cluster only)."""
-    prefix = str(root) + "/"
-    me = os.getpid()
-    groups: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        pid = int(entry.name)
-        try:
-            paths = [os.readlink(entry / "cwd")]
-            paths.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace"))
-            for fd in (entry / "fd").iterdir():
-                try:
-                    paths.append(os.readlink(fd))
-                except OSError:
-                    continue
-        except OSError:
-            continue
-        if any(prefix in p or p.startswith(str(root) + " ") or p == str(root) for p in paths):
-            try:
-                groups.add(os.getpgid(pid))
-            except ProcessLookupError:
-                continue
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    for pgid in groups:
-        if pgid in (os.getpgid(me), 0, 1):
-            continue
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _terminate(pids: list[int], timeout_s: float) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.05)
-    for pid in pids:
-        if _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
