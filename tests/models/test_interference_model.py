@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
+from slurm_marl.colocation import LEVELS
 from slurm_marl.domain import Job
-from slurm_marl.models.interference import (LEVELS, InterferenceModel, ModelFileError,
-                                            SampleFormatError, Vocabulary, encode_samples,
-                                            load_samples)
+from slurm_marl.models.interference import (InterferenceModel, ModelFileError, Vocabulary,
+                                            encode_samples)
 from slurm_marl.policy.interference import InterferenceEstimator
 from slurm_marl.policy.plugins import build_plugin
 from slurm_marl.train.interference import (mae, mean_speed_baseline, split_by_job,
@@ -129,24 +129,6 @@ def test_weights_that_do_not_match_the_metadata(tmp_path):
     (tmp_path / "interference.json").write_text(json.dumps(meta))
     with pytest.raises(ModelFileError, match="do not match"):
         InterferenceModel.load(tmp_path)
-
-
-def test_load_samples_names_file_and_line(tmp_path):
-    path = tmp_path / "s.jsonl"
-    good = json.dumps(synthetic_samples(1)[0])
-    path.write_text(good + "\n\n" + '{"speed": 0.5, "num_gpus": 0}\n')
-    with pytest.raises(SampleFormatError, match=r"s.jsonl:3: num_gpus=0"):
-        load_samples(path)
-    path.write_text(good + "\n{oops\n")
-    with pytest.raises(SampleFormatError, match=r"s.jsonl:2: invalid JSON"):
-        load_samples(path)
-    path.write_text(good + '\n{"speed": -1}\n')
-    with pytest.raises(SampleFormatError, match=r"s.jsonl:2: speed=-1"):
-        load_samples(path)
-    path.write_text(good + "\n")
-    assert load_samples(path) == [json.loads(good)]
-    with pytest.raises(SampleFormatError, match="does not exist"):
-        load_samples(tmp_path / "missing.jsonl")
 
 
 def test_mae():

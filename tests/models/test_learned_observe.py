@@ -12,7 +12,8 @@ import torch
 from slurm_marl.domain import Job
 from slurm_marl.models.interference import InterferenceModel, Vocabulary
 from slurm_marl.models.observe import LIVE_FEATURES, Observer, job_dim
-from slurm_marl.policy.state import CycleState, generate_candidates
+from slurm_marl.placement_shapes import generate_candidates
+from slurm_marl.policy.state import CycleState
 from slurm_marl.sim.cluster import parse_cluster
 from models_helpers import snapshot_with
 
@@ -137,8 +138,9 @@ def test_a_new_layout_rebuilds_the_topology(two_partitions, model):
 @settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_valid_actions_are_exactly_the_frameworks_candidates(data):
-    """Random busy states and job shapes: the observer's valid actions (found with array
-    operations) stand for the same placements ``generate_candidates`` offers."""
+    """Random busy states and job shapes: the observer's valid actions (group rows of
+    ``single_node_fits``' nodes, or others' allocs) stand for the same placements
+    ``generate_candidates`` offers."""
     cluster = parse_cluster("3x2x2:leaf=2:name=a+2x1x4:name=b")
     rng = random.Random(data.draw(st.integers(0, 10_000)))
     running, job_id = [], 1

@@ -1,10 +1,10 @@
 import pytest
 
 from policy_builders import kinds, node, pending, running, snapshot
+from slurm_marl.colocation import span_tags
 from slurm_marl.domain import Job
 from slurm_marl.policy.framework import build_policy, run_cycle
-from slurm_marl.policy.interference import FittedEstimator, span_tags
-from slurm_marl.policy.modeltypes import CONSOLIDATION_SENSITIVE, model_family
+from slurm_marl.policy.interference import FittedEstimator
 from slurm_marl.policy.place.binpack import alignment, binpack_node_score, fullness_after
 from slurm_marl.policy.place.consolidate import consolidate_score
 from slurm_marl.policy.place.spread import spread_score
@@ -139,9 +139,6 @@ def test_skew_sensitive_model_waits_for_a_consolidated_placement():
     assert 1 not in d                                # would need 2 nodes: waits
     d = placed(run_cycle(snapshot(nodes, [resnet]), prof))
     assert set(d[2].nodes) == {"n1", "n2"}           # may spread
-    assert {"vgg19", "alexnet"} <= set(CONSOLIDATION_SENSITIVE)
-    assert model_family("ResNet-18 (batch size 16)") == "resnet18"
-    assert model_family("vgg19_bs32") == "vgg19"
 
 
 # -- framework actions ---------------------------------------------------------------------------

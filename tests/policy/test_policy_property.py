@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from policy_builders import node, snapshot
 from slurm_marl.domain import Job, JobState
+from slurm_marl.placement_shapes import job_shape, per_node_share
 from slurm_marl.policy.framework import run_cycle
 from slurm_marl.policy.profile import load_profile
-from slurm_marl.policy.state import job_shape, per_node_share
 
 PROFILES = [load_profile(p) for p in (
     "fifo-consolidate", "fifo-backfill", "las-consolidate", "las-skew", "las-lif",
@@ -149,7 +149,8 @@ def test_evaluating_one_node_per_class_changes_no_decision(case):
 def test_has_candidate_is_whether_any_candidate_exists(case):
     """The framework's quick room check (asked before a plugin proposes a placement) agrees
     with the candidate generator for every job, with and without node classes."""
-    from slurm_marl.policy.state import (CycleState, generate_candidates, has_candidate)
+    from slurm_marl.placement_shapes import generate_candidates, has_candidate
+    from slurm_marl.policy.state import CycleState
 
     snap, _ = case
     for coloc in (False, True):

@@ -2,7 +2,8 @@ import pytest
 
 from slurm_marl.sim.models import (assign_model_types, family_profile, measured_comm,
                                    model_mix, sharing_factor)
-from slurm_marl.sim.perf import Neighbourhood, PerfParams, contention, job_speed, penalty
+from slurm_marl.colocation import Neighbourhood
+from slurm_marl.sim.perf import PerfParams, contention, job_speed, penalty
 
 
 def hood(groups=((1, 4, ()),), nodes=((1, 8, ()),), n_groups=1, n_nodes=1, n_leaves=1,

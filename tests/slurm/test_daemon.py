@@ -5,7 +5,6 @@ The daemon runs as its own process (`slurm-marl run`), as systemd would start it
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess

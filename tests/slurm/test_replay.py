@@ -45,10 +45,10 @@ def test_replay_completes_every_job(mode, tmp_path, monkeypatch):
         assert "slurm-marl agent starting" in (tmp_path / "daemon.log").read_text()
         # the agent turned the payloads' progress reports into observed-speed samples
         from slurm_marl.daemon.store import Store
-        from slurm_marl.models.interference import check_sample
+        from slurm_marl.colocation import check_sample
         samples = Store(tmp_path / "state" / "state.sqlite").speed_samples()
         assert res.speed_samples == len(samples) >= 1
-        from slurm_marl.policy.modeltypes import model_family
+        from slurm_marl.colocation import model_family
         names = {model_family(j.model_type) for j in plan.jobs}
         for sample in samples:
             check_sample(sample, "stored sample")

@@ -1,6 +1,5 @@
 """The PettingZoo environment over the simulator."""
 
-import numpy as np
 import pytest
 from pettingzoo.test import parallel_api_test
 

@@ -58,14 +58,22 @@ def test_finished_and_vanished_jobs_close_their_runs():
     assert records[1].attained_gpu_s == 2 * 55 and records[2].finished_s == 100
 
 
-def test_colocation_levels():
+def test_colocation_names_neighbours_at_the_sample_levels():
     a = running(1, 0, alloc=(("n1", (0,)),), name="a")
     b = running(2, 0, alloc=(("n1", (1,)),), name="b")
     c = running(3, 0, alloc=(("n1", (2,)),), name="c")
     d = running(4, 0, alloc=(("n2", (0,)),), name="d")
-    colo = colocation(snap(1, a, b, c, d))
-    assert colo[1] == {"gpu_group": ["b"], "node": ["b", "c"], "leaf": ["b", "c", "d"]}
-    assert colo[4]["node"] == [] and colo[4]["leaf"] == ["a", "b", "c"]
+    e = running(5, 0, alloc=(("n1", (3,)), ("n2", (2,))), name="e")
+    colo = colocation(snap(1, a, b, c, d, e))
+    assert colo[1] == {"gpu": [], "group": ["b"], "node": ["c", "e"], "leaf": []}
+    assert colo[5] == {"gpu": [], "group": ["c"], "node": ["a", "b", "d"], "leaf": []}
+    # a run's record keeps every neighbour it had, level by level
+    records, seen = {}, {}
+    account(snap(1, a, b), records, seen)
+    account(snap(2, a, c), records, seen)
+    r = account(snap(3, pending(1, restarts=1)), records, seen)
+    run = next(run for run in r.finished_runs if run.job_id == 1)
+    assert run.colocated == {"gpu": [], "group": ["b"], "node": ["c"], "leaf": []}
 
 
 def test_records_round_trip_through_the_store(tmp_path):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from slurm_marl.domain import (ClusterSnapshot, Defer, GpuGroup, GroupAlloc, Job, Node, Place,
                                Release, Reserve, SetPriority)
-from slurm_marl.policy.state import CycleState, generate_candidates, has_candidate
+from slurm_marl.placement_shapes import generate_candidates, has_candidate
+from slurm_marl.policy.state import CycleState
 from slurm_marl.slurm_integration.marker import Marker, with_marker
 from slurm_marl.slurm_integration.parse import job_from_json
 from slurm_marl.slurm_integration.runner import CommandResult

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from slurm_marl.domain import ClusterSnapshot, Job, JobState
+from slurm_marl.colocation import sample_colocated, snapshot_neighbourhoods
 from slurm_marl.daemon.store import JobRecord
+from slurm_marl.domain import ClusterSnapshot, Job, JobState
 
 
 @dataclass
@@ -42,42 +43,10 @@ class AccountingResult:
 
 
 def colocation(snapshot: ClusterSnapshot) -> dict[int, dict[str, list[str]]]:
-    """For each running job: the names of other running jobs sharing its GPU group, node
-    and leaf switch (the levels the interference model learns from)."""
-    by_group: dict[tuple[str, int], set[int]] = {}
-    by_node: dict[str, set[int]] = {}
-    by_leaf: dict[str, set[int]] = {}
-    running = {j.job_id: j for j in snapshot.running}
-    for job in running.values():
-        for node_name, indices in job.gpu_alloc:
-            node = snapshot.node(node_name)
-            by_node.setdefault(node_name, set()).add(job.job_id)
-            leaf = snapshot.leaf_of(node_name)
-            if leaf:
-                by_leaf.setdefault(leaf, set()).add(job.job_id)
-            if node is None:
-                continue
-            for i in indices:
-                group = node.group_of_gpu(i)
-                if group is not None:
-                    by_group.setdefault((node_name, group.index), set()).add(job.job_id)
-    out = {}
-    for job in running.values():
-        levels = {"gpu_group": set(), "node": set(), "leaf": set()}
-        for node_name, indices in job.gpu_alloc:
-            node = snapshot.node(node_name)
-            levels["node"] |= by_node.get(node_name, set())
-            leaf = snapshot.leaf_of(node_name)
-            if leaf:
-                levels["leaf"] |= by_leaf.get(leaf, set())
-            if node is not None:
-                for i in indices:
-                    g = node.group_of_gpu(i)
-                    if g is not None:
-                        levels["gpu_group"] |= by_group.get((node_name, g.index), set())
-        out[job.job_id] = {lvl: sorted(running[o].name for o in ids if o != job.job_id)
-                           for lvl, ids in levels.items()}
-    return out
+    """For each running job: the names of the other running jobs at each co-location level
+    (``colocation.LEVELS``, as a co-location sample lists models)."""
+    return {job_id: sample_colocated(hood) for job_id, (_, hood)
+            in snapshot_neighbourhoods(snapshot, lambda j: j.name).items()}
 
 
 def _fold_run(rec: JobRecord, end_s: float, state: str, colocated: dict,

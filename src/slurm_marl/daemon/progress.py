@@ -8,7 +8,7 @@ learned reports its progress in ``<progress_dir>/<job id>`` as one line
 
 (a training loop writes iterations done x its solo seconds per iteration; the replay's
 payload writes exactly this). Every cycle the sampler works out each running job's
-co-location the way the performance model reads it (``sim.perf.snapshot_neighbourhoods``:
+co-location the way the performance model reads it (``colocation.snapshot_neighbourhoods``:
 models in its GPU groups, in the other groups of its nodes, multi-node jobs under its leaf
 switches) and keeps one open *segment* per job. When the co-location changes, or the job
 stops, the segment closes: two reports inside it give ``speed = d(work) / d(time)``, and if
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_marl.domain import ClusterSnapshot, Job, JobState
-from slurm_marl.sim.perf import sample_colocated, snapshot_neighbourhoods
+from slurm_marl.colocation import sample_colocated, snapshot_neighbourhoods
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ Input, per sample or query:
 
 * the job's model family (an embedding; the vocabulary is fitted from the samples, unknown
   families share row 0), ``log2`` of its GPU count and its placement shape: the span tags
-  ``multi_group``, ``multi_node``, ``cross_leaf`` (what ``policy.interference.span_tags``
-  derives from groups / nodes / leaves);
-* the co-located jobs per level (``gpu`` shared GPU, ``group`` same GPU group, ``node`` same
-  node other groups, ``leaf`` multi-node jobs under the same leaf): a count vector over the
-  vocabulary per level, pooled as a sum of neighbour embeddings (a count matrix times the
-  embedding table) plus the neighbour count.
+  ``multi_group``, ``multi_node``, ``cross_leaf`` (``colocation.span_tags`` of groups /
+  nodes / leaves);
+* the co-located jobs per level (``colocation.LEVELS``: ``gpu`` shared GPU, ``group`` same
+  GPU group, ``node`` same node other groups, ``leaf`` multi-node jobs under the same leaf): a
+  count vector over the vocabulary per level, pooled as a sum of neighbour embeddings (a
+  count matrix times the embedding table) plus the neighbour count.
 
 Output: speed in (0, 1] relative to running alone, as ``exp(-softplus(z))`` so a prediction is
 never above 1 or negative. Implements the estimator protocol of ``policy/interference.py``
@@ -22,6 +22,7 @@ never above 1 or negative. Implements the estimator protocol of ``policy/interfe
 
 Files: ``NAME.pt`` holds the ``state_dict`` (``torch.save``), ``NAME.json`` the metadata
 (vocabulary, dims, metrics). Loading is always ``torch.load(..., weights_only=True)``.
+Samples are read by ``colocation.read_samples``.
 """
 
 from __future__ import annotations
@@ -36,22 +37,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from slurm_marl.colocation import LEVELS, SPAN, SPAN_TAGS, model_family, span_tags
 from slurm_marl.domain import Job
-from slurm_marl.policy.interference import span_tags
-from slurm_marl.policy.modeltypes import model_family
 
 FORMAT = "slurm-marl-interference/1"
-LEVELS = ("gpu", "group", "node", "leaf")
-SHAPE_FEATURES = ("log2_gpus", "multi_group", "multi_node", "cross_leaf")
+SHAPE_FEATURES = ("log2_gpus", *SPAN_TAGS)
 UNKNOWN = "unknown"
 
 
 class ModelFileError(ValueError):
     """A model file that cannot be used; the message names the file."""
-
-
-class SampleFormatError(ValueError):
-    """A co-location sample that cannot be read; the message names the file and line."""
 
 
 @dataclass(frozen=True)
@@ -100,12 +95,11 @@ class EncodedSamples:
 
 def shape_vector(num_gpus: int, tags: Iterable[str]) -> list[float]:
     tags = set(tags)
-    return [math.log2(max(1, num_gpus)), float("multi_group" in tags),
-            float("multi_node" in tags), float("cross_leaf" in tags)]
+    return [math.log2(max(1, num_gpus)), *(float(t in tags) for t in SPAN_TAGS)]
 
 
 def encode_samples(samples: Sequence[Mapping], vocab: Vocabulary) -> EncodedSamples:
-    """Validated samples (see ``load_samples``) as tensors over ``vocab``."""
+    """Validated samples (``colocation.read_samples``) as tensors over ``vocab``."""
     n, v = len(samples), len(vocab)
     job = np.zeros(n, dtype=np.int64)
     counts = np.zeros((n, len(LEVELS), v), dtype=np.float32)
@@ -183,7 +177,7 @@ class InterferenceModel:
         counts = torch.zeros(1, len(LEVELS), len(self.vocab))
         tags: Sequence[str] = ()
         for level, models in colocated_by_level.items():
-            if level == "span":
+            if level == SPAN:
                 tags = tuple(models)
                 continue
             if level not in LEVELS:
@@ -293,69 +287,3 @@ def load_state_dict(path: Path) -> dict:
                                               for v in state.values()):
         raise ModelFileError(f"{path}: not a state_dict of tensors")
     return state
-
-
-# -- reading samples ----------------------------------------------------------------------
-
-def check_sample(obj, where: str) -> dict:
-    """``obj`` if it is a valid sample, else SampleFormatError naming ``where``."""
-    if not isinstance(obj, dict):
-        raise SampleFormatError(f"{where}: a sample must be a JSON object")
-    try:
-        speed = float(obj["speed"])
-    except KeyError:
-        raise SampleFormatError(f"{where}: missing 'speed'") from None
-    except (TypeError, ValueError):
-        raise SampleFormatError(f"{where}: speed={obj.get('speed')!r} is not a number") \
-            from None
-    if not (math.isfinite(speed) and speed > 0):
-        raise SampleFormatError(f"{where}: speed={speed!r} must be a positive number")
-    model = obj.get("model_type")
-    if model is not None and not isinstance(model, str):
-        raise SampleFormatError(f"{where}: model_type must be a string or null")
-    for key in ("num_gpus", "groups", "nodes", "leaves"):
-        value = obj.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SampleFormatError(f"{where}: {key}={value!r} must be an integer >= 1")
-    coloc = obj.get("colocated", {})
-    if not isinstance(coloc, dict):
-        raise SampleFormatError(f"{where}: 'colocated' must map a level to model names")
-    for level, models in coloc.items():
-        if not isinstance(models, (list, tuple)) or not all(
-                isinstance(m, str) for m in models):
-            raise SampleFormatError(f"{where}: colocated.{level} must be a list of names")
-    return obj
-
-
-def load_samples(path: str | Path) -> list[dict]:
-    """Co-location samples from the simulator's JSONL (or its CSV), validated; errors name
-    the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise SampleFormatError(f"samples file {path} does not exist")
-    out: list[dict] = []
-    if path.suffix == ".csv":
-        from slurm_marl.policy.interference import SampleError, read_samples
-        try:
-            rows = read_samples(path)
-        except SampleError as exc:
-            raise SampleFormatError(str(exc)) from None
-        for i, row in enumerate(rows):
-            row.setdefault("num_gpus", int(row.get("groups", 1)))
-            row["colocated"] = {k: list(v) for k, v in row["colocated"].items()}
-            out.append(check_sample(row, f"{path}:{i + 2}"))
-        return out
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise SampleFormatError(f"{path}:{line_no}: invalid JSON: {exc.msg}") \
-                        from None
-                out.append(check_sample(obj, f"{path}:{line_no}"))
-    except UnicodeDecodeError:
-        raise SampleFormatError(f"{path}: not a UTF-8 text file") from None
-    return out

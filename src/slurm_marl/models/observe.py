@@ -1,6 +1,7 @@
 """What a placement agent sees: its part of the topology, the job, and every GPU group's
 "what if the job landed here" numbers. Shared by the training environment and the learned
-place plugin, so both build exactly the same observation from a ``CycleState``.
+place plugin, so both build exactly the same observation from a cycle's state (the
+framework's ``CycleState``, read as ``placement_shapes.PlacementState``).
 
 Per snapshot (once per scheduling cycle): the topology featuriser's level tensors
 (``topology/features.py``) restricted to each agent's rows, with the group level extended by
@@ -21,7 +22,7 @@ jobs waiting more than a week, and any bound up to a week cost 8-11% of average 
 (docs/benchmarks.md). Counting from the job's queueing instead of its first deferral took
 the choice to wait away from exactly the jobs that had queued long.
 
-Per job: candidates come from the framework's own generator (``policy.state``); every GPU
+Per job: candidates come from the framework's own generator (``placement_shapes``); every GPU
 group that some candidate uses is a valid action and stands for one candidate (its *anchor*
 map: the candidate with the fewest groups among those that use it, first in generation
 order on ties). Live features of a group then describe that candidate: free GPUs before and
@@ -40,17 +41,18 @@ from itertools import chain
 import numpy as np
 import torch
 
-from slurm_marl.domain import ClusterSnapshot, Job
+from slurm_marl.colocation import GROUP, LEAF, MULTI_GROUP, NODE, snapshot_index, span_tags
+from slurm_marl.colocation import LEVELS as COLOC_LEVELS
+from slurm_marl.domain import ClusterSnapshot, Job, JobState
 from slurm_marl.models.gnn import LEVELS
-from slurm_marl.models.interference import LEVELS as COLOC_LEVELS
 from slurm_marl.models.interference import InterferenceModel, shape_vector
-from slurm_marl.policy.interference import span_tags
-from slurm_marl.policy.state import (CycleState, generate_candidates, job_shape, per_node_share,
-                                     split_on_node)
+from slurm_marl.placement_shapes import (PlacementState, generate_candidates, job_shape,
+                                         single_node_fits, split_on_node)
 from slurm_marl.topology.features import FEATURE_NAMES, Featuriser, HierarchyTensors
 from slurm_marl.topology.graph import build_topology_graph
 
 SINGLE_AGENT = "cluster"
+_HOLDING = frozenset(s for s in JobState if s.is_active)   # job states that hold GPUs
 # A job deferred this long (since its first deferral) may no longer be deferred while any
 # placement exists; 0: no bound (see the module docstring).
 DEFAULT_MAX_DEFER_S = 0.0
@@ -274,7 +276,7 @@ class _LiveCounts:
     a group recounted from ``CycleState.colocated`` whenever its free capacity changed (a
     claim adds a co-location entry exactly where it takes GPUs)."""
 
-    state: CycleState
+    state: PlacementState
     counts: np.ndarray
     free: np.ndarray
 
@@ -327,7 +329,7 @@ class Observer:
         self._checked = snapshot
         return top
 
-    def cycle(self, snapshot: ClusterSnapshot, state: CycleState | None = None
+    def cycle(self, snapshot: ClusterSnapshot, state: PlacementState | None = None
               ) -> CycleFeatures:
         """Level tensors of every agent for this snapshot (cached until the next one).
 
@@ -370,7 +372,7 @@ class Observer:
                                     None if changed is None else len(changed))
         return self._cycle
 
-    def _state_counts(self, state: CycleState, top: Topology) -> np.ndarray:
+    def _state_counts(self, state: PlacementState, top: Topology) -> np.ndarray:
         """Family counts per group from the cycle's co-location index (one bincount)."""
         v = self.n_vocab
         family = self._family_index()
@@ -394,7 +396,7 @@ class Observer:
             return hit
         return family
 
-    def _recount_node(self, state: CycleState, top: Topology, counts: np.ndarray,
+    def _recount_node(self, state: PlacementState, top: Topology, counts: np.ndarray,
                       k: int) -> None:
         index = self.vocab.index
         for g, models in enumerate(state.colocated[k]):
@@ -404,28 +406,20 @@ class Observer:
                 counts[row, index(m)] += 1.0
 
     def _snapshot_counts(self, snapshot: ClusterSnapshot, top: Topology) -> np.ndarray:
+        """Family counts per group of the snapshot's jobs holding GPUs, each once per group
+        it uses (``colocation.snapshot_index``), as ``_state_counts`` counts the cycle's."""
         v = self.n_vocab
         family = self._family_index()
-        index = top.index
-        node_rows, gpu_rows, group_of = (index.node_rows, index.gpu_row_by_index,
-                                         index.gpu_parent_list)
+        index, _ = snapshot_index(snapshot, lambda j: j.model_type, _HOLDING)
+        rows = top.state_group_rows
         flat: list[int] = []
-        for job in snapshot.jobs:
-            if not job.is_running or not job.gpu_alloc:
-                continue
-            fam = family(job.model_type)
-            rows = set()
-            for name, gpus in job.gpu_alloc:
-                r = node_rows.get(name)
-                if r is None:
-                    continue
-                lookup = gpu_rows[r]
-                rows.update([group_of[lookup[g]] for g in gpus if g in lookup])
-            flat.extend([row * v + fam for row in rows])
+        for job_id, (allocs, _) in index.placements.items():
+            fam = family(index.labels[job_id])
+            flat.extend([rows[n][g] * v + fam for n, g, _ in allocs])
         return _bincount_2d(flat, top.n_groups, v)
 
     @staticmethod
-    def _free(state: CycleState, top: Topology) -> np.ndarray:
+    def _free(state: PlacementState, top: Topology) -> np.ndarray:
         """Free GPUs per global group row in the capacity the cycle is scoring."""
         free = np.zeros(top.n_groups, dtype=np.float32)
         free[top.flat_state_rows] = np.fromiter(chain.from_iterable(state.view),
@@ -433,7 +427,7 @@ class Observer:
                                                 count=len(top.flat_state_rows))
         return free
 
-    def _live_counts(self, state: CycleState, top: Topology, free: np.ndarray) -> np.ndarray:
+    def _live_counts(self, state: PlacementState, top: Topology, free: np.ndarray) -> np.ndarray:
         live = self._live
         if live is None or live.state is not state:
             live = self._live = _LiveCounts(state, self._cycle.counts.copy(), free)
@@ -460,8 +454,8 @@ class Observer:
         v = self.n_vocab
         jobs = torch.arange(v).repeat(2)
         counts = torch.zeros(2 * v, len(COLOC_LEVELS), v)
-        counts[:v, COLOC_LEVELS.index("group"), family] = 1.0
-        counts[v:, COLOC_LEVELS.index("node"), family] = 1.0
+        counts[:v, COLOC_LEVELS.index(GROUP), family] = 1.0
+        counts[v:, COLOC_LEVELS.index(NODE), family] = 1.0
         shape = torch.tensor([shape_vector(1, ())] * (2 * v), dtype=torch.float32)
         speed = self.model.predict_tensors(jobs, counts, shape).numpy()
         out = (1.0 - speed[:v]).astype(np.float32), (1.0 - speed[v:]).astype(np.float32)
@@ -481,7 +475,7 @@ class Observer:
                            torch.zeros(job_dim(self.n_vocab)),
                            torch.zeros(g, len(LIVE_FEATURES)), mask)
 
-    def observe(self, job: Job, state: CycleState, deferred_since_s: float | None = None
+    def observe(self, job: Job, state: PlacementState, deferred_since_s: float | None = None
                 ) -> Observation | None:
         """The job's agent's observation, or None when no agent owns the job's partition.
         ``deferred_since_s``: when the agent first deferred the job (None: never).
@@ -504,8 +498,7 @@ class Observer:
         node_counts = top.node_sums(counts)
         node_free = np.bincount(top.group_node, weights=free, minlength=top.n_nodes)
 
-        single, splits, others = self._candidates(job, state, top, free, total, per_node,
-                                                  count)
+        single, splits, others = self._candidates(job, state, top, total, per_node, count)
         rows = view.rows["gpu_group"]
         g_count = len(rows)
         local = view.local_group
@@ -628,7 +621,7 @@ class Observer:
                            torch.from_numpy(live), torch.from_numpy(mask), reward,
                            job.job_id, need, multi_local, top.row_state[rows])
 
-    def ideal_speed(self, job: Job, total: int, state: CycleState) -> float:
+    def ideal_speed(self, job: Job, total: int, state: PlacementState) -> float:
         """Predicted speed alone on the tightest possible placement (fewest nodes, then
         fewest groups): what a placement's predicted speed is measured against."""
         nodes = state.min_nodes(job)
@@ -643,50 +636,40 @@ class Observer:
                 torch.tensor([key[0]]), counts, shape)[0])
         return hit
 
-    def _candidates(self, job: Job, state: CycleState, top: Topology, free: np.ndarray,
-                    total: int, per_node: int, count: int
-                    ) -> tuple[np.ndarray, list[tuple], list[tuple]]:
+    def _candidates(self, job: Job, state: PlacementState, top: Topology, total: int,
+                    per_node: int, count: int) -> tuple[np.ndarray, list[tuple], list[tuple]]:
         """(global rows of single-group candidates, allocs of splits over one node's groups,
-        allocs of the other candidates): the same set as ``generate_candidates(job, state,
-        state.view)`` without node dedupe."""
+        allocs of the other candidates): the framework's candidates on ``state.view`` without
+        node dedupe (for a single-node shape, ``single_node_fits`` on the job's allowed nodes,
+        else ``generate_candidates``)."""
         none = np.zeros(0, dtype=np.int64)
         if total <= 0:
             return none, [], []
         if per_node and count > 1:
             return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
         need = total if per_node == 0 else per_node
-        allowed = np.zeros(len(state.infos), dtype=bool)
-        allowed[list(state.allowed_nodes(job))] = True
-        cpus = per_node_share(job.cpus, need, total)
-        mem = per_node_share(job.mem_mib, need, total)
-        allowed &= np.asarray(state.free_cpus) >= cpus
-        allowed &= np.asarray(state.free_mem) >= mem
-        flat_free = free[top.flat_state_rows]
-        node_sum = np.bincount(top.flat_state_node, weights=flat_free,
-                               minlength=len(state.infos))
-        allowed &= node_sum >= need
-        fits = (flat_free >= need) & allowed[top.flat_state_node]
-        single = top.flat_state_rows[fits]
-        has_fit = np.zeros(len(state.infos), dtype=bool)
-        has_fit[top.flat_state_node[fits]] = True
-        split_nodes = np.flatnonzero(allowed & ~has_fit)
+        cap, rows = state.view, top.state_group_rows
+        single: list[int] = []
         splits = []
-        for n in split_nodes.tolist():
-            split = split_on_node(state.view[n], need)
-            splits.append(tuple((n, g, k) for g, k in split))
-        if not len(single) and not splits and per_node == 0:
+        for n, fitting in single_node_fits(job, state, cap, state.allowed_nodes(job), need,
+                                           total, dedupe=False):
+            if fitting:
+                single.extend([rows[n][g] for g in fitting])
+            else:
+                splits.append(tuple((n, g, k) for g, k in split_on_node(cap[n], need)))
+        if not single and not splits and per_node == 0:
             return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
-        return single, splits, []
+        return np.array(single, dtype=np.int64), splits, []
 
     def _predict(self, job: Job, total: int, single: np.ndarray, splits: tuple,
                  other_rows: list, counts: np.ndarray, node_counts: np.ndarray,
-                 state: CycleState, top: Topology):
+                 state: PlacementState, top: Topology):
         """Predicted speed of the job and the slowdown it imposes on its new neighbours, for
         the single-group candidates, the one-node splits (arrays) and the others (lists)."""
         v = self.n_vocab
         fam = self.vocab.index(job.model_type)
-        lvl_group, lvl_node = COLOC_LEVELS.index("group"), COLOC_LEVELS.index("node")
-        lvl_leaf = COLOC_LEVELS.index("leaf")
+        lvl_group, lvl_node = COLOC_LEVELS.index(GROUP), COLOC_LEVELS.index(NODE)
+        lvl_leaf = COLOC_LEVELS.index(LEAF)
         sp_cand, sp_row, n_split = splits
         n_single, n_other = len(single), len(other_rows)
         total_rows = n_single + n_split + n_other
@@ -706,7 +689,7 @@ class Observer:
             first = np.unique(sp_cand, return_index=True)[1]
             part[:, lvl_group] = group_level
             part[:, lvl_node] = node_counts[top.group_node[sp_row[first]]] - group_level
-            shape[n_single:n_single + n_split] = shape_vector(total, ("multi_group",))
+            shape[n_single:n_single + n_split] = shape_vector(total, (MULTI_GROUP,))
         leaf_counts = None
         for i, (allocs, grows) in enumerate(other_rows, start=n_single + n_split):
             nrows = sorted({int(top.group_node[r]) for r in grows})
@@ -731,7 +714,7 @@ class Observer:
         return (speed[:a], imposed[:a], speed[a:b], imposed[a:b], speed[b:].tolist(),
                 imposed[b:].tolist())
 
-    def _leaf_counts(self, state: CycleState) -> dict:
+    def _leaf_counts(self, state: PlacementState) -> dict:
         out = {}
         for leaf, models in state.leaf_multinode.items():
             vec = np.zeros(self.n_vocab, dtype=np.float32)

@@ -30,7 +30,8 @@ from typing import NamedTuple
 
 from slurm_marl.domain import (ClusterSnapshot, Decision, GroupAlloc, Job, Place, Preempt,
                                SetPriority)
-from slurm_marl.policy.plugins import CycleAwareOrder, OrderPlugin, PlacePlugin, build_plugin
+from slurm_marl.policy.plugins import (CycleAwareOrder, Delegating, OrderPlugin, PlacePlugin,
+                                      Proposer, build_plugin)
 from slurm_marl.policy.profile import Profile
 from slurm_marl.policy.state import (ACTIVE_STATES, PENDING, Candidate, CycleState,
                                      generate_candidates, has_candidate, job_shape,
@@ -54,19 +55,17 @@ class Policy:
         self.order = order
         self._begin_cycle = order.begin_cycle if isinstance(order, CycleAwareOrder) else None
         self.place = tuple(place)
-        self._needs_colocation = any(getattr(p, "needs_colocation", False)
-                                     for p, _ in self.place)
+        self._needs_colocation = any(p.needs_colocation for p, _ in self.place)
         # Plugins that score by node identity (not only resources) opt out of evaluating
         # one node per class of alike nodes.
-        self._dedupe_nodes = not any(getattr(p, "node_specific", False)
-                                     for p, _ in self.place)
+        self._dedupe_nodes = not any(p.node_specific for p, _ in self.place)
         # Plugins that hand some jobs to another plugin (the learned plugin's fallback):
         # candidates for such a job are generated as that plugin needs them.
-        self._delegating = any(hasattr(p, "plugin_for") for p, _ in self.place)
-        self._proposers = tuple(p.propose for p, _ in self.place if hasattr(p, "propose"))
+        self._delegating = any(isinstance(p, Delegating) for p, _ in self.place)
+        self._proposers = tuple(p.propose for p, _ in self.place if isinstance(p, Proposer))
         # "A job of size s found no room, so a larger alike job will not either" holds only
         # when no plugin filters candidates (a filter may accept a larger job's shape).
-        self._monotone = not any(getattr(p, "filters", True) for p, _ in self.place)
+        self._monotone = not any(p.filters for p, _ in self.place)
 
     # -- ordering ------------------------------------------------------------------------
     def rank(self, jobs: Sequence[Job], now_s: float) -> list[RankedJob]:
@@ -230,10 +229,10 @@ class Policy:
         this job: no dedupe if a plugin deciding it needs node identity."""
         if not self._delegating:
             return state.dedupe_nodes, state.dedupe_colocation
-        plugins = [p.plugin_for(job, state) if hasattr(p, "plugin_for") else p
+        plugins = [p.plugin_for(job, state) if isinstance(p, Delegating) else p
                    for p, _ in self.place]
-        return (not any(getattr(p, "node_specific", False) for p in plugins),
-                any(getattr(p, "needs_colocation", False) for p in plugins))
+        return (not any(p.node_specific for p in plugins),
+                any(p.needs_colocation for p in plugins))
 
     def _generate(self, job: Job, state: CycleState, cap,
                   flags: tuple[bool, bool] | None = None) -> list[Candidate]:
@@ -261,9 +260,8 @@ class Policy:
             cands = self._generate(job, state, cap, flags)
         if not cands:
             return None
-        state.view = cap
-        best, terms, n_ok = self._score(job, cands, state)
-        state.view = state.free
+        with state.judging(cap):
+            best, terms, n_ok = self._score(job, cands, state)
         if best is None:
             return None
         return best, terms, n_ok
@@ -309,9 +307,8 @@ class Policy:
                          for c in cands]
                 fewest = min(taken)
                 cands = [c for c, t in zip(cands, taken) if t == fewest]
-                state.view = overlay
-                best, terms, _ = self._score(job, cands, state)
-                state.view = state.free
+                with state.judging(overlay):
+                    best, terms, _ = self._score(job, cands, state)
                 if best is None:
                     continue
                 return best, terms, self._victims_for(best, state, added)
@@ -356,9 +353,8 @@ class Policy:
         ready = [sum(min(k, state.free[n][g]) for n, g, k in c.allocs) for c in cands]
         most = max(ready)
         cands = [c for c, r in zip(cands, ready) if r == most]
-        state.view = overlay
-        best, terms, _ = self._score(job, cands, state)
-        state.view = state.free
+        with state.judging(overlay):
+            best, terms, _ = self._score(job, cands, state)
         if best is None:
             return None
         return best, terms

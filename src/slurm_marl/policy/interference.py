@@ -1,25 +1,20 @@
 """Interference estimators: predicted speed of a job given what it would share.
 
 The protocol is one method, ``predict_speed(job, colocated_by_level) -> float`` (1.0 = as
-fast as alone). ``colocated_by_level`` maps a level to the model types found there:
-
-* ``"group"`` - jobs on the same GPU group (same socket / PCIe root) of the chosen nodes;
-* ``"node"``  - jobs on other GPU groups of the chosen nodes;
-* ``"leaf"``  - multi-node jobs under the same leaf switch (only for multi-node candidates);
-* ``"span"``  - not jobs but the candidate's own spread: ``multi_group``, ``multi_node``,
-  ``cross_leaf`` tags.
+fast as alone). ``colocated_by_level`` maps a co-location level (``colocation.LEVELS``:
+``group``, ``node``, ``leaf``; ``gpu`` where GPUs are shared) to the model types found there,
+and ``span`` to the candidate's own spread (``colocation.span_tags``).
 
 The default estimator is fitted from samples the simulator (or the daemon's history)
 emits; it never sees the simulator's ground-truth parameters. It is a log-linear model per
 job model family: log(speed) = bias[span] + sum over levels and co-located families of
 count x weight, fitted by ridge-regularised least squares, so with one neighbour it is the
-(geometric) mean observed slowdown per (model, level, neighbour model).
+(geometric) mean observed slowdown per (model, level, neighbour model). GPU sharing counts as
+the group level.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -28,13 +23,11 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from slurm_marl.colocation import (GPU, GROUP, LEVELS, SPAN, SampleError, model_family,
+                                   read_samples, span_tags)
 from slurm_marl.domain import Job
-from slurm_marl.policy.modeltypes import model_family
 
 log = logging.getLogger(__name__)
-
-LEVELS = ("group", "node", "leaf")
-SPAN_TAGS = ("multi_group", "multi_node", "cross_leaf")
 
 
 @runtime_checkable
@@ -57,28 +50,13 @@ class NeutralEstimator:
         return 1.0
 
 
-class SampleError(ValueError):
-    pass
-
-
-def span_tags(groups: int, nodes: int, leaves: int) -> tuple[str, ...]:
-    tags = []
-    if groups > nodes:
-        tags.append("multi_group")
-    if nodes > 1:
-        tags.append("multi_node")
-    if leaves > 1:
-        tags.append("cross_leaf")
-    return tuple(tags)
-
-
 def sample_features(sample: Mapping) -> tuple[str, dict[str, float]]:
     """(job family, sparse features) of one emitted sample; GPU sharing folds into group."""
     family = model_family(sample.get("model_type"))
     coloc = sample.get("colocated") or {}
     feats: dict[str, float] = {}
     for level, models in coloc.items():
-        lvl = "group" if level == "gpu" else level
+        lvl = GROUP if level == GPU else level
         if lvl not in LEVELS:
             continue
         for m in models:
@@ -86,18 +64,18 @@ def sample_features(sample: Mapping) -> tuple[str, dict[str, float]]:
             feats[key] = feats.get(key, 0.0) + 1.0
     for tag in span_tags(int(sample.get("groups", 1)), int(sample.get("nodes", 1)),
                          int(sample.get("leaves", 1))):
-        feats[f"span:{tag}"] = 1.0
+        feats[f"{SPAN}:{tag}"] = 1.0
     return family, feats
 
 
 def _query_features(colocated_by_level: Mapping[str, tuple[str, ...]]) -> dict[str, float]:
     feats: dict[str, float] = {}
     for level, models in colocated_by_level.items():
-        if level == "span":
+        if level == SPAN:
             for tag in models:
-                feats[f"span:{tag}"] = 1.0
+                feats[f"{SPAN}:{tag}"] = 1.0
             continue
-        lvl = "group" if level == "gpu" else level
+        lvl = GROUP if level == GPU else level
         for m in models:
             key = f"{lvl}:{model_family(m)}"
             feats[key] = feats.get(key, 0.0) + 1.0
@@ -176,39 +154,3 @@ class FittedEstimator:
             self._memo.clear()
         self._memo[key] = speed
         return speed
-
-
-def read_samples(path: str | Path) -> list[dict]:
-    """Samples from the simulator's JSONL (one object a line) or CSV (see docs/simulator.md)."""
-    path = Path(path)
-    if not path.is_file():
-        raise SampleError(f"interference samples file {path} does not exist")
-    out: list[dict] = []
-    if path.suffix == ".csv":
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            for row in reader:
-                try:
-                    out.append({
-                        "model_type": row["model_type"], "speed": float(row["speed"]),
-                        "groups": int(row["groups"]), "nodes": int(row["nodes"]),
-                        "leaves": int(row["leaves"]),
-                        "duration_s": float(row.get("duration_s") or 1.0),
-                        "colocated": {lvl: tuple(x for x in (row.get(f"colocated_{lvl}") or
-                                                             "").split(";") if x)
-                                      for lvl in ("gpu",) + LEVELS}})
-                except (KeyError, ValueError) as exc:
-                    raise SampleError(f"{path}:{reader.line_num}: bad sample row ({exc})") \
-                        from None
-        return out
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                float(obj["speed"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise SampleError(f"{path}:{line_no}: bad sample ({exc})") from None
-            out.append(obj)
-    return out

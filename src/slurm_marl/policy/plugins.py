@@ -23,6 +23,7 @@ _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 @runtime_checkable
 class OrderPlugin(Protocol):
     key: str
+    time_dependent: bool     # keys change with time alone (next_change_s may return a time)
 
     def classify(self, job: Job, now_s: float) -> tuple[int, tuple]:
         """(queue index, sort key); smaller sorts first. Ties break by submit time, job id."""
@@ -51,9 +52,17 @@ class CycleAwareOrder(Protocol):
 
 @runtime_checkable
 class PlacePlugin(Protocol):
+    """Every place plugin declares the three flags (class attributes) and the two methods.
+    The capacity being judged is ``state.view``: the free GPUs, or a tentative overlay
+    while the framework asks a what-if question (``state.what_if``: planning a
+    reservation, choosing preemption victims)."""
+
     key: str
     needs_colocation: bool   # reads state.colocated_by_level
-    filters: bool            # feasible() may reject candidates (absent: assumed True)
+    filters: bool            # feasible() may reject candidates the framework offers
+    node_specific: bool      # scores depend on a node's identity, not only its resources,
+    #                          so the framework must not offer one node per class of alike
+    #                          nodes
 
     def feasible(self, job: Job, cand: "Candidate", state: "CycleState") -> bool:
         """Extra filtering on top of the framework's (free GPUs, CPUs, memory, partition)."""
@@ -61,15 +70,25 @@ class PlacePlugin(Protocol):
     def score(self, job: Job, cand: "Candidate", state: "CycleState") -> float:
         """Higher is better, roughly in [0, 1] so weights mean something."""
 
-    # Optional, for plugins that decide a placement themselves (the learned plugin):
-    #   node_specific: bool  -- scores depend on a node's identity, not only its resources,
-    #       so the framework must not offer one node per class of alike nodes;
-    #   node_specific_for(job, state) -> bool  -- the same per job (a plugin that places
-    #       some jobs itself and hands the others to a heuristic);
-    #   propose(job, state) -> list[Candidate] | None  -- the only candidates worth scoring
-    #       on free GPUs ([]: none, the job waits), or None to let the framework generate
-    #       them; asked only for jobs a node-specific plugin decides, and only when the
-    #       framework's generator would find room for the job.
+
+@runtime_checkable
+class Proposer(Protocol):
+    """A place plugin that decides placements itself (the learned plugin)."""
+
+    def propose(self, job: Job, state: "CycleState") -> "list[Candidate] | None":
+        """The only candidates worth scoring on free GPUs ([]: none, the job waits), or
+        None to let the framework generate them. Asked only for jobs a node-specific
+        plugin decides, and only when the framework's generator would find room."""
+
+
+@runtime_checkable
+class Delegating(Protocol):
+    """A place plugin that hands some jobs to another plugin (the learned plugin's fallback
+    for partitions it has no agent for): the framework offers such a job's candidates as
+    the plugin returned here needs them."""
+
+    def plugin_for(self, job: Job, state: "CycleState") -> PlacePlugin:
+        """The plugin whose rules decide this job (``self`` or another)."""
 
 
 class PluginError(ValueError):
@@ -90,12 +109,25 @@ def load_plugin_module(kind: str, key: str):
 
 
 def build_plugin(kind: str, key: str, params: Mapping | None = None, **context):
+    """Build a plugin and check it honours its contract (``OrderPlugin`` or
+    ``PlacePlugin``, every member declared)."""
     module = load_plugin_module(kind, key)
     plugin = module.build(dict(params or {}), **context)
-    if getattr(plugin, "key", None) != key:
+    contract = OrderPlugin if kind == "order" else PlacePlugin
+    if not isinstance(plugin, contract):
+        missing = [m for m in _members(contract) if not hasattr(plugin, m)]
+        raise PluginError(f"{kind} plugin {key!r} does not declare {', '.join(missing)} "
+                          f"(see {contract.__name__} in slurm_marl.policy.plugins)")
+    if plugin.key != key:
         raise PluginError(f"{kind} plugin module {key!r} built a plugin with key "
-                          f"{getattr(plugin, 'key', None)!r}")
+                          f"{plugin.key!r}")
     return plugin
+
+
+def _members(protocol: type) -> list[str]:
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")}
+    return sorted(names)
 
 
 def check_params(key: str, params: Mapping, allowed: Mapping[str, type | tuple]) -> None:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from slurm_marl.domain import ClusterSnapshot, Job
 from slurm_marl.replay.plan import parse_job_name
-from slurm_marl.sim.perf import Neighbourhood, PerfParams, job_speed, snapshot_neighbourhoods
+from slurm_marl.colocation import Neighbourhood, snapshot_neighbourhoods
+from slurm_marl.sim.perf import PerfParams, job_speed
 
 log = logging.getLogger(__name__)
 

@@ -190,7 +190,6 @@ def build_cluster(parts: list[PartitionSpec], spec: str) -> SimCluster:
         per_leaf = part.nodes_per_leaf or part.nodes
         leaf_nodes: list[str] = []
         gpus_per_node = part.sockets * part.gpus_per_socket
-        slots = gpus_per_node * part.share
         groups = []
         for s in range(part.sockets):
             # Slot-major GPU indices: slot j of physical GPU p is j * gpus_per_node + p.

@@ -35,11 +35,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from slurm_marl.colocation import ColocationIndex, Neighbourhood, sample_colocated
 from slurm_marl.domain import (ClusterSnapshot, Job, JobState, Node, Place, Preempt)
 from slurm_marl.policy.framework import Policy
 from slurm_marl.sim.cluster import SimCluster
 from slurm_marl.sim.models import assign_model_types
-from slurm_marl.sim.perf import Neighbourhood, PerfParams, job_speed, sample_colocated
+from slurm_marl.sim.perf import PerfParams, job_speed
 from slurm_marl.sim.traces import TraceJob
 
 FINISH, ARRIVAL, WAKE, TICK = 0, 1, 2, 3
@@ -151,7 +152,7 @@ class Simulator:
         # Samples need every change of neighbourhood tracked, even with no interference.
         self.interference_on = self.perf.scale > 0 or self.sharing or collect_samples
         self.preemptive = policy.profile.preemption
-        self.time_dependent = getattr(policy.order, "time_dependent", True) \
+        self.time_dependent = policy.order.time_dependent \
             and self.preemptive
 
         self.nodes: list[Node] = list(cluster.nodes)
@@ -163,10 +164,9 @@ class Simulator:
         self.leaf = [n.leaf_switch for n in self.nodes]
         self.free_slots = sum(n.gpu_count for n in self.nodes)
         self.total_slots = self.free_slots
-        self.group_jobs = [[dict() for _ in n.gpu_groups] for n in self.nodes]
-        self.node_jobs: list[set[int]] = [set() for _ in self.nodes]
-        self.leaf_multi: dict[str | None, set[int]] = {}
-        self.gpu_jobs: dict[tuple[int, int], list[int]] = {}
+        # Running jobs by where they hold GPUs (physical GPUs as (node, GPU) with sharing).
+        self.coloc = ColocationIndex([[g.gpu_count for g in n.gpu_groups] for n in self.nodes],
+                                     self.leaf)
         self.snapshot_nodes: tuple[Node, ...] = tuple(self.nodes)
 
         self.dropped: list[int] = []
@@ -380,7 +380,8 @@ class Simulator:
             j.first_start_s = now
         j.job_obj = None
         j.last_nodes = tuple(self.nodes[n].name for n in per_node)
-        self._index_add(j)
+        self.coloc.add(j.job_id, j.model_type, [(n, g, len(t)) for n, g, t in allocs],
+                       self._physical(j) if self.sharing else ())
         touched = list(per_node)
         for n in touched:
             self._refresh_node(n)
@@ -409,7 +410,7 @@ class Simulator:
         for n, k in counts.items():
             self.alloc_cpus[n] -= math.ceil(j.cpus * k / j.num_gpus)
             self.alloc_mem[n] -= math.ceil(j.mem_mib * k / j.num_gpus)
-        self._index_remove(j)
+        self.coloc.remove(j.job_id)
         self.free_slots += j.num_gpus
         del self.running[j.job_id]
         run = now - (now if j.stint_start_s is None else j.stint_start_s)
@@ -442,34 +443,6 @@ class Simulator:
                 keys[(n, self.cluster.physical_gpu(name, gpu))] = None
         return list(keys)
 
-    def _index_add(self, j: SimJob) -> None:
-        nodes = set()
-        for n, g, gpus in j.allocs:
-            self.group_jobs[n][g][j.job_id] = len(gpus)
-            self.node_jobs[n].add(j.job_id)
-            nodes.add(n)
-        if self.sharing:
-            for key in self._physical(j):
-                self.gpu_jobs.setdefault(key, []).append(j.job_id)
-        if len(nodes) > 1:
-            for leaf in {self.leaf[n] for n in nodes}:
-                self.leaf_multi.setdefault(leaf, set()).add(j.job_id)
-
-    def _index_remove(self, j: SimJob) -> None:
-        nodes = set()
-        for n, g, gpus in j.allocs:
-            self.group_jobs[n][g].pop(j.job_id, None)
-            self.node_jobs[n].discard(j.job_id)
-            nodes.add(n)
-        if self.sharing:
-            for key in self._physical(j):
-                lst = self.gpu_jobs.get(key, [])
-                if j.job_id in lst:
-                    lst.remove(j.job_id)
-        if len(nodes) > 1:
-            for leaf in {self.leaf[n] for n in nodes}:
-                self.leaf_multi.get(leaf, set()).discard(j.job_id)
-
     # -- progress and speed --------------------------------------------------------------
     def _settle(self, j: SimJob, now: float) -> None:
         """Book progress since the last speed change; emit a co-location sample for it."""
@@ -481,42 +454,8 @@ class Simulator:
                 self._emit_sample(j, now, elapsed)
         j.seg_start_s = now
 
-    def _neighbourhood(self, j: SimJob) -> Neighbourhood:
-        by = self.by_id
-        groups, nodes_seen = [], {}
-        mine_groups = {(n, g) for n, g, _ in j.allocs}
-        for n, g, gpus in j.allocs:
-            others = tuple((by[o].model_type, k) for o, k in self.group_jobs[n][g].items()
-                           if o != j.job_id)
-            groups.append((len(gpus), len(self.nodes[n].gpu_groups[g].gpu_indices), others))
-            nodes_seen[n] = nodes_seen.get(n, 0) + len(gpus)
-        nodes = []
-        for n, mine in nodes_seen.items():
-            others = []
-            for g, jobs in enumerate(self.group_jobs[n]):
-                if (n, g) in mine_groups:
-                    continue
-                others.extend((by[o].model_type, k) for o, k in jobs.items() if o != j.job_id)
-            nodes.append((mine, self.nodes[n].gpu_count, tuple(others)))
-        leaves = {self.leaf[n] for n in nodes_seen}
-        leaf_models: tuple = ()
-        if len(nodes_seen) > 1:
-            ids = set()
-            for leaf in leaves:
-                ids.update(self.leaf_multi.get(leaf, ()))
-            ids.discard(j.job_id)
-            leaf_models = tuple(by[o].model_type for o in sorted(ids))
-        gpu_models: tuple = ()
-        if self.sharing:
-            gpu_models = tuple(tuple(by[o].model_type for o in self.gpu_jobs.get(key, ())
-                                     if o != j.job_id) for key in self._physical(j))
-        return Neighbourhood(groups=tuple(groups), nodes=tuple(nodes),
-                             n_groups=len(j.allocs), n_nodes=len(nodes_seen),
-                             n_leaves=len(leaves), leaf_models=leaf_models,
-                             gpu_models=gpu_models)
-
     def _emit_sample(self, j: SimJob, now: float, elapsed: float) -> None:
-        hood = j.hood if j.hood is not None else self._neighbourhood(j)
+        hood = j.hood if j.hood is not None else self.coloc.neighbourhood(j.job_id)
         noise = math.exp(self.rng.gauss(0.0, self.sample_noise)) if self.sample_noise else 1
         self.samples.append({
             "time_s": round(now, 3), "job_id": j.job_id, "model_type": j.model_type,
@@ -543,18 +482,14 @@ class Simulator:
             for j in started:
                 self._reschedule(j, now)
             return
-        affected: set[int] = set()
-        for n in changed_nodes:
-            affected.update(self.node_jobs[n])
-        for leaf in multi_leaves:
-            affected.update(self.leaf_multi.get(leaf, ()))
+        affected = self.coloc.jobs_near(changed_nodes, multi_leaves)
         affected.update(j.job_id for j in started)
         fresh = {j.job_id for j in started}
         for jid in sorted(affected):
             j = self.running.get(jid)
             if j is None:
                 continue
-            hood = self._neighbourhood(j)
+            hood = self.coloc.neighbourhood(jid)
             speed = job_speed(j.model_type, hood, self.perf)
             if jid in fresh:
                 j.speed, j.hood = speed, hood

@@ -30,7 +30,7 @@ import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 
-from slurm_marl.policy.modeltypes import model_family
+from slurm_marl.colocation import model_family
 from slurm_marl.shared_data import DataNotFound, data_file
 
 

@@ -26,10 +26,10 @@ stay the strongest effect, as the data README asks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from slurm_marl.domain import ClusterSnapshot, Job, JobState
+from slurm_marl.colocation import Neighbourhood
 from slurm_marl.sim.models import family_profile, sharing_factor
 
 STRENGTHS = {"none": 0.0, "low": 0.25, "medium": 0.5, "high": 1.0}
@@ -55,22 +55,6 @@ class PerfParams:
     @property
     def scale(self) -> float:
         return STRENGTHS[self.strength]
-
-
-@dataclass(frozen=True)
-class Neighbourhood:
-    """What a job shares, as the engine sees it at one moment."""
-
-    # per group of the job: (my GPUs there, group size, ((other model, its GPUs there), ...))
-    groups: tuple[tuple[int, int, tuple[tuple[str | None, int], ...]], ...]
-    # per node of the job: (my GPUs there, node size, ((other model, GPUs in other groups),...))
-    nodes: tuple[tuple[int, int, tuple[tuple[str | None, int], ...]], ...]
-    n_groups: int
-    n_nodes: int
-    n_leaves: int
-    leaf_models: tuple[str | None, ...] = ()
-    # per physical GPU of the job: models of the other jobs on that GPU
-    gpu_models: tuple[tuple[str | None, ...], ...] = ()
 
 
 def contention(entries: Sequence[tuple[int, int, tuple[tuple[str | None, int], ...]]]
@@ -122,85 +106,3 @@ def penalty(model: str | None, hood: Neighbourhood, params: PerfParams) -> float
 def job_speed(model: str | None, hood: Neighbourhood, params: PerfParams) -> float:
     share = sharing_speed(model, hood.gpu_models) if hood.gpu_models else 1.0
     return share / (1.0 + penalty(model, hood, params))
-
-
-def snapshot_neighbourhoods(snap: ClusterSnapshot, model_of: Callable[[Job], str | None]
-                            ) -> dict[int, tuple[str | None, Neighbourhood]]:
-    """For every running job of a real cluster's snapshot: (its model, what it shares) as the
-    performance model reads it. ``model_of`` names a job's model (its signature)."""
-    running = [j for j in snap.jobs if j.state is JobState.RUNNING and j.gpu_alloc]
-    # (node, group) -> {job id: GPUs there}
-    group_jobs: dict[tuple[str, int], dict[int, int]] = {}
-    leaf_multi: dict[str, set[int]] = {}
-    for j in running:
-        node_names = [n for n, _ in j.gpu_alloc]
-        for node_name, indices in j.gpu_alloc:
-            node = snap.node(node_name)
-            if node is None:
-                continue
-            for i in indices:
-                g = node.group_of_gpu(i)
-                if g is not None:
-                    slot = group_jobs.setdefault((node_name, g.index), {})
-                    slot[j.job_id] = slot.get(j.job_id, 0) + 1
-        if len(node_names) > 1:
-            for n in node_names:
-                leaf = snap.leaf_of(n)
-                if leaf:
-                    leaf_multi.setdefault(leaf, set()).add(j.job_id)
-    models = {j.job_id: model_of(j) for j in running}
-    out = {}
-    for j in running:
-        groups, nodes, leaves = [], [], set()
-        mine_groups = set()
-        for node_name, indices in j.gpu_alloc:
-            node = snap.node(node_name)
-            if node is None:
-                continue
-            leaf = snap.leaf_of(node_name)
-            if leaf:
-                leaves.add(leaf)
-            per_group: dict[int, int] = {}
-            for i in indices:
-                g = node.group_of_gpu(i)
-                if g is not None:
-                    per_group[g.index] = per_group.get(g.index, 0) + 1
-            for gi, mine in per_group.items():
-                mine_groups.add((node_name, gi))
-                size = node.gpu_groups[gi].gpu_count if gi < len(node.gpu_groups) else mine
-                others = tuple((models.get(o), k) for o, k in
-                               group_jobs.get((node_name, gi), {}).items() if o != j.job_id)
-                groups.append((mine, size, others))
-            others_node = []
-            for g in node.gpu_groups:
-                if (node_name, g.index) in mine_groups:
-                    continue
-                others_node.extend((models.get(o), k) for o, k in
-                                   group_jobs.get((node_name, g.index), {}).items()
-                                   if o != j.job_id)
-            nodes.append((len(indices), node.gpu_count, tuple(others_node)))
-        leaf_models: tuple = ()
-        if len(j.gpu_alloc) > 1:
-            ids = set().union(*(leaf_multi.get(leaf, set()) for leaf in leaves)) - {j.job_id}
-            leaf_models = tuple(models.get(o) for o in sorted(ids))
-        out[j.job_id] = (models[j.job_id], Neighbourhood(
-            groups=tuple(groups), nodes=tuple(nodes), n_groups=len(groups),
-            n_nodes=len(nodes), n_leaves=len(leaves), leaf_models=leaf_models))
-    return out
-
-
-def sample_colocated(hood: Neighbourhood) -> dict[str, list[str]]:
-    """What a co-location sample records (the interference model's input levels): models on
-    the job's own GPUs (``gpu``), elsewhere in its GPU groups (``group``), in the other groups
-    of its nodes (``node``), and multi-node jobs under its leaf switches (``leaf``)."""
-    gpu_level = sorted(m or "unknown" for ms in hood.gpu_models for m in ms)
-    group_level = sorted(m or "unknown" for _, _, others in hood.groups for m, _ in others)
-    if gpu_level:
-        rest = list(group_level)
-        for m in gpu_level:
-            if m in rest:
-                rest.remove(m)
-        group_level = rest
-    return {"gpu": gpu_level, "group": group_level,
-            "node": sorted(m or "unknown" for _, _, others in hood.nodes for m, _ in others),
-            "leaf": sorted(m or "unknown" for m in hood.leaf_models)}

@@ -14,7 +14,6 @@ from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, parse_gpu_
                                    parse_gres_indices, parse_kv_line, parse_node_gres,
                                    parse_switch_line, parse_time_limit_s, single_type,
                                    total_gpus)
-from slurm_marl.slurm_text import collapse_hosts  # noqa: F401  (the sink imports it here)
 
 
 def num(value: Any, default: float | None = None) -> float | None:

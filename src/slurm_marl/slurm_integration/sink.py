@@ -34,10 +34,10 @@ from collections.abc import Callable
 
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Release, Reserve, SetPriority)
-from slurm_marl.slurm_integration import gres as G
+from slurm_marl import slurm_text as G
 from slurm_marl.slurm_integration.marker import (Marker, parse_marker, requested_gpu_fields,
                                                  user_gpu_request, with_marker)
-from slurm_marl.slurm_integration.parse import collapse_hosts
+from slurm_marl.slurm_text import collapse_hosts
 from slurm_marl.slurm_integration.ports import DecisionSink, WriteResult, WriteStatus
 from slurm_marl.slurm_integration.runner import CommandResult, SlurmRunner, looks_unavailable
 from slurm_marl.slurm_integration.vocabulary import reservation_name

@@ -45,7 +45,7 @@ def store_samples(path: Path) -> list[dict]:
     import sqlite3
 
     from slurm_marl.daemon.store import Store, StoreError
-    from slurm_marl.models.interference import SampleFormatError, check_sample
+    from slurm_marl.colocation import SampleError, check_sample
 
     db = path / "state.sqlite" if path.is_dir() else path
     try:
@@ -53,7 +53,7 @@ def store_samples(path: Path) -> list[dict]:
         raw = store.speed_samples()
         store.close()
     except (StoreError, ValueError, sqlite3.Error) as exc:
-        raise SampleFormatError(str(exc)) from None
+        raise SampleError(str(exc)) from None
     out = []
     for i, s in enumerate(raw):
         s = check_sample(s, f"{db}: speed sample {i + 1}")
@@ -85,7 +85,7 @@ def interference(
 ) -> None:
     """Fit the interference model; report held-out MAE against a mean-per-model baseline."""
     _threads()
-    from slurm_marl.models.interference import SampleFormatError, load_samples
+    from slurm_marl.colocation import SampleError, read_samples
     from slurm_marl.train.interference import train_interference
 
     if samples is None and not from_store:
@@ -94,7 +94,7 @@ def interference(
     sources: list[str] = []
     try:
         if samples is not None:
-            rows.extend(load_samples(samples))
+            rows.extend(read_samples(samples))
             sources.append(str(samples))
         for path in from_store or []:
             got = store_samples(path)
@@ -103,7 +103,7 @@ def interference(
                       "jobs write progress reports there?)")
             rows.extend(got)
             sources.append(f"store:{path}")
-    except SampleFormatError as exc:
+    except SampleError as exc:
         _fail(str(exc))
     if len(rows) < 10:
         _fail(f"{', '.join(sources)}: {len(rows)} samples; need at least 10 to train and "

@@ -39,6 +39,7 @@ def binpack_node_score(demand: Sequence[float], free: Sequence[float],
 class Binpack:
     key = KEY
     needs_colocation = False
+    node_specific = False
     filters = False
 
     def __init__(self, alignment_weight: float = 0.5) -> None:

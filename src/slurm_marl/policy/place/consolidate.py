@@ -33,6 +33,7 @@ def consolidate_score(nodes: int, fewest_nodes: int, groups: int, fewest_groups:
 class Consolidate:
     key = KEY
     needs_colocation = False
+    node_specific = False
     filters = False
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:

@@ -94,6 +94,7 @@ class LearnedPlacement:
 
     key = KEY
     needs_colocation = True
+    filters = True         # only the agent's own placement is feasible
     node_specific = True   # a group's score depends on its place in the topology
 
     def __init__(self, observer, chooser: Callable | None, fallback: PlacePlugin,
@@ -180,7 +181,7 @@ class LearnedPlacement:
         """The agent's placement as the only candidate on free GPUs ([] if it defers);
         None for jobs the fallback places. Saves the framework generating and scoring
         every group's candidate when only one can win."""
-        if not self.active or state.view is not state.free:
+        if not self.active or state.what_if:
             return None
         self._sync(state)
         if job.job_id in self._deferred:
@@ -212,7 +213,7 @@ class LearnedPlacement:
         if not self.active:
             return self.fallback.feasible(job, cand, state)
         self._sync(state)
-        if state.view is not state.free:       # a what-if question, not an agent decision
+        if state.what_if:       # a what-if question, not an agent decision
             if job.job_id in self._deferred and all(
                     k <= state.free[n][g] for n, g, k in cand.allocs):
                 return False   # free GPUs only: the agent has judged those and waits
@@ -230,7 +231,7 @@ class LearnedPlacement:
         if not self.active:
             return self.fallback.score(job, cand, state)
         self._sync(state)
-        if state.view is not state.free:
+        if state.what_if:
             return self._what_if_for(job, state).score(job, cand, state)
         choice = self._choice(job, state)
         if choice is _FALLBACK:

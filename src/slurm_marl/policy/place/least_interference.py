@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from slurm_marl.colocation import span_tags
 from slurm_marl.domain import Job
 from slurm_marl.policy.interference import (FittedEstimator, InterferenceEstimator,
-                                            NeutralEstimator, span_tags)
+                                            NeutralEstimator)
 from slurm_marl.policy.plugins import PluginError, check_params
 from slurm_marl.policy.state import Candidate, CycleState, job_shape
 
@@ -40,6 +41,7 @@ def combined_speed(own: float, neighbours: list[float]) -> float:
 class LeastInterference:
     key = KEY
     needs_colocation = True
+    node_specific = False
 
     def __init__(self, estimator: InterferenceEstimator, defer_below: float = 0.0,
                  include_neighbours: bool = True) -> None:

@@ -28,6 +28,7 @@ def spread_score(group_free_before: int, group_cap: int, node_free_before: int,
 class Spread:
     key = KEY
     needs_colocation = False
+    node_specific = False
     filters = False
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:

@@ -1,6 +1,6 @@
 """Tiresias' skew-aware placement: consolidate only the jobs that need it.
 
-Models with large, skewed tensors (VGG, AlexNet; see ``modeltypes.CONSOLIDATION_SENSITIVE``
+Models with large, skewed tensors (VGG, AlexNet; see ``colocation.CONSOLIDATION_SENSITIVE``
 for the list and its source) slow down badly when spread, so they may only take a placement
 on the fewest nodes possible and otherwise wait; other models may take any placement and
 prefer to fill fragments (best fit at node level), leaving whole nodes to the sensitive.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from slurm_marl.domain import Job
-from slurm_marl.policy.modeltypes import CONSOLIDATION_SENSITIVE, model_family
+from slurm_marl.colocation import CONSOLIDATION_SENSITIVE, model_family
 from slurm_marl.policy.place._common import fill_stats, min_groups
 from slurm_marl.policy.place.consolidate import consolidate_score
 from slurm_marl.policy.plugins import PluginError, check_params
@@ -28,6 +28,7 @@ def fragment_fill_score(node_left: int, node_cap: int) -> float:
 class TiresiasSkew:
     key = KEY
     needs_colocation = False
+    node_specific = False
     filters = True
 
     def __init__(self, sensitive: frozenset[str]) -> None:

@@ -1,0 +1,303 @@
+"""Candidate placements of a job's shape: the framework's one generator.
+
+A candidate is ((node, group, GPUs), ...) over positions in a cycle's node table (node ``k``
+of the snapshot, group ``g`` of ``Node.gpu_groups``). Generation reads a cycle's state
+through ``PlacementState`` (``policy.state.CycleState`` is the framework's); the policy
+framework and the learned models' observation (``models/observe.py``) both use it, so a
+learned agent is offered exactly the framework's placements. Imports nothing of slurm-marl
+but the domain model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from slurm_marl.domain import ClusterSnapshot, Job
+
+# One row per node: free GPUs per GPU group (by position in ``Node.gpu_groups``).
+Capacity = list[list[int]]
+
+
+class PlacementState(Protocol):
+    """A cycle's state as candidate generation and the learned observation read it."""
+
+    snapshot: ClusterSnapshot
+    now_s: float
+    infos: list                  # per node: group_cap, group_names, cpus, mem_mib, ...
+    leaf_of: Sequence            # per node: its leaf switch
+    free: Capacity               # free GPUs per node and group
+    view: Capacity               # the capacity being scored (``free`` or a what-if)
+    free_cpus: list[int]
+    free_mem: list[int]
+    dedupe_nodes: bool
+    dedupe_colocation: bool
+    largest_group_cap: int
+
+    @property
+    def colocated(self) -> list[list[list[str]]]:
+        """Per node and group: model types of the jobs there."""
+
+    @property
+    def leaf_multinode(self) -> dict:
+        """Per leaf switch: model types of the multi-node jobs under it."""
+
+    def allowed_nodes(self, job: Job) -> tuple[int, ...]: ...
+
+    def fits_host(self, job: Job, node: int, gpus_here: int, gpus_total: int) -> bool: ...
+
+    def min_nodes(self, job: Job) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A placement: ((node position, group position, GPUs), ...), sorted by node then group."""
+
+    allocs: tuple[tuple[int, int, int], ...]
+    nodes: tuple[int, ...]
+    groups: int
+    leaves: int
+
+    @property
+    def gpus(self) -> int:
+        return sum(a[2] for a in self.allocs)
+
+
+def make_candidate(allocs: Sequence[tuple[int, int, int]], leaf_of: Sequence) -> Candidate:
+    allocs = tuple(sorted(allocs))
+    nodes = tuple(sorted({a[0] for a in allocs}))
+    return Candidate(allocs=allocs, nodes=nodes, groups=len(allocs),
+                     leaves=len({leaf_of[n] for n in nodes}))
+
+
+def job_shape(job: Job) -> tuple[int, int, int]:
+    """(total GPUs, GPUs per node or 0 if free to split, node count)."""
+    if job.gpus_per_job:
+        return job.gpus_per_job, 0, max(1, job.node_count)
+    if job.gpus_per_node:
+        return job.gpus_per_node * max(1, job.node_count), job.gpus_per_node, \
+            max(1, job.node_count)
+    return 0, 0, max(1, job.node_count)
+
+
+def per_node_share(total: int, gpus_here: int, gpus_total: int) -> int:
+    """CPUs or memory a node must give: the job's total split in proportion to its GPUs."""
+    if total <= 0 or gpus_total <= 0:
+        return 0
+    return math.ceil(total * gpus_here / gpus_total)
+
+
+def split_on_node(row: Sequence[int], gpus: int) -> tuple[tuple[int, int], ...] | None:
+    """GPUs of one node split over its groups: one best-fitting group if any holds them all,
+    else the fewest groups, fullest-free first. None if the node lacks the GPUs."""
+    best = -1
+    for pos, free in enumerate(row):
+        if free >= gpus and (best < 0 or free < row[best]):
+            best = pos
+    if best >= 0:
+        return ((best, gpus),)
+    if sum(row) < gpus:
+        return None
+    out, left = [], gpus
+    for pos in sorted(range(len(row)), key=lambda p: (-row[p], p)):
+        take = min(row[pos], left)
+        if take:
+            out.append((pos, take))
+            left -= take
+        if not left:
+            break
+    return tuple(sorted(out))
+
+
+def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
+                        nodes: Sequence[int] | None = None) -> list[Candidate]:
+    """Feasible placements of ``job`` on capacity ``cap`` (free GPUs per node and group).
+
+    Bounded on purpose: one candidate per fitting GPU group, one multi-group split per node
+    when no single group fits, and for multi-node jobs one packing per leaf switch plus one
+    across leaves. Deterministic: node order, then group order.
+    """
+    total, per_node, count = job_shape(job)
+    if total <= 0:
+        return []
+    if nodes is None:
+        nodes = state.allowed_nodes(job)
+    if job.gpu_type is not None:
+        cap, nodes = typed_capacity(job.gpu_type, state, cap, nodes)
+    leaf_of = state.leaf_of
+    if per_node == 0 or count == 1:
+        need = total if per_node == 0 else per_node
+        single = _single_node_candidates(job, state, cap, nodes, need, total)
+        if single or per_node:
+            return single
+        return _flexible_multi_node(job, state, cap, nodes, total)
+    # Fixed shape across several nodes: `count` nodes each with `per_node` GPUs.
+    eligible = []
+    for n in nodes:
+        row = cap[n]
+        if sum(row) >= per_node and state.fits_host(job, n, per_node, total):
+            eligible.append(n)
+    if len(eligible) < count:
+        return []
+    out: list[Candidate] = []
+    seen = set()
+    by_leaf: dict = {}
+    for n in eligible:
+        by_leaf.setdefault(leaf_of[n], []).append(n)
+    groups_of_nodes = [sorted(v, key=lambda n: (sum(cap[n]), n)) for _, v in
+                       sorted(by_leaf.items(), key=lambda kv: (str(kv[0]), kv[1][0]))]
+    groups_of_nodes.append(sorted(eligible, key=lambda n: (sum(cap[n]), n)))
+    for pool in groups_of_nodes:
+        if len(pool) < count:
+            continue
+        chosen = pool[:count]
+        allocs = []
+        for n in chosen:
+            split = split_on_node(cap[n], per_node)
+            allocs.extend((n, g, k) for g, k in split)
+        cand = make_candidate(allocs, leaf_of)
+        if cand.allocs not in seen:
+            seen.add(cand.allocs)
+            out.append(cand)
+    return out
+
+
+def typed_capacity(gpu_type: str, state: PlacementState, cap: Capacity,
+                   nodes: Sequence[int]) -> tuple[dict[int, list[int]], tuple[int, ...]]:
+    """A user's explicit GPU type is a constraint: only groups of that GRES type count
+    (free GPUs of other groups read as 0), on nodes that have such a group."""
+    infos = state.infos
+    out: dict[int, list[int]] = {}
+    keep = []
+    for n in nodes:
+        names = infos[n].group_names
+        if gpu_type not in names:
+            continue
+        out[n] = [free if names[g] == gpu_type else 0 for g, free in enumerate(cap[n])]
+        keep.append(n)
+    return out, tuple(keep)
+
+
+def has_candidate(job: Job, state: PlacementState, cap: Capacity) -> bool:
+    """``bool(generate_candidates(job, state, cap))``, stopping at the first node that
+    fits a single-node job."""
+    total, per_node, count = job_shape(job)
+    if total <= 0:
+        return False
+    nodes = state.allowed_nodes(job)
+    if job.gpu_type is not None:
+        cap, nodes = typed_capacity(job.gpu_type, state, cap, nodes)
+    if per_node == 0 or count == 1:
+        need = total if per_node == 0 else per_node
+        for n in nodes:
+            if sum(cap[n]) >= need and state.fits_host(job, n, need, total):
+                return True
+        if per_node:
+            return False
+    return bool(generate_candidates(job, state, cap, nodes))
+
+
+def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequence[int],
+                     need: int, total: int, dedupe: bool) -> list[tuple[int, list[int]]]:
+    """The nodes of ``nodes`` (in order) that can take ``need`` of the job's ``total`` GPUs
+    (free GPUs, CPUs and memory), each with its groups that hold all ``need`` (none: the node
+    splits them over its groups, ``split_on_node``).
+
+    With ``dedupe``, nodes alike in free GPUs per group, free CPUs and memory, capacity (and
+    co-located model types with ``state.dedupe_colocation``) score alike, so only the first
+    of each such class (in node order, which also wins score ties) is kept."""
+    out = []
+    seen: set = set()
+    coloc = state.dedupe_colocation
+    infos = state.infos
+    free_cpus, free_mem = state.free_cpus, state.free_mem
+    cpus, mem = per_node_share(job.cpus, need, total), per_node_share(job.mem_mib, need, total)
+    for n in nodes:
+        row = cap[n]
+        if sum(row) < need or free_cpus[n] < cpus or free_mem[n] < mem:
+            continue
+        if dedupe:
+            key = (tuple(row), free_cpus[n], free_mem[n], infos[n].group_cap,
+                   infos[n].cpus, infos[n].mem_mib)
+            if coloc:
+                key += (tuple(tuple(sorted(m)) for m in state.colocated[n]),)
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append((n, [g for g, free in enumerate(row) if free >= need]))
+    return out
+
+
+def _single_node_candidates(job, state, cap, nodes, need, total) -> list[Candidate]:
+    out = []
+    for n, fitting in single_node_fits(job, state, cap, nodes, need, total,
+                                       state.dedupe_nodes):
+        if fitting:
+            for g in fitting:
+                out.append(Candidate(allocs=((n, g, need),), nodes=(n,), groups=1, leaves=1))
+        else:
+            split = split_on_node(cap[n], need)
+            out.append(Candidate(allocs=tuple((n, g, k) for g, k in split), nodes=(n,),
+                                 groups=len(split), leaves=1))
+    return out
+
+
+def _pack_nodes(job, state, cap, pool, total, free_of) -> list[tuple[int, int, int]] | None:
+    """Fill nodes with the most free GPUs first; the remainder goes to the node that fits it
+    most tightly (best fit), so a multi-node job leaves few scattered holes. ``free_of``:
+    node -> free GPUs in ``cap``, counted once for all the pools of a job."""
+    order = sorted(pool, key=lambda n: (-free_of[n], n))
+    chosen: list[tuple[int, int]] = []
+    left = total
+    idx = 0
+    while left > 0 and idx < len(order):
+        n = order[idx]
+        free = free_of[n]
+        if free <= 0:
+            break
+        if free >= left:
+            best = min((m for m in order[idx:] if free_of[m] >= left),
+                       key=lambda m: (free_of[m], m))
+            chosen.append((best, left))
+            left = 0
+            break
+        chosen.append((n, free))
+        left -= free
+        idx += 1
+    if left > 0:
+        return None
+    allocs = []
+    for n, k in chosen:
+        if not state.fits_host(job, n, k, total):
+            return None
+        split = split_on_node(cap[n], k)
+        allocs.extend((n, g, c) for g, c in split)
+    return allocs
+
+
+def _flexible_multi_node(job, state, cap, nodes, total) -> list[Candidate]:
+    leaf_of = state.leaf_of
+    free_of = {n: sum(cap[n]) for n in nodes}
+    usable = [n for n in nodes if free_of[n] > 0]
+    if sum(free_of[n] for n in usable) < total:
+        return []
+    by_leaf: dict = {}
+    for n in usable:
+        by_leaf.setdefault(leaf_of[n], []).append(n)
+    pools = [v for _, v in sorted(by_leaf.items(), key=lambda kv: (str(kv[0]), kv[1][0]))]
+    if len(pools) > 1:
+        pools.append(usable)
+    out, seen = [], set()
+    for pool in pools:
+        if sum(free_of[n] for n in pool) < total:
+            continue
+        allocs = _pack_nodes(job, state, cap, pool, total, free_of)
+        if allocs is None:
+            continue
+        cand = make_candidate(allocs, leaf_of)
+        if cand.allocs not in seen:
+            seen.add(cand.allocs)
+            out.append(cand)
+    return out

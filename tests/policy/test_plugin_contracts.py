@@ -1,0 +1,73 @@
+"""Plugins declare their contract (policy/plugins.py Protocols); the framework reads the
+declared flags and capabilities, never guesses them, and a plugin missing a member is
+refused by name when it is built."""
+
+import types
+
+import pytest
+
+from policy_builders import node, pending, snapshot
+from slurm_marl.policy import plugins
+from slurm_marl.policy.framework import build_policy
+from slurm_marl.policy.plugins import (Delegating, PlacePlugin, PluginError, Proposer,
+                                       build_plugin)
+from slurm_marl.policy.profile import profile_from_mapping
+from slurm_marl.policy.state import CycleState
+
+
+class NoFlags:
+    key = "noflags"
+
+    def feasible(self, job, cand, state):
+        return True
+
+    def score(self, job, cand, state):
+        return 0.0
+
+
+def _fake_module(plugin_cls):
+    return types.SimpleNamespace(build=lambda params, **context: plugin_cls())
+
+
+def test_a_place_plugin_missing_a_declared_flag_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(plugins, "load_plugin_module", lambda kind, key: _fake_module(NoFlags))
+    with pytest.raises(PluginError, match="does not declare filters, needs_colocation, "
+                                          "node_specific"):
+        build_plugin("place", "noflags")
+
+
+@pytest.mark.parametrize("key", ["consolidate", "binpack", "spread", "tiresias_skew",
+                                 "least_interference"])
+def test_heuristics_honour_the_contract_and_decide_nothing_themselves(key):
+    plugin = build_plugin("place", key)
+    assert isinstance(plugin, PlacePlugin)
+    assert not isinstance(plugin, Proposer) and not isinstance(plugin, Delegating)
+    assert plugin.node_specific is False
+
+
+def test_the_learned_plugin_declares_what_it_does():
+    plugin = build_plugin("place", "learned")
+    assert isinstance(plugin, PlacePlugin) and isinstance(plugin, Proposer) \
+        and isinstance(plugin, Delegating)
+    assert plugin.node_specific and plugin.filters and plugin.needs_colocation
+
+
+def test_what_if_is_a_flag_set_while_judging_an_overlay():
+    state = CycleState(snapshot([node("n1")], [pending(1, 1)]))
+    assert state.view is state.free and not state.what_if
+    overlay = [row[:] for row in state.free]
+    with state.judging(overlay):
+        assert state.view is overlay and state.what_if
+        with state.judging(state.free):
+            assert not state.what_if
+        assert state.what_if
+    assert state.view is state.free and not state.what_if
+
+
+def test_framework_reads_declared_flags():
+    prof = profile_from_mapping({"name": "t", "order": {"plugin": "fifo"},
+                                 "place": {"consolidate": 1.0, "tiresias_skew": 0.5}})
+    policy = build_policy(prof)
+    assert policy._dedupe_nodes and not policy._needs_colocation
+    assert not policy._monotone          # tiresias_skew filters
+    assert policy._proposers == () and not policy._delegating
