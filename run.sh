@@ -48,6 +48,8 @@ case "$cmd" in
   test)
     install_system; install_python
     export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+    # Import rules first (pyproject.toml [tool.importlinter], docs/architecture.md).
+    "$VENV/bin/lint-imports" --no-cache || { echo "import rules broken" >&2; exit 1; }
     exec "$VENV/bin/python" -m pytest -q "$@" ;;
   setup)
     install_system; install_python ;;
