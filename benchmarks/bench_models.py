@@ -36,12 +36,12 @@ from pathlib import Path
 import torch
 
 from slurm_marl.domain import Job, JobState
-from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
+from slurm_marl.agent.checkpoint import LearnedCheckpoint, policy_config
 from slurm_marl.models.interference import InterferenceModel, Vocabulary
-from slurm_marl.models.observe import Observer
+from slurm_marl.agent.observe import Observer
 from slurm_marl.models.policy import PlacementPolicy
 from slurm_marl.policy.framework import Policy, build_policy
-from slurm_marl.policy.place.learned import ModelChooser
+from slurm_marl.agent.learned import ModelChooser
 from slurm_marl.policy.plugins import build_plugin
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.policy.state import CycleState

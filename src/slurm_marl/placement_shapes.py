@@ -3,7 +3,7 @@
 A candidate is ((node, group, GPUs), ...) over positions in a cycle's node table (node ``k``
 of the snapshot, group ``g`` of ``Node.gpu_groups``). Generation reads a cycle's state
 through ``PlacementState`` (``policy.state.CycleState`` is the framework's); the policy
-framework and the learned models' observation (``models/observe.py``) both use it, so a
+framework and the learned models' observation (``agent/observe.py``) both use it, so a
 learned agent is offered exactly the framework's placements. Imports nothing of slurm-marl
 but the domain model.
 """

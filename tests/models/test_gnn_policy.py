@@ -108,7 +108,7 @@ def _inputs(t, rows_by_level, batch=2, vocab=4):
 
 
 def test_agents_score_every_group_plus_defer_and_exchange_summaries(two_partitions):
-    from slurm_marl.models.observe import _view
+    from slurm_marl.agent.observe import _view
     snap = snapshot_with(two_partitions)
     feat = Featuriser(build_topology_graph(snapshot=snap))
     t = feat.featurise(snap)

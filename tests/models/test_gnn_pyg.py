@@ -5,9 +5,9 @@ gradients) as a plain-torch reference of the old code, on real featurised topolo
 import pytest
 import torch
 
-from slurm_marl.models.checkpoint import LearnedCheckpoint, shipped_checkpoint
+from slurm_marl.agent.checkpoint import LearnedCheckpoint, shipped_checkpoint
 from slurm_marl.models.gnn import LEVELS, HierarchicalEncoder, mean_by_parent, squash
-from slurm_marl.models.observe import Observer
+from slurm_marl.agent.observe import Observer
 from slurm_marl.models.policy import PlacementPolicy
 from slurm_marl.sim.cluster import parse_cluster
 

@@ -11,7 +11,7 @@ import torch
 
 from slurm_marl.domain import Job
 from slurm_marl.models.interference import InterferenceModel, Vocabulary
-from slurm_marl.models.observe import LIVE_FEATURES, Observer, job_dim
+from slurm_marl.agent.observe import LIVE_FEATURES, Observer, job_dim
 from slurm_marl.placement_shapes import generate_candidates
 from slurm_marl.policy.state import CycleState
 from slurm_marl.sim.cluster import parse_cluster

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from slurm_marl.domain import Job, JobState, Place, Preempt
-from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
+from slurm_marl.agent.checkpoint import LearnedCheckpoint, policy_config
 from slurm_marl.models.policy import PlacementPolicy
 from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.profile import load_profile
@@ -176,7 +176,7 @@ def test_bad_plugin_parameters_are_clear_errors(checkpoint):
 
 
 def test_inference_never_imports_training_code(checkpoint):
-    code = ("import sys; from slurm_marl.policy.place.learned import build; "
+    code = ("import sys; from slurm_marl.agent.learned import build; "
             f"p = build({{'checkpoint': {str(checkpoint)!r}}}); assert p.active; "
             "bad = [m for m in sys.modules if m.startswith('slurm_marl.train')]; "
             "assert not bad, bad; print('ok')")
@@ -196,9 +196,9 @@ def test_incremental_cycles_equal_a_fresh_observer(tiny_cluster, tiny_interferen
     """Through a whole simulation, the observer that re-featurises only changed nodes and
     recounts claimed groups sees exactly what a fresh one (full rebuild) sees. (The level
     tensors are those of the cycle's first decision, so they are compared there.)"""
-    from slurm_marl.models.observe import Observer
+    from slurm_marl.agent.observe import Observer
     from slurm_marl.policy.framework import Policy
-    from slurm_marl.policy.place.learned import Choice, LearnedPlacement
+    from slurm_marl.agent.learned import Choice, LearnedPlacement
     from slurm_marl.policy.plugins import build_plugin
     from slurm_marl.sim.engine import Simulator
 
@@ -232,7 +232,7 @@ def test_incremental_cycles_equal_a_fresh_observer(tiny_cluster, tiny_interferen
 def test_the_shipped_demo_checkpoint_drives_the_demo_cluster(caplog):
     """The checkpoint in slurm_marl/data is the plugin's default and has an agent for the
     demo cluster's partition (4 nodes x 2 sockets x 2 GPUs, partition ``gpu``)."""
-    from slurm_marl.models.checkpoint import shipped_checkpoint
+    from slurm_marl.agent.checkpoint import shipped_checkpoint
     from slurm_marl.sim.cluster import parse_cluster
     ckpt = LearnedCheckpoint.load(shipped_checkpoint())
     assert ckpt.config.agents == ("gpu",)
@@ -250,9 +250,9 @@ def test_a_deferral_stands_until_the_options_change_and_is_bounded_from_the_firs
         tiny_cluster, tiny_interference):
     """The agent is not asked again about a job it deferred while the job's options are
     unchanged; ``max_defer_s`` counts from the first deferral, not from queueing."""
-    from slurm_marl.models.observe import Observer
+    from slurm_marl.agent.observe import Observer
     from slurm_marl.policy.framework import Policy
-    from slurm_marl.policy.place.learned import Choice, LearnedPlacement
+    from slurm_marl.agent.learned import Choice, LearnedPlacement
     from slurm_marl.policy.plugins import build_plugin
 
     asked = []
@@ -345,7 +345,7 @@ def test_an_agent_placement_that_is_not_free_is_refused_not_claimed(tiny_cluster
                                                                    checkpoint, caplog):
     """A proposal the framework would not offer (a bug, never a decision) cannot
     over-allocate: the job waits and the log says why."""
-    from slurm_marl.policy.place.learned import Choice
+    from slurm_marl.agent.learned import Choice
     policy = build_policy(learned_profile(checkpoint, allow_defer=False))
     plugin = policy.place[0][0]
     plugin.chooser = lambda obs, state: Choice(allocs=((0, 0, 99),), action=0)

@@ -3,7 +3,7 @@
 import pytest
 from pettingzoo.test import parallel_api_test
 
-from slurm_marl.models.observe import JOB_FEATURES, LIVE_FEATURES
+from slurm_marl.agent.observe import JOB_FEATURES, LIVE_FEATURES
 from slurm_marl.train.env import PlacementEnv
 from train_helpers import tiny_workload
 

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
+from slurm_marl.agent.checkpoint import LearnedCheckpoint, policy_config
 from slurm_marl.models.policy import PlacementPolicy
 from slurm_marl.train.env import PlacementEnv
 from slurm_marl.train.acting import greedy_chooser, random_chooser, run_episodes

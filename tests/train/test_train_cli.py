@@ -136,7 +136,7 @@ def test_evaluate_table_with_a_checkpoint_in_the_current_folder(files, monkeypat
                                                                tiny_interference):
     """A bare file name once made the profile "las-learned[/policy]", which the progress
     bar read as a rich closing tag and crashed on."""
-    from slurm_marl.models.checkpoint import LearnedCheckpoint, policy_config
+    from slurm_marl.agent.checkpoint import LearnedCheckpoint, policy_config
     from slurm_marl.models.policy import PlacementPolicy
     (tmp_path / "run").mkdir()
     policy = PlacementPolicy(policy_config(tiny_interference, ("a", "b"), "multi"))

@@ -8,6 +8,7 @@ key (``order/tiresias_las.py`` is ``"tiresias_las"``) and exposes ``build(params
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -95,11 +96,45 @@ class PluginError(ValueError):
     pass
 
 
+# Out-of-tree plugins (Kubernetes' registry with out-of-tree entries): key -> module path,
+# registered by the code that composes the scheduler (the package root registers the learned
+# agents' plugin), so ``policy`` never imports them.
+_OUT_OF_TREE: dict[tuple[str, str], str] = {}
+
+
+def register_plugin(kind: str, key: str, module: str) -> None:
+    """Make ``module`` (a dotted path, imported when first built) the ``kind`` plugin
+    ``key``; built-in keys cannot be replaced."""
+    if kind not in ("order", "place"):
+        raise PluginError(f"plugin kind must be 'order' or 'place', got {kind!r}")
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise PluginError(f"{kind} plugin key {key!r} is not a valid name")
+    if key in builtin_keys(kind):
+        raise PluginError(f"{kind} plugin {key!r} is built in and cannot be replaced")
+    _OUT_OF_TREE[(kind, key)] = module
+
+
+def builtin_keys(kind: str) -> tuple[str, ...]:
+    """The plugins shipped in ``policy/<kind>/`` (one module per key)."""
+    package = importlib.import_module(f"slurm_marl.policy.{kind}")
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(package.__path__)
+                        if not m.name.startswith("_")))
+
+
+def registered_keys(kind: str) -> tuple[str, ...]:
+    """Every plugin key of ``kind``: built in and registered out of tree."""
+    return tuple(sorted(set(builtin_keys(kind))
+                        | {k for (kd, k) in _OUT_OF_TREE if kd == kind}))
+
+
 def load_plugin_module(kind: str, key: str):
     if kind not in ("order", "place"):
         raise PluginError(f"plugin kind must be 'order' or 'place', got {kind!r}")
     if not isinstance(key, str) or not _KEY_RE.match(key):
         raise PluginError(f"{kind} plugin key {key!r} is not a valid name")
+    out_of_tree = _OUT_OF_TREE.get((kind, key))
+    if out_of_tree is not None:
+        return importlib.import_module(out_of_tree)
     try:
         return importlib.import_module(f"slurm_marl.policy.{kind}.{key}")
     except ModuleNotFoundError as exc:

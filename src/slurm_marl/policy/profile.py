@@ -23,14 +23,14 @@ Built-in profiles live next to this module in ``profiles/*.toml`` and are loaded
 
 from __future__ import annotations
 
-import importlib
 import math
-import pkgutil
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+
+from slurm_marl.policy.plugins import registered_keys
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
 
@@ -80,10 +80,8 @@ class Profile:
 
 
 def plugin_keys(kind: str) -> tuple[str, ...]:
-    """Registry keys of the ``order`` or ``place`` plugins: the module names in that package."""
-    package = importlib.import_module(f"slurm_marl.policy.{kind}")
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(package.__path__)
-                        if not m.name.startswith("_")))
+    """Registry keys of the ``order`` or ``place`` plugins: built in and out of tree."""
+    return registered_keys(kind)
 
 
 def builtin_profiles() -> tuple[str, ...]:

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from slurm_marl.models.observe import Observation
+from slurm_marl.agent.observe import Observation
 from slurm_marl.models.policy import ActOutput, AgentInput, PlacementPolicy
-from slurm_marl.policy.place.learned import choice_from_probs
+from slurm_marl.agent.learned import choice_from_probs
 from slurm_marl.train.env import PlacementEnv
 
 

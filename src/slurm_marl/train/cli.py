@@ -1,7 +1,7 @@
 """`slurm-marl train interference|marl` and `slurm-marl evaluate`.
 
 Training code lives here and in the modules beside it; the daemon never imports them (it
-loads a ``state_dict`` through ``policy/place/learned.py``).
+loads a ``state_dict`` through ``agent/learned.py``).
 """
 
 from __future__ import annotations

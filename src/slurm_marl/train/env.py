@@ -3,7 +3,7 @@
 The simulator runs unchanged (``sim.engine.Simulator`` with a ``Policy`` whose order plugin
 and actions come from a profile, default ``las-consolidate``: Tiresias 2D-LAS, preemption,
 fit-first backfill) and its only place plugin is the learned plugin's mechanics
-(``policy/place/learned.py``) with this environment as the agent. The simulator runs as a
+(``agent/learned.py``) with this environment as the agent. The simulator runs as a
 coroutine (``train/coroutine.py``, a worker thread) that stops inside ``run_cycle``
 whenever a job needs a placement decision and waits for ``step``; only one side runs at a
 time, so runs are deterministic.
@@ -16,7 +16,7 @@ agents exchange summaries through the shared model (``models/policy.py``).
 
 Multi-GPU jobs: the agent chooses a *group set* in one step. A group action stands for the
 candidate placement (from the framework's generator) that anchors on that group: the one
-with the fewest groups among those that use it (``models/observe.py``). So one action
+with the fewest groups among those that use it (``agent/observe.py``). So one action
 places all workers of a job, consolidated or split exactly as the framework would allow.
 
 Reward of the active agent (Harmony): for a placement, the interference model's predicted
@@ -43,11 +43,11 @@ from pettingzoo import ParallelEnv
 
 from slurm_marl.domain import ClusterSnapshot
 from slurm_marl.models.interference import InterferenceModel
-from slurm_marl.models.observe import (DEFAULT_DEFER_ONLY_BELOW, DEFAULT_MAX_DEFER_S, JOB_FEATURES, LIVE_FEATURES,
+from slurm_marl.agent.observe import (DEFAULT_DEFER_ONLY_BELOW, DEFAULT_MAX_DEFER_S, JOB_FEATURES, LIVE_FEATURES,
                                       SINGLE_AGENT, Observation, Observer, job_dim)
 from slurm_marl.models.gnn import LEVELS
 from slurm_marl.policy.framework import Policy, build_policy
-from slurm_marl.policy.place.learned import (DEFAULT_WHAT_IF, Choice, LearnedPlacement,
+from slurm_marl.agent.learned import (DEFAULT_WHAT_IF, Choice, LearnedPlacement,
                                              build_what_if, choice_from_action)
 from slurm_marl.policy.plugins import build_plugin
 from slurm_marl.policy.profile import Profile, load_profile

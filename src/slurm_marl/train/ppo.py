@@ -48,9 +48,9 @@ from pathlib import Path
 
 import torch
 
-from slurm_marl.models.checkpoint import policy_config
+from slurm_marl.agent.checkpoint import policy_config
 from slurm_marl.models.interference import InterferenceModel
-from slurm_marl.models.observe import LIVE_FEATURES
+from slurm_marl.agent.observe import LIVE_FEATURES
 from slurm_marl.models.policy import AgentInput, PlacementPolicy
 from slurm_marl.train.acting import act_on_step, agent_inputs, step_xs
 from slurm_marl.train.env import PlacementEnv

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from slurm_marl.models.checkpoint import LearnedCheckpoint
+from slurm_marl.agent.checkpoint import LearnedCheckpoint
 from slurm_marl.models.interference import InterferenceModel
 from slurm_marl.models.policy import PlacementPolicy
 from slurm_marl.train.env import PlacementEnv

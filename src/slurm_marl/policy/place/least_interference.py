@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from slurm_marl.colocation import span_tags
 from slurm_marl.domain import Job
 from slurm_marl.policy.interference import (FittedEstimator, InterferenceEstimator,
-                                            NeutralEstimator)
+                                            NeutralEstimator, load_model_estimator)
 from slurm_marl.policy.plugins import PluginError, check_params
 from slurm_marl.policy.state import Candidate, CycleState, job_shape
 
@@ -107,10 +107,9 @@ def build(params: Mapping, interference_estimator: InterferenceEstimator | None 
         raise PluginError(f"plugin {KEY!r}: defer_below must be in [0, 1], got {defer}")
     estimator = interference_estimator
     if estimator is None and "model_path" in params:
-        from slurm_marl.models.interference import InterferenceModel, ModelFileError
         try:
-            estimator = InterferenceModel.load(params["model_path"])
-        except ModelFileError as exc:
+            estimator = load_model_estimator(params["model_path"])
+        except ValueError as exc:
             raise PluginError(f"plugin {KEY!r}: {exc}") from None
     if estimator is None and "samples_path" in params:
         try:

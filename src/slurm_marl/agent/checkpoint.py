@@ -17,7 +17,7 @@ import torch
 
 from slurm_marl.models.interference import (InterferenceModel, ModelFileError,
                                             load_state_dict, model_paths, read_metadata)
-from slurm_marl.models.observe import LIVE_FEATURES, job_dim, level_dims
+from slurm_marl.agent.observe import LIVE_FEATURES, job_dim, level_dims
 from slurm_marl.models.policy import FORMAT as POLICY_FORMAT
 from slurm_marl.models.policy import PlacementPolicy, PolicyConfig
 
@@ -32,7 +32,7 @@ def shipped_checkpoint(name: str = "learned_demo") -> Path:
 
 def policy_config(interference: InterferenceModel, agents: tuple[str, ...], mode: str,
                   hidden: int = 32) -> PolicyConfig:
-    from slurm_marl.models.observe import feature_names
+    from slurm_marl.agent.observe import feature_names
     vocab = interference.vocab.families
     return PolicyConfig(level_dims=level_dims(len(vocab)), job_dim=job_dim(len(vocab)),
                         live_dim=len(LIVE_FEATURES), agents=agents, mode=mode, hidden=hidden,

@@ -41,7 +41,7 @@ from itertools import chain
 import numpy as np
 import torch
 
-from slurm_marl.colocation import GROUP, LEAF, MULTI_GROUP, NODE, snapshot_index, span_tags
+from slurm_marl.colocation import GROUP, LEAF, MULTI_GROUP, NODE, span_tags
 from slurm_marl.colocation import LEVELS as COLOC_LEVELS
 from slurm_marl.domain import ClusterSnapshot, Job, JobState
 from slurm_marl.models.gnn import LEVELS
@@ -407,15 +407,26 @@ class Observer:
 
     def _snapshot_counts(self, snapshot: ClusterSnapshot, top: Topology) -> np.ndarray:
         """Family counts per group of the snapshot's jobs holding GPUs, each once per group
-        it uses (``colocation.snapshot_index``), as ``_state_counts`` counts the cycle's."""
+        it uses, as ``_state_counts`` counts the cycle's. Reads the topology's own GPU ->
+        group index (one dict lookup per GPU): this runs every cycle."""
         v = self.n_vocab
         family = self._family_index()
-        index, _ = snapshot_index(snapshot, lambda j: j.model_type, _HOLDING)
-        rows = top.state_group_rows
+        index = top.index
+        node_rows, gpu_rows, group_of = (index.node_rows, index.gpu_row_by_index,
+                                         index.gpu_parent_list)
         flat: list[int] = []
-        for job_id, (allocs, _) in index.placements.items():
-            fam = family(index.labels[job_id])
-            flat.extend([rows[n][g] * v + fam for n, g, _ in allocs])
+        for job in snapshot.jobs:
+            if job.state not in _HOLDING or not job.gpu_alloc:
+                continue
+            fam = family(job.model_type)
+            rows = set()
+            for name, gpus in job.gpu_alloc:
+                r = node_rows.get(name)
+                if r is None:
+                    continue
+                lookup = gpu_rows[r]
+                rows.update([group_of[lookup[g]] for g in gpus if g in lookup])
+            flat.extend([row * v + fam for row in rows])
         return _bincount_2d(flat, top.n_groups, v)
 
     @staticmethod

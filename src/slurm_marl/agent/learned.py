@@ -2,7 +2,7 @@
 
 Works inside ``run_cycle`` like every place plugin, so the simulator and the daemon use it
 unchanged. For each job the framework asks about, the job's agent scores every GPU group of
-its partition plus a "defer" action (``models/observe.py`` says what it sees); a group stands
+its partition plus a "defer" action (``agent/observe.py`` says what it sees); a group stands
 for the candidate placement that uses it (the one with the fewest groups). The agent's most
 probable action is the only feasible candidate (scored with its probability), so other
 plugins in the same profile can veto but not re-rank it. If the agent defers, every
@@ -281,7 +281,7 @@ class ModelChooser:
 
 def load_learned(path: str | Path, fallback_key: str):
     """The checkpoint, or None with a log line saying why and what places jobs instead."""
-    from slurm_marl.models.checkpoint import LearnedCheckpoint
+    from slurm_marl.agent.checkpoint import LearnedCheckpoint
     from slurm_marl.models.interference import ModelFileError
     try:
         return LearnedCheckpoint.load(path)
@@ -308,12 +308,12 @@ def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlaceme
     torch.set_num_threads(1)
     ckpt = learned_checkpoint
     if ckpt is None:
-        from slurm_marl.models.checkpoint import shipped_checkpoint
+        from slurm_marl.agent.checkpoint import shipped_checkpoint
         ckpt = load_learned(params.get("checkpoint") or str(shipped_checkpoint()),
                             fallback_key)
     if ckpt is None:
         return LearnedPlacement(None, None, fallback, fallback_key)
-    from slurm_marl.models.observe import (DEFAULT_DEFER_ONLY_BELOW, DEFAULT_MAX_DEFER_S,
+    from slurm_marl.agent.observe import (DEFAULT_DEFER_ONLY_BELOW, DEFAULT_MAX_DEFER_S,
                                            Observer)
     max_defer_s = float(params.get("max_defer_s",
                                    ckpt.training.get("max_defer_s", DEFAULT_MAX_DEFER_S)))
