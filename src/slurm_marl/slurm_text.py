@@ -330,16 +330,25 @@ def parse_gpu_request(text: str | None) -> tuple[tuple[GpuRequest, ...], str | N
     a100), mixed with other GRES. Returns (requests, problem or None)."""
     if not text:
         return (), None
-    reqs: list[GpuRequest] = []
+    specs, problem = _gpu_specs(text, "")
+    if problem is not None:
+        return (), problem
+    return tuple(GpuRequest(spec.count, spec.type) for spec in specs), None
+
+
+def _gpu_specs(text: str, where: str) -> tuple[list[GresSpec], str | None]:
+    """The GPU items of a GRES list, in order, up to the first unreadable one (then a
+    problem naming it)."""
+    out: list[GresSpec] = []
     for item in split_outside_parens(text):
         body = _gpu_item(item)
         if body is None:
             continue
         spec = parse_gres_item(body)
         if spec is None:
-            return (), f"cannot read GPU count in {item!r}"
-        reqs.append(GpuRequest(spec.count, spec.type))
-    return tuple(reqs), None
+            return out, f"cannot read GPU count in {where}{item!r}"
+        out.append(spec)
+    return out, None
 
 
 def total_gpus(reqs: tuple[GpuRequest, ...]) -> int:
@@ -382,16 +391,8 @@ def parse_node_gres(text: str | None) -> tuple[tuple[GresSpec, ...], str | None]
     Slurm's index order; an unreadable GPU entry ends the list with a problem."""
     if not text or text.strip() in ("(null)", "N/A"):
         return (), None
-    out: list[GresSpec] = []
-    for item in split_outside_parens(text):
-        body = _gpu_item(item)
-        if body is None:
-            continue
-        spec = parse_gres_item(body)
-        if spec is None:
-            return tuple(out), f"cannot read GPU count in node GRES {item!r}"
-        out.append(spec)
-    return tuple(out), None
+    specs, problem = _gpu_specs(text, "node GRES ")
+    return tuple(specs), problem
 
 
 # ---------------------------------------------------------------------------------------
