@@ -71,3 +71,44 @@ def test_framework_reads_declared_flags():
     assert policy._dedupe_nodes and not policy._needs_colocation
     assert not policy._monotone          # tiresias_skew filters
     assert policy._proposers == () and not policy._delegating
+
+
+def test_out_of_tree_plugins_join_the_registry_by_module_path(monkeypatch):
+    monkeypatch.setattr(plugins, "_OUT_OF_TREE", dict(plugins._OUT_OF_TREE))
+    # The package root registers the learned agents' plugin; policy never imports it.
+    assert "learned" in plugins.registered_keys("place")
+    assert "learned" not in plugins.builtin_keys("place")
+    assert plugins.load_plugin_module("place", "learned").__name__ == "slurm_marl.agent.learned"
+    plugins.register_plugin("place", "mine", "slurm_marl.policy.place.spread")
+    assert "mine" in plugins.registered_keys("place")
+    assert plugins.load_plugin_module("place", "mine").__name__ == \
+        "slurm_marl.policy.place.spread"
+    with pytest.raises(PluginError, match="built in and cannot be replaced"):
+        plugins.register_plugin("place", "consolidate", "slurm_marl.policy.place.spread")
+    with pytest.raises(PluginError, match="not a valid name"):
+        plugins.register_plugin("place", "Bad-Key", "x")
+
+
+LOADED: list[str] = []
+
+
+def _fake_loader(path: str):
+    from slurm_marl.policy.interference import NeutralEstimator
+    LOADED.append(path)
+    return NeutralEstimator()
+
+
+def test_least_interference_loads_model_path_through_the_registered_loader(monkeypatch,
+                                                                          tmp_path):
+    from slurm_marl.policy import interference
+    monkeypatch.setattr(interference, "_MODEL_LOADER", f"{__name__}:_fake_loader")
+    LOADED.clear()
+    build_plugin("place", "least_interference", {"model_path": str(tmp_path / "m.pt")})
+    assert LOADED == [str(tmp_path / "m.pt")]
+    monkeypatch.setattr(interference, "_MODEL_LOADER", None)
+    with pytest.raises(PluginError, match="no interference-model loader is registered"):
+        build_plugin("place", "least_interference", {"model_path": "x.pt"})
+    # The package root registers the torch model's loader.
+    monkeypatch.undo()
+    assert interference._MODEL_LOADER == \
+        "slurm_marl.models.interference:InterferenceModel.load"
