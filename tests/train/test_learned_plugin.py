@@ -95,7 +95,8 @@ def test_a_job_in_a_partition_without_agent_uses_the_fallback(tiny_cluster,
     assert set(got) == {1, 2}
     # what-if questions (an overlay capacity) about b's jobs go to the fallback too
     from slurm_marl.policy.place.least_interference import LeastInterference
-    from slurm_marl.policy.state import CycleState, generate_candidates
+    from slurm_marl.placement_shapes import generate_candidates
+    from slurm_marl.policy.state import CycleState
     plugin = build_policy(learned_profile(pt, allow_defer=False)).place[0][0]
     assert isinstance(plugin.what_if, LeastInterference)
     snap = snapshot_with_pending(tiny_cluster, [pending(1, 1, "a"), pending(2, 1, "b")])

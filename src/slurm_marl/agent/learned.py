@@ -42,7 +42,8 @@ import torch
 
 from slurm_marl.domain import Job
 from slurm_marl.policy.plugins import PlacePlugin, PluginError, build_plugin, check_params
-from slurm_marl.policy.state import Candidate, CycleState, make_candidate
+from slurm_marl.placement_shapes import Candidate, make_candidate
+from slurm_marl.policy.state import CycleState
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ from slurm_marl.domain import (ClusterSnapshot, Decision, GroupAlloc, Job, Place
                                SetPriority)
 from slurm_marl.policy.plugins import (CycleAwareOrder, Delegating, OrderPlugin, PlacePlugin,
                                       Proposer, build_plugin)
+from slurm_marl.placement_shapes import (Candidate, generate_candidates, has_candidate,
+                                         job_shape, per_node_share)
 from slurm_marl.policy.profile import Profile
-from slurm_marl.policy.state import (ACTIVE_STATES, PENDING, Candidate, CycleState,
-                                     generate_candidates, has_candidate, job_shape,
-                                     per_node_share)
+from slurm_marl.policy.state import ACTIVE_STATES, PENDING, CycleState
 
 log = logging.getLogger(__name__)
 

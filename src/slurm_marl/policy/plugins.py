@@ -105,10 +105,7 @@ _OUT_OF_TREE: dict[tuple[str, str], str] = {}
 def register_plugin(kind: str, key: str, module: str) -> None:
     """Make ``module`` (a dotted path, imported when first built) the ``kind`` plugin
     ``key``; built-in keys cannot be replaced."""
-    if kind not in ("order", "place"):
-        raise PluginError(f"plugin kind must be 'order' or 'place', got {kind!r}")
-    if not isinstance(key, str) or not _KEY_RE.match(key):
-        raise PluginError(f"{kind} plugin key {key!r} is not a valid name")
+    _check_name(kind, key)
     if key in builtin_keys(kind):
         raise PluginError(f"{kind} plugin {key!r} is built in and cannot be replaced")
     _OUT_OF_TREE[(kind, key)] = module
@@ -127,11 +124,15 @@ def registered_keys(kind: str) -> tuple[str, ...]:
                         | {k for (kd, k) in _OUT_OF_TREE if kd == kind}))
 
 
-def load_plugin_module(kind: str, key: str):
+def _check_name(kind: str, key: str) -> None:
     if kind not in ("order", "place"):
         raise PluginError(f"plugin kind must be 'order' or 'place', got {kind!r}")
     if not isinstance(key, str) or not _KEY_RE.match(key):
         raise PluginError(f"{kind} plugin key {key!r} is not a valid name")
+
+
+def load_plugin_module(kind: str, key: str):
+    _check_name(kind, key)
     out_of_tree = _OUT_OF_TREE.get((kind, key))
     if out_of_tree is not None:
         return importlib.import_module(out_of_tree)

@@ -17,9 +17,7 @@ from functools import cached_property
 
 from slurm_marl.colocation import GROUP, LEAF, NODE
 from slurm_marl.domain import ClusterSnapshot, Job, JobState, Node
-from slurm_marl.placement_shapes import (Candidate, Capacity,  # noqa: F401
-                                         generate_candidates, has_candidate, job_shape,
-                                         make_candidate, per_node_share)
+from slurm_marl.placement_shapes import Candidate, Capacity, job_shape, per_node_share
 
 ACTIVE_STATES = frozenset(s for s in JobState if s.is_active)
 PENDING = JobState.PENDING

@@ -18,7 +18,6 @@ import csv
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from slurm_marl.policy.profile import PROFILES_DIR, Profile, profile_from_mapping
 from slurm_marl.shared_data import data_file
@@ -47,11 +46,12 @@ def profile_for(schedule: str, **order_params) -> Profile:
     return profile_from_mapping(data, source=f"{name} as Tiresias' {schedule}")
 
 
-def reference_jobs(window: str, cluster: str, schedule: str) -> dict[int, float]:
-    """Tiresias' JCT per job id (seconds)."""
+def reference_rows(window: str, cluster: str, schedule: str) -> list[dict[str, str]]:
+    """Tiresias' per-job results (``job_id, submit_time, start_time, end_time, JCT,
+    preempt``)."""
     path = data_file(f"{REFERENCE_DIR}/{window}.{cluster}.{schedule}.jobs.csv")
     with open(path, newline="", encoding="utf-8") as fh:
-        return {int(row["job_id"]): float(row["JCT"]) for row in csv.DictReader(fh)}
+        return list(csv.DictReader(fh))
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,10 @@ class Comparison:
 
 def compare(window: str, cluster: str, schedule: str, profile: Profile | None = None
             ) -> Comparison:
-    ref = reference_jobs(window, cluster, schedule)
-    ref_preempt = _reference_preemptions(window, cluster, schedule)
+    rows = reference_rows(window, cluster, schedule)
+    ref = {int(row["job_id"]): float(row["JCT"]) for row in rows}
+    ref_preempt = sum(int(row["preempt"]) for row in rows) if rows and "preempt" in rows[0] \
+        else None
     run = simulate(str(data_file(f"{REFERENCE_DIR}/{window}.csv")), CLUSTERS[cluster],
                    profile or profile_for(schedule), interference="none", restart_delay_s=0)
     ours = {j.job_id: j.finish_s - j.submit_s for j in run.outcome.jobs
@@ -99,11 +101,3 @@ def compare(window: str, cluster: str, schedule: str, profile: Profile | None = 
         max_abs_diff_s=round(max(diffs), 1),
         ours_preemptions=run.outcome.preemptions, reference_preemptions=ref_preempt)
 
-
-def _reference_preemptions(window: str, cluster: str, schedule: str) -> int | None:
-    path = Path(data_file(f"{REFERENCE_DIR}/{window}.{cluster}.{schedule}.jobs.csv"))
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows or "preempt" not in rows[0]:
-        return None
-    return sum(int(r["preempt"]) for r in rows)

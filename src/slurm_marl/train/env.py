@@ -51,7 +51,8 @@ from slurm_marl.agent.learned import (DEFAULT_WHAT_IF, Choice, LearnedPlacement,
                                              build_what_if, choice_from_action)
 from slurm_marl.policy.plugins import build_plugin
 from slurm_marl.policy.profile import Profile, load_profile
-from slurm_marl.policy.state import CycleState, generate_candidates
+from slurm_marl.placement_shapes import generate_candidates
+from slurm_marl.policy.state import CycleState
 from slurm_marl.sim.cluster import SimCluster, parse_cluster
 from slurm_marl.sim.engine import Simulator
 from slurm_marl.sim.traces import TraceJob

@@ -269,12 +269,17 @@ class TiresiasLas:
             return min(now_s, deadline)
         return now_s
 
+    def _to_threshold_s(self, job: Job, queue: int, service: float) -> float | None:
+        """Run time left before a running job reaches its queue's limit (None: last queue)."""
+        if queue >= self.num_queues - 1 or job.num_gpus <= 0:
+            return None
+        return (self.thresholds_gpu_s[queue] - service) / job.num_gpus
+
     def next_check_s(self, job: Job, now_s: float, queue: int, service: float) -> float:
         """A running job cannot change queue before this time (its next threshold; a little
         early, so rounding never makes a demotion late)."""
-        if queue >= self.num_queues - 1 or job.num_gpus <= 0:
-            return math.inf
-        return now_s + (self.thresholds_gpu_s[queue] - service) / job.num_gpus * 0.999
+        left = self._to_threshold_s(job, queue, service)
+        return math.inf if left is None else now_s + left * 0.999
 
     def begin_cycle(self, jobs: Sequence[Job], now_s: float) -> None:
         if self.in_queue == "tiresias":
@@ -305,10 +310,8 @@ class TiresiasLas:
     def next_change_s(self, job: Job, now_s: float) -> float | None:
         queue, service, promoted = self.queue_of(job, now_s)
         if job.is_running:
-            if queue >= self.num_queues - 1 or job.num_gpus <= 0:
-                return None
-            limit = self.thresholds_gpu_s[queue]
-            return now_s + max(0.0, limit - service) / job.num_gpus
+            left = self._to_threshold_s(job, queue, service)
+            return None if left is None else now_s + max(0.0, left)
         if job.is_pending and not promoted and self.starve_limit > 0 and job.last_run_s > 0 \
                 and job.queue_since_s is not None and queue > 0:
             return starvation_deadline_s(job.queue_since_s, job.last_run_s, self.starve_limit)
