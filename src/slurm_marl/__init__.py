@@ -1,7 +1,6 @@
 """slurm-marl: a scheduling agent for Slurm GPU clusters."""
 
-from slurm_marl.policy.interference import register_model_loader
-from slurm_marl.policy.plugins import register_plugin
+from slurm_marl.policy.plugins import register_model_loader, register_plugin
 
 __version__ = "0.1.0"
 

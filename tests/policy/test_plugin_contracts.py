@@ -100,15 +100,14 @@ def _fake_loader(path: str):
 
 def test_least_interference_loads_model_path_through_the_registered_loader(monkeypatch,
                                                                           tmp_path):
-    from slurm_marl.policy import interference
-    monkeypatch.setattr(interference, "_MODEL_LOADER", f"{__name__}:_fake_loader")
+    monkeypatch.setattr(plugins, "_MODEL_LOADER", f"{__name__}:_fake_loader")
     LOADED.clear()
     build_plugin("place", "least_interference", {"model_path": str(tmp_path / "m.pt")})
     assert LOADED == [str(tmp_path / "m.pt")]
-    monkeypatch.setattr(interference, "_MODEL_LOADER", None)
+    monkeypatch.setattr(plugins, "_MODEL_LOADER", None)
     with pytest.raises(PluginError, match="no interference-model loader is registered"):
         build_plugin("place", "least_interference", {"model_path": "x.pt"})
     # The package root registers the torch model's loader.
     monkeypatch.undo()
-    assert interference._MODEL_LOADER == \
+    assert plugins._MODEL_LOADER == \
         "slurm_marl.models.interference:InterferenceModel.load"

@@ -15,7 +15,6 @@ the group level.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -29,33 +28,6 @@ from slurm_marl.colocation import (GPU, GROUP, LEVELS, SPAN, SampleError, model_
 from slurm_marl.domain import Job
 
 log = logging.getLogger(__name__)
-
-
-# How a saved interference model (``model_path`` of least_interference) is loaded: a
-# "module:attribute" registered by the package root (the torch model lives in ``models``,
-# which policy does not import).
-_MODEL_LOADER: str | None = None
-
-
-def register_model_loader(target: str) -> None:
-    """``target`` is "package.module:callable" taking a path and returning an estimator."""
-    global _MODEL_LOADER
-    if ":" not in target:
-        raise ValueError(f"model loader {target!r} must be 'module:attribute'")
-    _MODEL_LOADER = target
-
-
-def load_model_estimator(path: str) -> "InterferenceEstimator":
-    """The interference model saved at ``path``, through the registered loader (errors are
-    ValueErrors that name the file)."""
-    if _MODEL_LOADER is None:
-        raise ValueError("no interference-model loader is registered (slurm_marl registers "
-                         "the models' one on import)")
-    module, _, attribute = _MODEL_LOADER.partition(":")
-    target = importlib.import_module(module)
-    for part in attribute.split("."):
-        target = getattr(target, part)
-    return target(path)
 
 
 @runtime_checkable

@@ -102,6 +102,33 @@ class PluginError(ValueError):
 _OUT_OF_TREE: dict[tuple[str, str], str] = {}
 
 
+# How a saved interference model (``model_path`` of least_interference) is loaded: a
+# "module:attribute" registered by the package root (the torch model lives in ``models``,
+# which policy does not import).
+_MODEL_LOADER: str | None = None
+
+
+def register_model_loader(target: str) -> None:
+    """``target`` is "package.module:callable" taking a path and returning an estimator."""
+    global _MODEL_LOADER
+    if ":" not in target:
+        raise ValueError(f"model loader {target!r} must be 'module:attribute'")
+    _MODEL_LOADER = target
+
+
+def load_model_estimator(path: str):
+    """The interference model saved at ``path``, through the registered loader (errors are
+    ValueErrors that name the file)."""
+    if _MODEL_LOADER is None:
+        raise ValueError("no interference-model loader is registered (slurm_marl registers "
+                         "the models' one on import)")
+    module, _, attribute = _MODEL_LOADER.partition(":")
+    target = importlib.import_module(module)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    return target(path)
+
+
 def register_plugin(kind: str, key: str, module: str) -> None:
     """Make ``module`` (a dotted path, imported when first built) the ``kind`` plugin
     ``key``; built-in keys cannot be replaced."""

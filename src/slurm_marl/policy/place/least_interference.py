@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from slurm_marl.colocation import span_tags
 from slurm_marl.domain import Job
 from slurm_marl.policy.interference import (FittedEstimator, InterferenceEstimator,
-                                            NeutralEstimator, load_model_estimator)
-from slurm_marl.policy.plugins import PluginError, check_params
+                                            NeutralEstimator)
+from slurm_marl.policy.plugins import PluginError, check_params, load_model_estimator
 from slurm_marl.policy.state import Candidate, CycleState, job_shape
 
 KEY = "least_interference"
