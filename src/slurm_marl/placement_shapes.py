@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from slurm_marl.domain import ClusterSnapshot, Job
 
 # One row per node: free GPUs per GPU group (by position in ``Node.gpu_groups``).
@@ -228,6 +230,29 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
             seen.add(key)
         out.append((n, [g for g, free in enumerate(row) if free >= need]))
     return out
+
+
+def single_node_fit_arrays(job: Job, state: PlacementState, group_free: np.ndarray,
+                           group_node: np.ndarray, nodes: Sequence[int], need: int,
+                           total: int) -> tuple[np.ndarray, np.ndarray]:
+    """``single_node_fits`` without dedupe, over arrays: the same rule for many nodes at
+    once (the learned observation scores every group of a large cluster per decision).
+
+    ``group_free[i]``: free GPUs of group ``i`` of the capacity being judged, on node
+    ``group_node[i]`` (groups of one node contiguous, in group order). Returns (a mask over
+    the groups that hold all ``need``, the nodes of ``nodes`` that fit but only split over
+    their groups, ascending). ``tests/unit/test_placement_shapes.py`` proves the two forms
+    agree."""
+    n_nodes = len(state.infos)
+    ok = np.zeros(n_nodes, dtype=bool)
+    ok[np.asarray(nodes, dtype=np.int64)] = True
+    ok &= np.asarray(state.free_cpus) >= per_node_share(job.cpus, need, total)
+    ok &= np.asarray(state.free_mem) >= per_node_share(job.mem_mib, need, total)
+    ok &= np.bincount(group_node, weights=group_free, minlength=n_nodes) >= need
+    fits = (group_free >= need) & ok[group_node]
+    has_fit = np.zeros(n_nodes, dtype=bool)
+    has_fit[group_node[fits]] = True
+    return fits, np.flatnonzero(ok & ~has_fit)
 
 
 def _single_node_candidates(job, state, cap, nodes, need, total) -> list[Candidate]:

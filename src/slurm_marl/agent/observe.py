@@ -47,7 +47,7 @@ from slurm_marl.domain import ClusterSnapshot, Job, JobState
 from slurm_marl.models.gnn import LEVELS
 from slurm_marl.models.interference import InterferenceModel, shape_vector
 from slurm_marl.placement_shapes import (PlacementState, generate_candidates, job_shape,
-                                         single_node_fits, split_on_node)
+                                         single_node_fit_arrays, split_on_node)
 from slurm_marl.topology.features import FEATURE_NAMES, Featuriser, HierarchyTensors
 from slurm_marl.topology.graph import build_topology_graph
 
@@ -509,7 +509,8 @@ class Observer:
         node_counts = top.node_sums(counts)
         node_free = np.bincount(top.group_node, weights=free, minlength=top.n_nodes)
 
-        single, splits, others = self._candidates(job, state, top, total, per_node, count)
+        single, splits, others = self._candidates(job, state, top, free, total, per_node,
+                                                  count)
         rows = view.rows["gpu_group"]
         g_count = len(rows)
         local = view.local_group
@@ -647,30 +648,29 @@ class Observer:
                 torch.tensor([key[0]]), counts, shape)[0])
         return hit
 
-    def _candidates(self, job: Job, state: PlacementState, top: Topology, total: int,
-                    per_node: int, count: int) -> tuple[np.ndarray, list[tuple], list[tuple]]:
+    @staticmethod
+    def _candidates(job: Job, state: PlacementState, top: Topology, free: np.ndarray,
+                    total: int, per_node: int, count: int
+                    ) -> tuple[np.ndarray, list[tuple], list[tuple]]:
         """(global rows of single-group candidates, allocs of splits over one node's groups,
         allocs of the other candidates): the framework's candidates on ``state.view`` without
-        node dedupe (for a single-node shape, ``single_node_fits`` on the job's allowed nodes,
-        else ``generate_candidates``)."""
+        node dedupe (for a single-node shape, ``single_node_fit_arrays`` on the job's allowed
+        nodes, else ``generate_candidates``). ``free``: ``_free(state, top)``."""
         none = np.zeros(0, dtype=np.int64)
         if total <= 0:
             return none, [], []
         if per_node and count > 1:
             return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
         need = total if per_node == 0 else per_node
-        cap, rows = state.view, top.state_group_rows
-        single: list[int] = []
-        splits = []
-        for n, fitting in single_node_fits(job, state, cap, state.allowed_nodes(job), need,
-                                           total, dedupe=False):
-            if fitting:
-                single.extend([rows[n][g] for g in fitting])
-            else:
-                splits.append(tuple((n, g, k) for g, k in split_on_node(cap[n], need)))
-        if not single and not splits and per_node == 0:
+        fits, split_nodes = single_node_fit_arrays(
+            job, state, free[top.flat_state_rows], top.flat_state_node,
+            state.allowed_nodes(job), need, total)
+        single = top.flat_state_rows[fits]
+        splits = [tuple((n, g, k) for g, k in split_on_node(state.view[n], need))
+                  for n in split_nodes.tolist()]
+        if not len(single) and not splits and per_node == 0:
             return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
-        return np.array(single, dtype=np.int64), splits, []
+        return single, splits, []
 
     def _predict(self, job: Job, total: int, single: np.ndarray, splits: tuple,
                  other_rows: list, counts: np.ndarray, node_counts: np.ndarray,
