@@ -111,3 +111,49 @@ def test_least_interference_loads_model_path_through_the_registered_loader(monke
     monkeypatch.undo()
     assert plugins._MODEL_LOADER == \
         "slurm_marl.models.interference:InterferenceModel.load"
+
+
+# -- profiles are validated from declared parameters, without building plugins -------------
+
+def test_every_plugin_module_declares_validate():
+    from slurm_marl.policy.plugins import load_plugin_module, registered_keys
+    for kind in ("order", "place"):
+        for key in registered_keys(kind):
+            assert callable(getattr(load_plugin_module(kind, key), "validate", None)), key
+
+
+def test_loading_a_profile_reads_no_model_and_building_names_its_file(tmp_path):
+    from slurm_marl.policy.framework import build_policy
+    from slurm_marl.policy.profile import ProfileError, load_profile
+    model = tmp_path / "model.pt"
+    model.write_bytes(b"not torch weights")
+    path = tmp_path / "lif.toml"
+    path.write_text('[order]\nplugin = "fifo"\n[place]\nleast_interference = 1\n'
+                    f'[place_params.least_interference]\nmodel_path = "{model}"\n')
+    profile = load_profile(path)          # parameters fine: the model is not read here
+    with pytest.raises(ProfileError) as err:
+        build_policy(profile)
+    assert str(err.value).startswith(f"{path}: plugin 'least_interference': ")
+    assert str(tmp_path / "model") in str(err.value)
+
+
+def test_a_bad_parameter_is_still_a_profile_error_at_load(tmp_path):
+    from slurm_marl.policy.profile import ProfileError, load_profile
+    path = tmp_path / "learned.toml"
+    path.write_text('[order]\nplugin = "tiresias_las"\n[place]\nlearned = 1\n'
+                    '[place_params.learned]\nfallback = "nope"\n')
+    with pytest.raises(ProfileError, match="no place plugin 'nope'"):
+        load_profile(path)
+
+
+def test_the_learned_checkpoint_is_loaded_once_when_a_daemon_builds_its_policy(monkeypatch):
+    import slurm_marl.agent.learned as learned
+    from slurm_marl.policy.framework import build_policy
+    from slurm_marl.policy.profile import load_profile
+    calls = []
+    real = learned.load_learned
+    monkeypatch.setattr(learned, "load_learned",
+                        lambda *a, **k: calls.append(a) or real(*a, **k))
+    policy = build_policy(load_profile("las-learned"))
+    assert len(calls) == 1
+    assert policy.place[0][0].key == "learned"

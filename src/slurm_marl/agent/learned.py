@@ -41,7 +41,8 @@ from pathlib import Path
 import torch
 
 from slurm_marl.domain import Job
-from slurm_marl.policy.plugins import PlacePlugin, PluginError, build_plugin, check_params
+from slurm_marl.policy.plugins import (PlacePlugin, PluginError, build_plugin, check_params,
+                                       validate_plugin)
 from slurm_marl.placement_shapes import Candidate, make_candidate
 from slurm_marl.policy.state import CycleState
 
@@ -291,7 +292,13 @@ def load_learned(path: str | Path, fallback_key: str):
         return None
 
 
-def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlacement:
+def validate(params: Mapping) -> None:
+    """The parameters checked, and the fallback and what-if plugins named; the checkpoint is
+    not read (a missing or unreadable one makes the plugin place with its fallback)."""
+    _settings(params)
+
+
+def _settings(params: Mapping) -> tuple[str, str, float]:
     check_params(KEY, params, {"checkpoint": str, "fallback": str, "allow_defer": bool,
                                "max_defer_s": (int, float), "what_if": str,
                                "what_if_defer_below": (int, float)})
@@ -300,10 +307,18 @@ def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlaceme
     for name, key in (("fallback", fallback_key), ("what_if", what_if_key)):
         if key == KEY:
             raise PluginError(f"plugin {KEY!r}: the {name} must be a heuristic plugin")
+        validate_plugin("place", key, {})
     what_if_defer = float(params.get("what_if_defer_below", DEFAULT_WHAT_IF_DEFER_BELOW))
     if not 0.0 <= what_if_defer <= 1.0:
         raise PluginError(f"plugin {KEY!r}: what_if_defer_below must be in [0, 1], got "
                           f"{what_if_defer}")
+    if params.get("max_defer_s", 0) < 0:
+        raise PluginError(f"plugin {KEY!r}: max_defer_s must be >= 0")
+    return fallback_key, what_if_key, what_if_defer
+
+
+def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlacement:
+    fallback_key, what_if_key, what_if_defer = _settings(params)
     fallback = build_plugin("place", fallback_key, {}, **context)
     allow_defer = bool(params.get("allow_defer", True))
     torch.set_num_threads(1)

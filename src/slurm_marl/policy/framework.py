@@ -34,7 +34,7 @@ from slurm_marl.policy.plugins import (CycleAwareOrder, Delegating, OrderPlugin,
                                       Proposer, build_plugin)
 from slurm_marl.placement_shapes import (Candidate, generate_candidates, has_candidate,
                                          job_shape, per_node_share)
-from slurm_marl.policy.profile import Profile
+from slurm_marl.policy.profile import Profile, ProfileError
 from slurm_marl.policy.state import ACTIVE_STATES, PENDING, CycleState
 
 log = logging.getLogger(__name__)
@@ -403,17 +403,20 @@ def _failure_key(job: Job) -> tuple:
 
 def build_policy(profile: Profile, **context) -> Policy:
     """Plugins built from the profile; ``context`` reaches every plugin's ``build`` (e.g.
-    ``interference_estimator=`` for least_interference)."""
-    order = build_plugin("order", profile.order, profile.order_params, **context)
-    place = []
-    for key, weight in profile.place:
-        params = profile.place_params.get(key, {})
-        place.append((build_plugin("place", key, params, **context), weight))
+    ``interference_estimator=`` for least_interference). A plugin that cannot be built (a
+    model or sample file unreadable: loading the profile checked only its parameters) is a
+    ``ProfileError`` naming the profile's file."""
+    try:
+        order = build_plugin("order", profile.order, profile.order_params, **context)
+        place = []
+        for key, weight in profile.place:
+            params = profile.place_params.get(key, {})
+            place.append((build_plugin("place", key, params, **context), weight))
+    except (TypeError, ValueError) as exc:
+        raise ProfileError(f"{profile.source}: {exc}") from None
+    except Exception as exc:  # a plugin's model file unreadable, ...: still the profile's
+        raise ProfileError(f"{profile.source}: {type(exc).__name__}: {exc}") from None
     return Policy(profile, order, place)
-
-
-def validate_profile_plugins(profile: Profile) -> None:
-    build_policy(profile)
 
 
 _POLICY_CACHE: dict[Profile, Policy] = {}

@@ -2,7 +2,9 @@
 
 An order plugin turns a job into (queue, sort key); a place plugin says whether a candidate
 placement is allowed and scores it. Each lives in one file whose module name is its registry
-key (``order/tiresias_las.py`` is ``"tiresias_las"``) and exposes ``build(params, **context)``.
+key (``order/tiresias_las.py`` is ``"tiresias_las"``) and exposes ``validate(params)`` (the
+declared parameters checked without building anything: no model or sample file is read) and
+``build(params, **context)``.
 """
 
 from __future__ import annotations
@@ -169,6 +171,16 @@ def load_plugin_module(kind: str, key: str):
         if exc.name and exc.name.endswith(f"{kind}.{key}"):
             raise PluginError(f"no {kind} plugin {key!r}") from None
         raise
+
+
+def validate_plugin(kind: str, key: str, params: Mapping | None = None) -> None:
+    """Check a plugin's parameters as its module declares them, without building the plugin
+    (a profile is validated this way; building may load models, done once by its user)."""
+    module = load_plugin_module(kind, key)
+    validate = getattr(module, "validate", None)
+    if not callable(validate):
+        raise PluginError(f"{kind} plugin module {key!r} declares no validate(params)")
+    validate(dict(params or {}))
 
 
 def build_plugin(kind: str, key: str, params: Mapping | None = None, **context):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from slurm_marl.policy.plugins import registered_keys
+from slurm_marl.policy.plugins import registered_keys, validate_plugin
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
 
@@ -73,6 +73,7 @@ class Profile:
     backfill: bool = False
     description: str = ""
     backfill_reserve: bool = True
+    source: str = field(default="<profile>", compare=False)   # the file it came from
 
     def __hash__(self) -> int:
         return hash((self.name, self.order, self.place, self.preemption, self.backfill,
@@ -172,13 +173,13 @@ def profile_from_mapping(data: Mapping, source: str = "<profile>",
 
     profile = Profile(name=name, order=order_key, order_params=_frozen(order_params),
                       place=tuple(place), place_params=_frozen(place_params),
-                      description=description, **flags)
-    # Plugins validate their own parameters; surface their complaint with the source.
-    from slurm_marl.policy.framework import validate_profile_plugins
+                      description=description, source=source, **flags)
+    # Plugins check their own declared parameters (nothing is built, no model read); their
+    # complaint is surfaced with the source.
     try:
-        validate_profile_plugins(profile)
+        validate_plugin("order", order_key, profile.order_params)
+        for key, _ in profile.place:
+            validate_plugin("place", key, profile.place_params.get(key, {}))
     except (TypeError, ValueError) as exc:
         raise ProfileError(f"{source}: {exc}") from None
-    except Exception as exc:  # a plugin's model file unreadable, ...: still the profile's
-        raise ProfileError(f"{source}: {type(exc).__name__}: {exc}") from None
     return profile

@@ -320,10 +320,13 @@ def evaluate(
     results = []
     with _progress("evaluate") as bar:
         task = bar.add_task("runs", total=len(profiles) * len(strengths), status="")
-        for s in strengths:
-            results += run_policies(jobs, sim_cluster, profiles, s, seed,
-                                    on_done=lambda name, row: bar.update(
-                                        task, advance=1, status=escape(name)))
+        try:
+            for s in strengths:
+                results += run_policies(jobs, sim_cluster, profiles, s, seed,
+                                        on_done=lambda name, row: bar.update(
+                                            task, advance=1, status=escape(name)))
+        except ProfileError as exc:   # a plugin's model or samples file unreadable
+            _fail(str(exc))
     learned_names = [p.name for p in profiles[:len(checkpoint)]]
     for s in strengths:
         base = [r["avg_jct_s"] for r in results if r["interference"] == s

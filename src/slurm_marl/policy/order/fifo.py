@@ -24,6 +24,10 @@ class Fifo:
         return None
 
 
-def build(params: Mapping, **context) -> Fifo:
+def validate(params: Mapping) -> None:
     check_params(KEY, params, {})
+
+
+def build(params: Mapping, **context) -> Fifo:
+    validate(params)
     return Fifo()

@@ -36,6 +36,10 @@ class Srtf:
         return None
 
 
-def build(params: Mapping, **context) -> Srtf:
+def validate(params: Mapping) -> None:
     check_params(KEY, params, {})
+
+
+def build(params: Mapping, **context) -> Srtf:
+    validate(params)
     return Srtf()

@@ -125,7 +125,13 @@ class TiresiasGittins:
         return None
 
 
-def build(params: Mapping, **context) -> TiresiasGittins:
+def validate(params: Mapping) -> None:
+    _settings(params)
+
+
+def _settings(params: Mapping) -> tuple:
+    """(samples given inline or the file to read them from, delta, thresholds, number of
+    queues, starve limit) from checked parameters; no file is read."""
     check_params(KEY, params, {"thresholds_gpu_s": (list, tuple), "num_queues": int,
                                "starve_limit": (int, float), "delta_gpu_s": (int, float),
                                "samples_path": str, "gpu_time_samples": (list, tuple),
@@ -135,20 +141,25 @@ def build(params: Mapping, **context) -> TiresiasGittins:
     if delta <= 0:
         raise PluginError(f"plugin {KEY!r}: delta_gpu_s must be > 0, got {delta!r}")
     if "gpu_time_samples" in params:
-        samples = list(params["gpu_time_samples"])
-        if not samples or not all(isinstance(s, (int, float)) and s >= 0 for s in samples):
+        source = list(params["gpu_time_samples"])
+        if not source or not all(isinstance(s, (int, float)) and s >= 0 for s in source):
             raise PluginError(f"plugin {KEY!r}: gpu_time_samples must be numbers >= 0")
     else:
         path = params.get("samples_path")
         if path is None:
             from slurm_marl.shared_data import DataNotFound, data_file
             try:
-                resolved = data_file(DEFAULT_SAMPLES)
+                source = data_file(DEFAULT_SAMPLES)
             except DataNotFound as exc:
                 raise PluginError(f"plugin {KEY!r}: no samples_path given and the default "
                                   f"history is unavailable: {exc}") from None
         else:
-            resolved = Path(path).expanduser()
-        samples = read_gpu_time_samples(resolved)
-    return TiresiasGittins(samples, float(delta), thresholds, num_queues, starve,
+            source = Path(path).expanduser()
+    return source, float(delta), thresholds, num_queues, starve
+
+
+def build(params: Mapping, **context) -> TiresiasGittins:
+    source, delta, thresholds, num_queues, starve = _settings(params)
+    samples = source if isinstance(source, list) else read_gpu_time_samples(source)
+    return TiresiasGittins(samples, delta, thresholds, num_queues, starve,
                            params.get("running_first", False))

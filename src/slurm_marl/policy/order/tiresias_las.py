@@ -326,7 +326,16 @@ def validate_in_queue(key: str, params: Mapping) -> str:
     return value
 
 
+def validate(params: Mapping) -> None:
+    _settings(params)
+
+
 def build(params: Mapping, **context) -> TiresiasLas:
+    return TiresiasLas(*_settings(params))
+
+
+def _settings(params: Mapping) -> tuple:
+    """TiresiasLas' arguments from checked parameters."""
     check_params(KEY, params, {"thresholds_gpu_s": (list, tuple), "num_queues": int,
                                "starve_limit": (int, float), "running_first": bool,
                                "in_queue": str})
@@ -338,5 +347,4 @@ def build(params: Mapping, **context) -> TiresiasLas:
         elif in_queue == "tiresias":
             raise PluginError(f"plugin {KEY!r}: running_first applies to in_queue = "
                               f"'running_first' only (Tiresias' lists decide it themselves)")
-    return TiresiasLas(thresholds, num_queues, starve, params.get("running_first", True),
-                       in_queue)
+    return thresholds, num_queues, starve, params.get("running_first", True), in_queue

@@ -66,9 +66,17 @@ class Binpack:
         return sum(scores) / len(scores)
 
 
-def build(params: Mapping, **context) -> Binpack:
+def validate(params: Mapping) -> None:
+    _alignment_weight(params)
+
+
+def _alignment_weight(params: Mapping) -> float:
     check_params(KEY, params, {"alignment_weight": (int, float)})
     weight = float(params.get("alignment_weight", 0.5))
     if not 0 <= weight <= 1:
         raise ValueError(f"plugin {KEY!r}: alignment_weight must be in [0, 1]")
-    return Binpack(weight)
+    return weight
+
+
+def build(params: Mapping, **context) -> Binpack:
+    return Binpack(_alignment_weight(params))

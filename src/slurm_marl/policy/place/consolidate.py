@@ -52,6 +52,10 @@ class Consolidate:
                                  group_cap, node_left, node_cap)
 
 
-def build(params: Mapping, **context) -> Consolidate:
+def validate(params: Mapping) -> None:
     check_params(KEY, params, {})
+
+
+def build(params: Mapping, **context) -> Consolidate:
+    validate(params)
     return Consolidate()

@@ -98,13 +98,22 @@ class LeastInterference:
         return combined_speed(own, hurt)
 
 
-def build(params: Mapping, interference_estimator: InterferenceEstimator | None = None,
-          **context) -> LeastInterference:
+def validate(params: Mapping) -> None:
+    _defer_below(params)
+
+
+def _defer_below(params: Mapping) -> float:
     check_params(KEY, params, {"samples_path": str, "model_path": str,
                                "defer_below": (int, float), "include_neighbours": bool})
     defer = float(params.get("defer_below", 0.0))
     if not 0.0 <= defer <= 1.0:
         raise PluginError(f"plugin {KEY!r}: defer_below must be in [0, 1], got {defer}")
+    return defer
+
+
+def build(params: Mapping, interference_estimator: InterferenceEstimator | None = None,
+          **context) -> LeastInterference:
+    defer = _defer_below(params)
     estimator = interference_estimator
     if estimator is None and "model_path" in params:
         try:

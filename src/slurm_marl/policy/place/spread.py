@@ -40,6 +40,10 @@ class Spread:
         return spread_score(group_left + gpus, group_cap, node_left + gpus, node_cap)
 
 
-def build(params: Mapping, **context) -> Spread:
+def validate(params: Mapping) -> None:
     check_params(KEY, params, {})
+
+
+def build(params: Mapping, **context) -> Spread:
+    validate(params)
     return Spread()

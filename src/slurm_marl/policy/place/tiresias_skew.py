@@ -49,9 +49,17 @@ class TiresiasSkew:
         return fragment_fill_score(node_left, node_cap)
 
 
-def build(params: Mapping, **context) -> TiresiasSkew:
+def validate(params: Mapping) -> None:
+    _sensitive_models(params)
+
+
+def _sensitive_models(params: Mapping):
     check_params(KEY, params, {"sensitive_models": (list, tuple)})
     models = params.get("sensitive_models", CONSOLIDATION_SENSITIVE)
     if not all(isinstance(m, str) and m for m in models):
         raise PluginError(f"plugin {KEY!r}: sensitive_models must be a list of names")
-    return TiresiasSkew(frozenset(model_family(m) for m in models))
+    return models
+
+
+def build(params: Mapping, **context) -> TiresiasSkew:
+    return TiresiasSkew(frozenset(model_family(m) for m in _sensitive_models(params)))
