@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from slurm_marl.domain import ClusterSnapshot, GpuGroup, Job, JobState, Node, Switch
-from slurm_marl.topology.features import (LEVELS, VIRTUAL_LEAF, VIRTUAL_SPINE, Featuriser,
-                                          HierarchyTensors, feature_dims, featurise)
+from slurm_marl.topology.features import (Featuriser, HierarchyTensors, feature_dims,
+                                          featurise)
 from slurm_marl.topology.gres_conf import parse_gres_conf
 from slurm_marl.topology.graph import (build_topology_graph, gpu_id, group_id, node_id,
                                        switch_chain)
+from slurm_marl.topology.hierarchy_index import LEVELS, VIRTUAL_LEAF, VIRTUAL_SPINE
 from slurm_marl.topology.layout import snapshot_layout_from_files
 from slurm_marl.topology.slurm_conf import parse_slurm_conf
 from slurm_marl.topology.synthetic import synthetic_snapshot

@@ -14,8 +14,9 @@ import pytest
 from slurm_marl.topology.errors import TopologyConfigError
 from slurm_marl.topology.gres_conf import parse_gres_conf_text
 from slurm_marl.topology.probe import (SCHEMA_VERSION, load_probe_documents, probe,
-                                       probe_node, probe_nvml, sysfs_gpus,
-                                       validate_probe_document, write_probe_document)
+                                       probe_node, validate_probe_document,
+                                       write_probe_document)
+from slurm_marl.topology.probe_sources import probe_nvml, sysfs_gpus
 from slurm_marl.topology.slurm_conf import parse_slurm_conf_text
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -1,20 +1,14 @@
 """Fixed-shape tensors per hierarchy level for the learned models (hierarchical GNN).
 
-The contract (the GNN is written against it): ``LEVELS``, ``HierarchyTensors`` and
-``feature_dims()``. Levels run GPU -> GPU group -> node -> leaf -> spine; ``parent[level]``
-gives, for every row, the row of its parent one level up (no entry for ``spine``).
+The contract (the GNN is written against it): ``LEVELS`` (from ``hierarchy_index``),
+``HierarchyTensors`` and ``feature_dims()``. Levels run GPU -> GPU group -> node -> leaf ->
+spine; ``parent[level]`` gives, for every row, the row of its parent one level up (no entry
+for ``spine``).
 
-How the switch tree maps onto two network levels: a *leaf* is a switch that lists nodes
-(level 0); its *spine* is the top of its chain of parents, so intermediate switches of deeper
-trees collapse into the spine. A leaf without parent (a flat cluster) hangs under one virtual
-spine ``(virtual-spine)``; nodes under no switch hang under a virtual leaf ``(virtual-leaf)``
-below that virtual spine.
-
-Rows are ordered so that every parent's children are contiguous (spines by name, leaves by
-spine then name, nodes by leaf then name, groups by node then index, GPUs by group then
-index); the index arrays are computed once per topology, and a changed node is re-featurised
-in place without touching the rest (``Featuriser.update_node``). This avoids
-``torch_geometric.utils.from_networkx``, measured 30x slower.
+Rows follow ``hierarchy_index.HierarchyIndex`` (how switches map onto leaf and spine, virtual
+leaf and spine, row order); the index arrays are computed once per topology, and a changed
+node is re-featurised in place without touching the rest (``Featuriser.update_node``). This
+avoids ``torch_geometric.utils.from_networkx``, measured 30x slower.
 
 Features (all float32):
 
@@ -49,11 +43,8 @@ import numpy as np
 import torch
 
 from slurm_marl.domain import ClusterSnapshot, Job, JobState, Node
-from slurm_marl.topology.confparse import natural_key
+from slurm_marl.topology.hierarchy_index import LEVELS, HierarchyIndex
 
-LEVELS = ("gpu", "gpu_group", "node", "leaf", "spine")
-VIRTUAL_SPINE = "(virtual-spine)"
-VIRTUAL_LEAF = "(virtual-leaf)"
 NO_PARTITION = "(none)"
 _ACTIVE = frozenset(s for s in JobState if s.is_active)
 _NONE: frozenset[int] = frozenset()
@@ -82,121 +73,6 @@ class HierarchyTensors:
     node_partition: torch.Tensor      # int64 [n_node] index into partition_names
     partition_names: list[str]
     feature_names: dict[str, list[str]]
-
-
-def _spine_sort_key(name: str) -> tuple:
-    return (name == VIRTUAL_SPINE, natural_key(name))
-
-
-@dataclass
-class HierarchyIndex:
-    """Row order and parent arrays of one topology; computed once, reused every cycle."""
-
-    names: dict[str, list[str]]
-    parent: dict[str, np.ndarray]
-    node_rows: dict[str, int]
-    node_gpu_start: np.ndarray
-    node_gpu_end: np.ndarray
-    node_group_start: np.ndarray
-    node_group_end: np.ndarray
-    leaf_node_start: np.ndarray
-    leaf_node_end: np.ndarray
-    spine_leaf_start: np.ndarray
-    spine_leaf_end: np.ndarray
-    gpu_row_by_index: list[dict[int, int]]   # per node row: Slurm GPU index -> gpu row
-    group_size: np.ndarray
-    node_partitions: list[tuple[str, ...]]   # from the graph (slurm.conf / snapshot)
-    partition_names: list[str]
-    gpu_parent_list: list[int]               # parent["gpu"] as a list, for Python loops
-
-    @property
-    def sizes(self) -> dict[str, int]:
-        return {level: len(self.names[level]) for level in LEVELS}
-
-    @classmethod
-    def from_graph(cls, graph: nx.Graph) -> HierarchyIndex:
-        parent_of: dict[str, str] = graph.graph.get("switch_parent", {})
-        switches: set[str] = set()
-        leaves: set[str] = set()
-        node_attrs: list[dict] = []
-        for _, attrs in graph.nodes(data=True):
-            kind = attrs["kind"]
-            if kind == "node":
-                node_attrs.append(attrs)
-            elif kind == "switch":
-                switches.add(attrs["name"])
-                if attrs["level"] == 0:
-                    leaves.add(attrs["name"])
-        leaves |= {a["leaf"] for a in node_attrs if a.get("leaf") in switches}
-
-        def top_of(leaf: str) -> str:
-            current, seen = leaf, {leaf}
-            while current in parent_of and parent_of[current] not in seen:
-                current = parent_of[current]
-                seen.add(current)
-            return current if current != leaf else VIRTUAL_SPINE
-
-        leaf_of_node = {a["name"]: (a["leaf"] if a.get("leaf") in leaves else VIRTUAL_LEAF)
-                        for a in node_attrs}
-        if VIRTUAL_LEAF in leaf_of_node.values():
-            leaves.add(VIRTUAL_LEAF)
-        spine_of_leaf = {leaf: (VIRTUAL_SPINE if leaf == VIRTUAL_LEAF else top_of(leaf))
-                         for leaf in leaves}
-        spines = sorted(set(spine_of_leaf.values()), key=_spine_sort_key)
-        spine_row = {s: i for i, s in enumerate(spines)}
-        leaf_list = sorted(leaves, key=lambda lf: (spine_row[spine_of_leaf[lf]], lf == VIRTUAL_LEAF,
-                                                   natural_key(lf)))
-        leaf_row = {lf: i for i, lf in enumerate(leaf_list)}
-        node_attrs.sort(key=lambda a: (leaf_row[leaf_of_node[a["name"]]], natural_key(a["name"])))
-
-        node_names = [a["name"] for a in node_attrs]
-        group_names, gpu_names = [], []
-        group_parent, gpu_parent, group_size = [], [], []
-        gpu_start, gpu_end, group_start, group_end = [], [], [], []
-        gpu_row_by_index: list[dict[int, int]] = []
-        for row, attrs in enumerate(node_attrs):
-            name = attrs["name"]
-            gpu_start.append(len(gpu_names))
-            group_start.append(len(group_names))
-            rows: dict[int, int] = {}
-            for group in sorted(attrs.get("gpu_groups", ()), key=lambda g: g.index):
-                group_row = len(group_names)
-                group_names.append(f"{name}/g{group.index}")
-                group_parent.append(row)
-                group_size.append(group.gpu_count)
-                for gpu in sorted(group.gpu_indices):
-                    rows[gpu] = len(gpu_names)
-                    gpu_names.append(f"{name}/g{group.index}/gpu{gpu}")
-                    gpu_parent.append(group_row)
-            gpu_end.append(len(gpu_names))
-            group_end.append(len(group_names))
-            gpu_row_by_index.append(rows)
-
-        node_parent = np.array([leaf_row[leaf_of_node[n]] for n in node_names], dtype=np.int64)
-        leaf_parent = np.array([spine_row[spine_of_leaf[lf]] for lf in leaf_list], dtype=np.int64)
-        leaf_start = np.searchsorted(node_parent, np.arange(len(leaf_list)), side="left")
-        leaf_end = np.searchsorted(node_parent, np.arange(len(leaf_list)), side="right")
-        spine_start = np.searchsorted(leaf_parent, np.arange(len(spines)), side="left")
-        spine_end = np.searchsorted(leaf_parent, np.arange(len(spines)), side="right")
-        return cls(
-            names={"gpu": gpu_names, "gpu_group": group_names, "node": node_names,
-                   "leaf": leaf_list, "spine": spines},
-            parent={"gpu": np.array(gpu_parent, dtype=np.int64),
-                    "gpu_group": np.array(group_parent, dtype=np.int64),
-                    "node": node_parent, "leaf": leaf_parent},
-            node_rows={n: i for i, n in enumerate(node_names)},
-            node_gpu_start=np.array(gpu_start, dtype=np.int64),
-            node_gpu_end=np.array(gpu_end, dtype=np.int64),
-            node_group_start=np.array(group_start, dtype=np.int64),
-            node_group_end=np.array(group_end, dtype=np.int64),
-            leaf_node_start=leaf_start, leaf_node_end=leaf_end,
-            spine_leaf_start=spine_start, spine_leaf_end=spine_end,
-            gpu_row_by_index=gpu_row_by_index,
-            group_size=np.array(group_size, dtype=np.float32),
-            node_partitions=[tuple(a.get("partitions", ())) for a in node_attrs],
-            partition_names=list(graph.graph.get("partitions", ())),
-            gpu_parent_list=list(gpu_parent),
-        )
 
 
 @dataclass(slots=True)
