@@ -14,7 +14,7 @@ types found there):
 A placement's own spread is described by span tags (``SPAN_TAGS``: ``multi_group``,
 ``multi_node``, ``cross_leaf``); an estimator query carries them under the key ``span``.
 
-Also here: model families (``model_family``), the co-location sample's schema and its one
+Also here: the poor-placement threshold (``POOR_VS_IDEAL``, ``ideal_span``), model families (``model_family``), the co-location sample's schema and its one
 reader (``read_samples``), and ``ColocationIndex``: running jobs by where they hold GPUs and
 what each one shares (``Neighbourhood``), kept up to date by the simulator or built from a
 snapshot (``snapshot_neighbourhoods``).
@@ -43,6 +43,20 @@ LEVEL_NAMES = {GPU: "same physical GPU", GROUP: "same GPU group", NODE: "same no
 SPAN = "span"   # the key of a query's span tags
 MULTI_GROUP, MULTI_NODE, CROSS_LEAF = "multi_group", "multi_node", "cross_leaf"
 SPAN_TAGS = (MULTI_GROUP, MULTI_NODE, CROSS_LEAF)
+
+
+# A placement whose predicted speed is below this fraction of the job's ideal speed (alone,
+# on the tightest placement: ``ideal_span``) is poor. The one threshold behind las-lif's
+# ``defer_below``, the learned agents' defer rule (``defer_only_below``) and what-if
+# heuristic (``what_if_defer_below``), and training's exploration and reward threshold.
+POOR_VS_IDEAL = 0.8
+
+
+def ideal_span(total_gpus: int, min_nodes: int, largest_group: int) -> tuple[int, int]:
+    """(groups, nodes) of a job's tightest placement, against which a placement's predicted
+    speed is measured: the fewest nodes it may use and as few GPU groups as its GPUs need
+    (at least one per node)."""
+    return max(min_nodes, math.ceil(max(1, total_gpus) / max(1, largest_group))), min_nodes
 
 
 def span_tags(groups: int, nodes: int, leaves: int) -> tuple[str, ...]:

@@ -108,7 +108,7 @@ def _inputs(t, rows_by_level, batch=2, vocab=4):
 
 
 def test_agents_score_every_group_plus_defer_and_exchange_summaries(two_partitions):
-    from slurm_marl.agent.observe import _view
+    from slurm_marl.agent.views import agent_view
     snap = snapshot_with(two_partitions)
     feat = Featuriser(build_topology_graph(snapshot=snap))
     t = feat.featurise(snap)
@@ -116,7 +116,7 @@ def test_agents_score_every_group_plus_defer_and_exchange_summaries(two_partitio
     policy = PlacementPolicy(_config(("a", "b")))
     inputs = {}
     for name, node_rows in (("a", [0, 1]), ("b", [2, 3])):
-        view = _view(name, torch.tensor(node_rows).numpy(), feat.index)
+        view = agent_view(name, torch.tensor(node_rows).numpy(), feat.index)
         x, inp = _inputs(t, view.rows)
         inp.parent = view.parent
         inputs[name] = inp

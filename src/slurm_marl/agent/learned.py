@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.domain import Job
 from slurm_marl.policy.plugins import (PlacePlugin, PluginError, build_plugin, check_params,
                                        validate_plugin)
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 KEY = "learned"
 DEFAULT_FALLBACK = "consolidate"
 DEFAULT_WHAT_IF = "least_interference"
-DEFAULT_WHAT_IF_DEFER_BELOW = 0.8
+DEFAULT_WHAT_IF_DEFER_BELOW = POOR_VS_IDEAL
 
 
 @dataclass

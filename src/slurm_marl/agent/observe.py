@@ -35,28 +35,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 import torch
 
-from slurm_marl.colocation import GROUP, LEAF, MULTI_GROUP, NODE, span_tags
-from slurm_marl.colocation import LEVELS as COLOC_LEVELS
-from slurm_marl.domain import ClusterSnapshot, Job, JobState
+from slurm_marl.agent.family_counts import FamilyCounts
+from slurm_marl.agent.predict import Predictor
+from slurm_marl.agent.views import MAX_LAYOUTS, Observation, Topology, layout_key, same_layout
+from slurm_marl.colocation import POOR_VS_IDEAL
+from slurm_marl.domain import ClusterSnapshot, Job
 from slurm_marl.models.gnn import LEVELS
-from slurm_marl.models.interference import InterferenceModel, shape_vector
+from slurm_marl.models.interference import InterferenceModel
 from slurm_marl.placement_shapes import (PlacementState, generate_candidates, job_shape,
                                          single_node_fit_arrays, split_on_node)
-from slurm_marl.topology.features import FEATURE_NAMES, Featuriser, HierarchyTensors
-from slurm_marl.topology.graph import build_topology_graph
+from slurm_marl.topology.features import FEATURE_NAMES, HierarchyTensors
 
 SINGLE_AGENT = "cluster"
-_HOLDING = frozenset(s for s in JobState if s.is_active)   # job states that hold GPUs
 # A job deferred this long (since its first deferral) may no longer be deferred while any
 # placement exists; 0: no bound (see the module docstring).
 DEFAULT_MAX_DEFER_S = 0.0
-DEFAULT_DEFER_ONLY_BELOW = 0.8
+DEFAULT_DEFER_ONLY_BELOW = POOR_VS_IDEAL
 
 JOB_FEATURES = ("log2_gpus", "log_attained_gpu_h", "log_wait_10min", "log_pending_here",
                 "free_fraction_here", "log_candidates", "log_preemptions", "ideal_speed",
@@ -86,126 +86,6 @@ def feature_names(vocab: Sequence[str]) -> dict[str, tuple[str, ...]]:
 
 
 @dataclass
-class AgentView:
-    """One agent's rows of each level (global row numbers, ascending) and local parents."""
-
-    name: str
-    rows: dict[str, np.ndarray]
-    parent: dict[str, torch.Tensor]
-    local_group: np.ndarray            # global group row -> local index, -1 outside
-
-    @property
-    def n_groups(self) -> int:
-        return len(self.rows["gpu_group"])
-
-
-def _view(name: str, node_rows: np.ndarray, index) -> AgentView:
-    node_rows = np.unique(node_rows)
-    group_parent, gpu_parent = index.parent["gpu_group"], index.parent["gpu"]
-    groups = np.flatnonzero(np.isin(group_parent, node_rows))
-    gpus = np.flatnonzero(np.isin(gpu_parent, groups))
-    leaves = np.unique(index.parent["node"][node_rows])
-    spines = np.unique(index.parent["leaf"][leaves])
-    rows = {"gpu": gpus, "gpu_group": groups, "node": node_rows, "leaf": leaves,
-            "spine": spines}
-    parent = {
-        "gpu": np.searchsorted(groups, gpu_parent[gpus]),
-        "gpu_group": np.searchsorted(node_rows, group_parent[groups]),
-        "node": np.searchsorted(leaves, index.parent["node"][node_rows]),
-        "leaf": np.searchsorted(spines, index.parent["leaf"][leaves]),
-    }
-    local = np.full(len(group_parent), -1, dtype=np.int64)
-    local[groups] = np.arange(len(groups))
-    return AgentView(name, rows, {k: torch.from_numpy(v.astype(np.int64))
-                                  for k, v in parent.items()}, local)
-
-
-def _bincount_2d(flat: list[int], rows: int, cols: int) -> np.ndarray:
-    """A float32 [rows, cols] table counting the flat indices row * cols + col."""
-    return np.bincount(np.asarray(flat, dtype=np.int64), minlength=rows * cols
-                       ).astype(np.float32).reshape(rows, cols)
-
-
-def same_layout(a: ClusterSnapshot, b: ClusterSnapshot) -> bool:
-    """Same nodes in the same order with the same partitions, leaves and GPU groups."""
-    if len(a.nodes) != len(b.nodes):
-        return False
-    for x, y in zip(a.nodes, b.nodes):
-        if x is y:
-            continue
-        if x.name != y.name or x.partitions != y.partitions or \
-                x.leaf_switch != y.leaf_switch or not (x.gpu_groups is y.gpu_groups
-                                                       or x.gpu_groups == y.gpu_groups):
-            return False
-    return (a.switches is b.switches or a.switches == b.switches)
-
-
-MAX_LAYOUTS = 8   # layouts kept besides the current one (one per partition in the daemon)
-
-
-def _layout_key(snapshot: ClusterSnapshot) -> tuple[str, ...]:
-    return tuple(n.name for n in snapshot.nodes)
-
-
-class Topology:
-    """Everything that depends only on the cluster's layout: built once, reused per cycle."""
-
-    def __init__(self, snapshot: ClusterSnapshot, agents: Sequence[str], mode: str) -> None:
-        self.reference = snapshot
-        self.featuriser = Featuriser(build_topology_graph(snapshot=snapshot))
-        index = self.featuriser.index
-        self.index = index
-        group_row = {name: i for i, name in enumerate(index.names["gpu_group"])}
-        # Group rows in CycleState order: node k of snapshot.nodes, group position g.
-        self.state_group_rows: list[list[int]] = [
-            [group_row[f"{n.name}/g{grp.index}"] for grp in n.gpu_groups]
-            for n in snapshot.nodes]
-        self.flat_state_rows = np.array(list(chain.from_iterable(self.state_group_rows)),
-                                        dtype=np.int64)
-        # The inverse: per global group row, its (node, group position) in CycleState.
-        self.row_state = np.zeros((len(index.names["gpu_group"]), 2), dtype=np.int64)
-        self.flat_state_node = np.zeros(len(self.flat_state_rows), dtype=np.int64)
-        flat = 0
-        for k, rows in enumerate(self.state_group_rows):
-            for g, row in enumerate(rows):
-                self.row_state[row] = (k, g)
-                self.flat_state_node[flat] = k
-                flat += 1
-        self.group_node = index.parent["gpu_group"]
-        self.node_leaf = index.parent["node"]
-        self.n_groups = len(index.names["gpu_group"])
-        self.n_nodes = len(index.names["node"])
-        self.n_leaves = len(index.names["leaf"])
-        self.group_cap = index.group_size.astype(np.float32)
-        self.node_cap = np.bincount(self.group_node, weights=self.group_cap,
-                                    minlength=self.n_nodes).astype(np.float32)
-        # Groups are contiguous per node (rows ordered by node): per-node sums are one
-        # ``reduceat`` over the nodes that have groups.
-        self._with_groups = np.flatnonzero(index.node_group_end > index.node_group_start)
-        self._group_starts = index.node_group_start[self._with_groups]
-        self.views: dict[str, AgentView] = {}
-        if mode == "single":
-            self.views[agents[0]] = _view(agents[0], np.arange(self.n_nodes), index)
-        else:
-            for name in agents:
-                rows = [index.node_rows[n.name] for n in snapshot.nodes if name in n.partitions]
-                if rows:
-                    self.views[name] = _view(name, np.array(rows, dtype=np.int64), index)
-
-    def node_sums(self, per_group: np.ndarray) -> np.ndarray:
-        """Rows of ``per_group`` (one per global group row) summed per node."""
-        out = np.zeros((self.n_nodes,) + per_group.shape[1:], dtype=per_group.dtype)
-        if len(self._with_groups):
-            out[self._with_groups] = np.add.reduceat(per_group, self._group_starts, axis=0)
-        return out
-
-    def agent_for(self, partition: str, mode: str) -> str | None:
-        if mode == "single":
-            return next(iter(self.views), None)
-        return partition if partition in self.views else None
-
-
-@dataclass
 class CycleFeatures:
     """Per snapshot: the level tensors of each agent (group level with family counts)."""
 
@@ -216,69 +96,6 @@ class CycleFeatures:
     counts: np.ndarray                 # family counts per global group row at the snapshot
     topology: "Topology | None" = None
     incremental_nodes: int | None = None   # nodes re-featurised in place (None: full)
-
-
-@dataclass
-class Observation:
-    """One agent's view of one decision, plus what the caller needs to act on it.
-
-    Valid group actions stand for candidate placements: ``allocs_for(group)`` gives the
-    candidate's allocs (as ``Candidate.allocs``: (node, group position, GPUs) in
-    ``CycleState`` order); ``group_for(allocs)`` the group action that stands for it.
-    """
-
-    agent: str
-    x: dict[str, torch.Tensor]
-    parent: dict[str, torch.Tensor]
-    job: torch.Tensor          # [J]
-    live: torch.Tensor         # [G, L]
-    mask: torch.Tensor         # bool [G + 1], defer last
-    reward: np.ndarray | None = None                  # per local group
-    job_id: int | None = None
-    need: int = 0                                     # GPUs of a single-group candidate
-    multi: dict[int, tuple] = field(default_factory=dict)   # group -> allocs (2+ groups)
-    state_of_group: np.ndarray | None = None          # local group -> (node, group pos)
-
-    @property
-    def defer_action(self) -> int:
-        return int(self.mask.shape[0]) - 1
-
-    def valid_groups(self) -> list[int]:
-        return torch.nonzero(self.mask[:-1]).flatten().tolist()
-
-    def allocs_for(self, group: int) -> tuple:
-        if not (0 <= group < self.defer_action) or not bool(self.mask[group]):
-            raise ValueError(f"action {group} is masked for job {self.job_id} (valid: "
-                             f"{self.valid_groups()} and defer {self.defer_action})")
-        hit = self.multi.get(group)
-        if hit is not None:
-            return hit
-        n, g = self.state_of_group[group]
-        return ((int(n), int(g), self.need),)
-
-    def group_for(self, allocs: tuple) -> int | None:
-        """The valid group action standing for candidate ``allocs`` (lowest group first)."""
-        for group, a in sorted(self.multi.items()):
-            if a == allocs:
-                return group
-        if len(allocs) == 1 and allocs[0][2] == self.need:
-            n, g, _ = allocs[0]
-            hits = np.flatnonzero((self.state_of_group[:, 0] == n)
-                                  & (self.state_of_group[:, 1] == g))
-            if len(hits) and bool(self.mask[int(hits[0])]) and int(hits[0]) not in self.multi:
-                return int(hits[0])
-        return None
-
-
-@dataclass
-class _LiveCounts:
-    """Family counts per group as the cycle claims placements: the snapshot's counts, with
-    a group recounted from ``CycleState.colocated`` whenever its free capacity changed (a
-    claim adds a co-location entry exactly where it takes GPUs)."""
-
-    state: PlacementState
-    counts: np.ndarray
-    free: np.ndarray
 
 
 class Observer:
@@ -295,13 +112,12 @@ class Observer:
         self.defer_only_below = defer_only_below
         self.topology: Topology | None = None
         self._cycle: CycleFeatures | None = None
-        self._live: _LiveCounts | None = None
+        self.families = FamilyCounts(self.vocab)
         # Layouts seen before, with their last cycle's features: the daemon decides one
         # partition at a time, so it alternates between the partitions' layouts.
         self._layouts: dict[tuple[str, ...], tuple[Topology, CycleFeatures | None]] = {}
         self._checked: ClusterSnapshot | None = None   # last snapshot matched to topology
-        self._imposed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._ideal: dict[tuple, float] = {}
+        self.predictor = Predictor(interference)
 
     @property
     def n_vocab(self) -> int:
@@ -316,14 +132,14 @@ class Observer:
             return top
         if top is None or not same_layout(top.reference, snapshot):
             if top is not None:
-                self._layouts[_layout_key(top.reference)] = (top, self._cycle)
-            hit = self._layouts.pop(_layout_key(snapshot), None)
+                self._layouts[layout_key(top.reference)] = (top, self._cycle)
+            hit = self._layouts.pop(layout_key(snapshot), None)
             if hit is not None and same_layout(hit[0].reference, snapshot):
                 top, self._cycle = hit
             else:
                 top, self._cycle = Topology(snapshot, self.agents, self.mode), None
             self.topology = top
-            self._live = None
+            self.families.forget_live()
             while len(self._layouts) > MAX_LAYOUTS:
                 del self._layouts[next(iter(self._layouts))]
         self._checked = snapshot
@@ -350,14 +166,15 @@ class Observer:
                 changed = None
         if changed is None:
             tensors = top.featuriser.featurise(snapshot)
-            counts = (self._state_counts(state, top) if state is not None
-                      and state.snapshot is snapshot else self._snapshot_counts(snapshot, top))
+            counts = (self.families.state_counts(state, top) if state is not None
+                      and state.snapshot is snapshot
+                      else self.families.snapshot_counts(snapshot, top))
         else:
             tensors = prev.tensors
             counts = prev.counts.copy()
             for k in changed:
                 tensors = top.featuriser.update_node(snapshot, snapshot.nodes[k].name)
-                self._recount_node(state, top, counts, k)
+                self.families.recount_node(state, top, counts, k)
         sizes = np.maximum(top.group_cap, 1.0)[:, None]
         group_x = torch.cat([tensors.x["gpu_group"], torch.from_numpy(counts / sizes)], dim=1)
         x = {}
@@ -372,63 +189,6 @@ class Observer:
                                     None if changed is None else len(changed))
         return self._cycle
 
-    def _state_counts(self, state: PlacementState, top: Topology) -> np.ndarray:
-        """Family counts per group from the cycle's co-location index (one bincount)."""
-        v = self.n_vocab
-        family = self._family_index()
-        flat: list[int] = []
-        for rows, groups in zip(top.state_group_rows, state.colocated):
-            for row, models in zip(rows, groups):
-                if models:
-                    base = row * v
-                    flat.extend([base + family(m) for m in models])
-        return _bincount_2d(flat, top.n_groups, v)
-
-    def _family_index(self):
-        """``vocab.index`` memoised per model type (a cycle asks about few distinct ones)."""
-        memo: dict = {}
-        index = self.vocab.index
-
-        def family(model_type):
-            hit = memo.get(model_type)
-            if hit is None:
-                hit = memo[model_type] = index(model_type)
-            return hit
-        return family
-
-    def _recount_node(self, state: PlacementState, top: Topology, counts: np.ndarray,
-                      k: int) -> None:
-        index = self.vocab.index
-        for g, models in enumerate(state.colocated[k]):
-            row = top.state_group_rows[k][g]
-            counts[row] = 0.0
-            for m in models:
-                counts[row, index(m)] += 1.0
-
-    def _snapshot_counts(self, snapshot: ClusterSnapshot, top: Topology) -> np.ndarray:
-        """Family counts per group of the snapshot's jobs holding GPUs, each once per group
-        it uses, as ``_state_counts`` counts the cycle's. Reads the topology's own GPU ->
-        group index (one dict lookup per GPU): this runs every cycle."""
-        v = self.n_vocab
-        family = self._family_index()
-        index = top.index
-        node_rows, gpu_rows, group_of = (index.node_rows, index.gpu_row_by_index,
-                                         index.gpu_parent_list)
-        flat: list[int] = []
-        for job in snapshot.jobs:
-            if job.state not in _HOLDING or not job.gpu_alloc:
-                continue
-            fam = family(job.model_type)
-            rows = set()
-            for name, gpus in job.gpu_alloc:
-                r = node_rows.get(name)
-                if r is None:
-                    continue
-                lookup = gpu_rows[r]
-                rows.update([group_of[lookup[g]] for g in gpus if g in lookup])
-            flat.extend([row * v + fam for row in rows])
-        return _bincount_2d(flat, top.n_groups, v)
-
     @staticmethod
     def _free(state: PlacementState, top: Topology) -> np.ndarray:
         """Free GPUs per global group row in the capacity the cycle is scoring."""
@@ -437,42 +197,6 @@ class Observer:
                                                 dtype=np.float32,
                                                 count=len(top.flat_state_rows))
         return free
-
-    def _live_counts(self, state: PlacementState, top: Topology, free: np.ndarray) -> np.ndarray:
-        live = self._live
-        if live is None or live.state is not state:
-            live = self._live = _LiveCounts(state, self._cycle.counts.copy(), free)
-            return live.counts
-        changed = np.flatnonzero(free != live.free)
-        if len(changed):
-            index = self.vocab.index
-            colocated = state.colocated
-            for row in changed.tolist():
-                k, g = top.row_state[row]
-                live.counts[row] = 0.0
-                for m in colocated[k][g]:
-                    live.counts[row, index(m)] += 1.0
-            live.free = free
-        return live.counts
-
-    # -- the imposed-slowdown table ------------------------------------------------------
-    def imposed_tables(self, family: int) -> tuple[np.ndarray, np.ndarray]:
-        """(group, node) vectors over families: the predicted slowdown (1 - speed) of a
-        1-GPU neighbour of each family when a job of ``family`` joins its group / node."""
-        hit = self._imposed.get(family)
-        if hit is not None:
-            return hit
-        v = self.n_vocab
-        jobs = torch.arange(v).repeat(2)
-        counts = torch.zeros(2 * v, len(COLOC_LEVELS), v)
-        counts[:v, COLOC_LEVELS.index(GROUP), family] = 1.0
-        counts[v:, COLOC_LEVELS.index(NODE), family] = 1.0
-        shape = torch.tensor([shape_vector(1, ())] * (2 * v), dtype=torch.float32)
-        speed = self.model.predict_tensors(jobs, counts, shape).numpy()
-        out = (1.0 - speed[:v]).astype(np.float32), (1.0 - speed[v:]).astype(np.float32)
-        out[0][0] = out[1][0] = 0.0  # unknown neighbours: no claim
-        self._imposed[family] = out
-        return out
 
     # -- per decision ----------------------------------------------------------------------
     def idle(self, agent: str, snapshot: ClusterSnapshot) -> Observation:
@@ -505,7 +229,7 @@ class Observer:
         view = top.views[agent]
         total, per_node, count = job_shape(job)
         free = self._free(state, top)
-        counts = self._live_counts(state, top, free)
+        counts = self.families.live(state, top, free, self._cycle.counts)
         node_counts = top.node_sums(counts)
         node_free = np.bincount(top.group_node, weights=free, minlength=top.n_nodes)
 
@@ -546,10 +270,10 @@ class Observer:
                 if prev is None or len(allocs) < len(prev):
                     multi_local[lg] = allocs
 
-        speed_s, imposed_s, speed_p, imposed_p, speed_m, imposed_m = self._predict(
+        speed_s, imposed_s, speed_p, imposed_p, speed_m, imposed_m = self.predictor.predict(
             job, total, single, (sp_cand_a, sp_row_a, len(kept_splits)), other_rows,
             counts, node_counts, state, top)
-        ideal = self.ideal_speed(job, total, state)
+        ideal = self.predictor.ideal_speed(job, total, state)
 
         live = np.zeros((g_count, len(LIVE_FEATURES)), dtype=np.float32)
         cap = top.group_cap[rows]
@@ -633,21 +357,6 @@ class Observer:
                            torch.from_numpy(live), torch.from_numpy(mask), reward,
                            job.job_id, need, multi_local, top.row_state[rows])
 
-    def ideal_speed(self, job: Job, total: int, state: PlacementState) -> float:
-        """Predicted speed alone on the tightest possible placement (fewest nodes, then
-        fewest groups): what a placement's predicted speed is measured against."""
-        nodes = state.min_nodes(job)
-        groups = max(nodes, math.ceil(max(1, total) / max(1, state.largest_group_cap)))
-        key = (self.vocab.index(job.model_type), total, groups, nodes)
-        hit = self._ideal.get(key)
-        if hit is None:
-            tags = span_tags(groups, nodes, 1)
-            counts = torch.zeros(1, len(COLOC_LEVELS), self.n_vocab)
-            shape = torch.tensor([shape_vector(total, tags)], dtype=torch.float32)
-            hit = self._ideal[key] = float(self.model.predict_tensors(
-                torch.tensor([key[0]]), counts, shape)[0])
-        return hit
-
     @staticmethod
     def _candidates(job: Job, state: PlacementState, top: Topology, free: np.ndarray,
                     total: int, per_node: int, count: int
@@ -671,65 +380,3 @@ class Observer:
         if not len(single) and not splits and per_node == 0:
             return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
         return single, splits, []
-
-    def _predict(self, job: Job, total: int, single: np.ndarray, splits: tuple,
-                 other_rows: list, counts: np.ndarray, node_counts: np.ndarray,
-                 state: PlacementState, top: Topology):
-        """Predicted speed of the job and the slowdown it imposes on its new neighbours, for
-        the single-group candidates, the one-node splits (arrays) and the others (lists)."""
-        v = self.n_vocab
-        fam = self.vocab.index(job.model_type)
-        lvl_group, lvl_node = COLOC_LEVELS.index(GROUP), COLOC_LEVELS.index(NODE)
-        lvl_leaf = COLOC_LEVELS.index(LEAF)
-        sp_cand, sp_row, n_split = splits
-        n_single, n_other = len(single), len(other_rows)
-        total_rows = n_single + n_split + n_other
-        if total_rows == 0:
-            empty = np.zeros(0, dtype=np.float32)
-            return empty, empty, empty, empty, [], []
-        batch = np.zeros((total_rows, len(COLOC_LEVELS), v), dtype=np.float32)
-        shape = np.zeros((total_rows, 4), dtype=np.float32)
-        if n_single:
-            batch[:n_single, lvl_group] = counts[single]
-            batch[:n_single, lvl_node] = node_counts[top.group_node[single]] - counts[single]
-            shape[:n_single] = shape_vector(total, ())
-        if n_split:
-            part = batch[n_single:n_single + n_split]
-            group_level = np.zeros((n_split, v), dtype=np.float32)
-            np.add.at(group_level, sp_cand, counts[sp_row])
-            first = np.unique(sp_cand, return_index=True)[1]
-            part[:, lvl_group] = group_level
-            part[:, lvl_node] = node_counts[top.group_node[sp_row[first]]] - group_level
-            shape[n_single:n_single + n_split] = shape_vector(total, (MULTI_GROUP,))
-        leaf_counts = None
-        for i, (allocs, grows) in enumerate(other_rows, start=n_single + n_split):
-            nrows = sorted({int(top.group_node[r]) for r in grows})
-            batch[i, lvl_group] = counts[grows].sum(0)
-            batch[i, lvl_node] = node_counts[nrows].sum(0) - batch[i, lvl_group]
-            nodes = {n for n, _, _ in allocs}
-            leaves = {state.leaf_of[n] for n in nodes}
-            if len(nodes) > 1:
-                if leaf_counts is None:
-                    leaf_counts = self._leaf_counts(state)
-                for leaf in leaves:
-                    vec = leaf_counts.get(leaf)
-                    if vec is not None:
-                        batch[i, lvl_leaf] += vec
-            shape[i] = shape_vector(total, span_tags(len(allocs), len(nodes), len(leaves)))
-        speed = self.model.predict_tensors(torch.full((total_rows,), fam, dtype=torch.long),
-                                           torch.from_numpy(batch),
-                                           torch.from_numpy(shape)).numpy()
-        t_group, t_node = self.imposed_tables(fam)
-        imposed = batch[:, lvl_group] @ t_group + batch[:, lvl_node] @ t_node
-        a, b = n_single, n_single + n_split
-        return (speed[:a], imposed[:a], speed[a:b], imposed[a:b], speed[b:].tolist(),
-                imposed[b:].tolist())
-
-    def _leaf_counts(self, state: PlacementState) -> dict:
-        out = {}
-        for leaf, models in state.leaf_multinode.items():
-            vec = np.zeros(self.n_vocab, dtype=np.float32)
-            for m in models:
-                vec[self.vocab.index(m)] += 1.0
-            out[leaf] = vec
-        return out

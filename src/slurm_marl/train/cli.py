@@ -17,6 +17,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 from rich.table import Table
 
+from slurm_marl.colocation import POOR_VS_IDEAL
+
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Train the interference (reward) model and the placement agents.")
 
@@ -179,7 +181,7 @@ def marl(
     speed_threshold: Annotated[float, typer.Option(
         "--speed-threshold", min=0.0, max=1.0,
         help="A placement earns predicted speed - this x ideal speed - imposed slowdown.")]
-        = 0.8,
+        = POOR_VS_IDEAL,
     eval_window: Annotated[Optional[str], typer.Option(
         "--eval-window", help="Validation window for the greedy policy's JCT.")] = None,
     eval_every: Annotated[int, typer.Option("--eval-every", min=0)] = 0,

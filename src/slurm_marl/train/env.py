@@ -41,6 +41,7 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
+from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.domain import ClusterSnapshot
 from slurm_marl.models.interference import InterferenceModel
 from slurm_marl.agent.observe import (DEFAULT_DEFER_ONLY_BELOW, DEFAULT_MAX_DEFER_S, JOB_FEATURES, LIVE_FEATURES,
@@ -65,7 +66,7 @@ class PlacementEnv(ParallelEnv):
     def __init__(self, cluster: SimCluster | str, workloads: Sequence[list[TraceJob]],
                  interference: InterferenceModel, *, mode: str = "multi",
                  profile: Profile | str = "las-consolidate", strength: str = "high",
-                 defer_cost: float = 0.05, speed_threshold: float = 0.8,
+                 defer_cost: float = 0.05, speed_threshold: float = POOR_VS_IDEAL,
                  max_steps: int = 0, seed: int = 0,
                  restart_delay_s: float = 30.0,
                  max_defer_s: float = DEFAULT_MAX_DEFER_S,

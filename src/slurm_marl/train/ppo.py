@@ -49,6 +49,7 @@ from pathlib import Path
 import torch
 
 from slurm_marl.agent.checkpoint import policy_config
+from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.models.interference import InterferenceModel
 from slurm_marl.agent.observe import LIVE_FEATURES
 from slurm_marl.models.policy import AgentInput, PlacementPolicy
@@ -106,15 +107,13 @@ def epsilon_at(update: int, cfg: PPOConfig) -> float:
 
 def exploration_mix(job_log2_gpus: float, poor: bool) -> tuple[float, float, float]:
     """(bin-packing, load-balancing, wait) weights: pack multi-GPU jobs, spread 1-GPU jobs,
-    and when every placement on offer is poor (below ``POOR_SPEED`` of the job's ideal
+    and when every placement on offer is poor (below ``POOR_VS_IDEAL`` of the job's ideal
     speed) also try waiting for a better one."""
     pack, balance = (0.75, 0.25) if job_log2_gpus > 0 else (0.25, 0.75)
     if poor:
         return pack / 2, balance / 2, 0.5
     return pack, balance, 0.0
 
-
-POOR_SPEED = 0.8
 
 
 def gae(rewards: Sequence[float], values: Sequence[float], dones: Sequence[bool],
@@ -206,7 +205,7 @@ def act(policy: PlacementPolicy, env: PlacementEnv, infos: dict, eps: float,
     valid = raw.mask[:-1]
     best_vs_ideal = float(raw.live[valid, LIVE_FEATURES.index("speed_vs_ideal")].max()) \
         if bool(valid.any()) else 1.0
-    poor = bool(raw.mask[defer]) and best_vs_ideal < POOR_SPEED
+    poor = bool(raw.mask[defer]) and best_vs_ideal < POOR_VS_IDEAL
     w_pack, w_balance, w_wait = exploration_mix(float(raw.job[0]), poor)
     teacher = int(infos[active].get("teacher_action", -1))
     if teacher >= 0 and not bool(raw.mask[teacher]):

@@ -17,10 +17,9 @@ neutral one predicts no interference.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
-from slurm_marl.colocation import span_tags
+from slurm_marl.colocation import ideal_span, span_tags
 from slurm_marl.domain import Job
 from slurm_marl.policy.interference import (FittedEstimator, InterferenceEstimator,
                                             NeutralEstimator)
@@ -68,9 +67,8 @@ class LeastInterference:
         return self._evaluate(job, cand, state)[0]
 
     def ideal_speed(self, job: Job, state: CycleState) -> float:
-        total, per_node, count = job_shape(job)
-        nodes = state.min_nodes(job)
-        groups = max(nodes, math.ceil(total / state.largest_group_cap))
+        groups, nodes = ideal_span(job_shape(job)[0], state.min_nodes(job),
+                                   state.largest_group_cap)
         return float(self.estimator.predict_speed(job, {"span": span_tags(groups, nodes, 1)}))
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
