@@ -27,13 +27,14 @@ from pathlib import Path
 from rich.progress import track
 
 from slurm_marl.daemon.config import parse_config
-from slurm_marl.daemon.service import MAX_PRIORITY, Agent
+from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
 from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
+from slurm_marl.slurm_integration.vocabulary import MAX_PRIORITY
 from slurm_marl.testcluster import ClusterSpec, LocalCluster
 
 

@@ -140,7 +140,6 @@ def test_slurm_vocabulary():
     assert vocabulary.is_agent_reservation("slurm-marl-5")
     assert not any(vocabulary.is_agent_reservation(n) for n in (None, "", "maint", "slurm-"))
     assert vocabulary.MAX_PRIORITY == 2**32 - 3   # below NO_VAL (0xfffffffe)
-    assert service.MAX_PRIORITY == vocabulary.MAX_PRIORITY   # benchmarks import it there
     for reason in ("JobHeldUser", "JobHeldAdmin", "Dependency", "DependencyNeverSatisfied",
                    "PartitionDown", "ReqNodeNotAvail, UnavailableNodes:n1"):
         assert vocabulary.unschedulable(reason), reason

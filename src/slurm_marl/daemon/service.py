@@ -5,11 +5,12 @@ One cycle:
    re-pins and reconcile the reservations the store says the agent owns;
 2. fold it into the store's job records (attained service survives requeue and restarts);
 3. ``run_cycle`` per managed partition on that partition's nodes and jobs;
-4. translate: priorities and placements only where they changed; a waiting multi-node job
-   gets a reservation on its chosen nodes; preemption only in opted-in partitions; the
-   "lease": jobs the agent keeps waiting get their begin time pushed by the grace again
-   shortly before it ends, so if the agent dies they become eligible within one grace
-   (fail-open) and while it lives Slurm does not start them behind its back;
+4. translate (``daemon/writes.py``): priorities and placements only where they changed; a
+   waiting multi-node job gets a reservation on its chosen nodes; preemption only in
+   opted-in partitions; the "lease": jobs the agent keeps waiting get their begin time
+   pushed by the grace again shortly before it ends, so if the agent dies they become
+   eligible within one grace (fail-open) and while it lives Slurm does not start them
+   behind its back;
 5. write through the DecisionSink (nothing in shadow mode), record decisions and answers.
 
 Nothing here raises out of a cycle: a failed cycle is logged, recorded and retried at the
@@ -25,17 +26,16 @@ from dataclasses import dataclass, field, replace
 
 from slurm_marl.daemon.accounting import account
 from slurm_marl.daemon.config import Config
-from slurm_marl.daemon.priorities import plan_priorities
 from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
-from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
-                               Preempt, Release, Reserve, SetPriority)
+from slurm_marl.daemon.writes import place_key, plan_writes, priority_writes
+from slurm_marl.domain import (ClusterSnapshot, Decision, EndReservation, Job, Place, Preempt,
+                               Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration.marker import (parse_marker, requested_gpu_fields,
                                                  user_gpu_request)
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, SlurmError,
                                                 WriteResult, WriteStatus)
-from slurm_marl.slurm_integration.vocabulary import (MAX_PRIORITY, is_agent_reservation,
-                                                     reservation_name, unschedulable)
+from slurm_marl.slurm_integration.vocabulary import is_agent_reservation, unschedulable
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,6 @@ class CycleReport:
     def refused(self) -> int:
         return sum(1 for r in self.results if r.status in (WriteStatus.REFUSED,
                                                             WriteStatus.VANISHED))
-
-
-def _place_key(p: Place) -> str:
-    return json.dumps([list(p.nodes), [[a.node, a.group, a.gpus] for a in p.allocs],
-                       p.start_now])
 
 
 def partition_view(snap: ClusterSnapshot, partition: str) -> ClusterSnapshot:
@@ -197,7 +192,7 @@ class Agent:
         self._remember(results, snap)
         # Plans that need no write (a job waits for GPUs) are recorded once per change,
         # so `slurm-marl explain` can say what a waiting job waits for.
-        self.store.mark_written([(d.job_id, "place", _place_key(d)) for d in advice],
+        self.store.mark_written([(d.job_id, "place", place_key(d)) for d in advice],
                                 snap.time_s)
         self.store.record_decisions(
             report.cycle, snap.time_s,
@@ -336,95 +331,18 @@ class Agent:
     # ---- decisions -> writes ------------------------------------------------------------
     def _priority_writes(self, snap: ClusterSnapshot, order: list[SetPriority]
                          ) -> list[SetPriority]:
-        """The priorities to write so Slurm's order of this partition's pending jobs is the
-        policy's, changing as few jobs as possible (``plan_priorities``)."""
-        ranked = sorted(((d, j) for d in order if (j := snap.job(d.job_id)) is not None
-                         and j.is_pending), key=lambda dj: -dj[0].priority)
-        if not ranked:
-            return []
-        current = [j.priority for _, j in ranked]
-        planned = plan_priorities(current, self.config.agent.priority_base + 1, MAX_PRIORITY)
-        return [replace(d, priority=p)
-                for (d, _), p, c in zip(ranked, planned, current) if p != c]
+        return priority_writes(snap, order, self.config.agent.priority_base)
 
     def _translate(self, snap: ClusterSnapshot, decisions: list[Decision],
                    orders: list[list[SetPriority]]) -> tuple[list[Decision], list[Place]]:
         """(writes for Slurm, changed plans that need no write); ``orders``: each
-        partition's SetPriority decisions, planned apart."""
-        cfg = self.config.agent
-        advice: list[Place] = []
-        written = self.store.written({d.job_id for d in decisions})
-        reservations = self.store.active_reservations()
-        out: list[Decision] = [w for order in orders for w in self._priority_writes(snap, order)]
-        ending: set[str] = set()
-        placed_now: set[int] = set()
-        # Nodes a job is being started on (this cycle, or told to start and not yet
-        # running): a reservation there would keep that very job off them (a Slurm
-        # reservation blocks every pending job not inside it), so none is made or kept.
-        starting = {n for d in decisions if isinstance(d, Place) and d.start_now
-                    for n in d.nodes}
-        starting |= {n for place, _ in self._inflight.values() for n in place.nodes}
-        for d in decisions:
-            job = snap.job(d.job_id)
-            if job is None:
-                continue
-            if isinstance(d, Place):
-                if not job.is_pending:
-                    continue
-                name = reservation_name(job.job_id)
-                if not d.start_now and written.get((job.job_id, "place")) != _place_key(d):
-                    advice.append(d)
-                if d.start_now:
-                    placed_now.add(job.job_id)
-                    if name in reservations:   # ended first (the sink does), then started
-                        out.append(EndReservation(job.job_id, "agent",
-                                                  "its job starts now", name=name))
-                        ending.add(name)
-                    # Written before and the job is eligible: nothing to do. A job that is
-                    # not eligible (requeued since, or its gate) needs StartTime=now again.
-                    gated = (job.eligible_time_s is not None
-                             and job.eligible_time_s > snap.time_s + 1)
-                    if gated or written.get((job.job_id, "place")) != _place_key(d):
-                        out.append(d)
-                elif len(d.nodes) > 1:
-                    nodes = ",".join(d.nodes)
-                    if starting & set(d.nodes):
-                        if name in reservations:
-                            out.append(EndReservation(job.job_id, "agent", "another job "
-                                                      "starts on its nodes first", name=name))
-                            ending.add(name)
-                        continue
-                    # Lasts one grace and is extended while the job waits, so a dead
-                    # agent's reservation blocks its nodes for at most one grace.
-                    stale = snap.time_s - self._resv_renewed.get(name, -1e18) \
-                        > cfg.grace_s / 3.0
-                    if reservations.get(name, {}).get("nodes") != nodes or stale:
-                        out.append(Reserve(job.job_id, d.plugin, d.reason, name=name,
-                                           nodes=d.nodes, duration_s=float(cfg.grace_s)))
-            elif isinstance(d, Preempt):
-                if job.is_running:
-                    out.append(d)
-        # The lease: keep waiting jobs from becoming eligible behind the agent's back.
-        if cfg.lease:
-            renew_before = snap.time_s + 2 * cfg.interval_s + 1
-            decided = {d.job_id for d in decisions}
-            for job in snap.pending:
-                if job.job_id in placed_now or job.job_id not in decided:
-                    continue
-                if job.eligible_time_s is not None and job.eligible_time_s <= renew_before:
-                    out.append(Defer(job.job_id, "lease", f"waits; eligible on its own in "
-                                     f"{cfg.grace_s} s unless the agent renews",
-                                     seconds=float(cfg.grace_s)))
-        # Reservations the agent owns whose job no longer waits (it runs inside it, ended,
-        # or vanished). A pending job keeps its reservation until it starts in it.
-        for name, row in reservations.items():
-            job = snap.job(row["job_id"]) if row["job_id"] else None
-            if name in ending:
-                continue
-            if job is None or not job.is_pending:
-                out.append(EndReservation(row["job_id"] or 0, "agent",
-                                          "its job started or is gone", name=name))
-        return out, advice
+        partition's SetPriority decisions, planned apart (``daemon/writes.py``)."""
+        return plan_writes(
+            snap, decisions, [w for order in orders for w in self._priority_writes(snap, order)],
+            self.config.agent, written=self.store.written({d.job_id for d in decisions}),
+            reservations=self.store.active_reservations(),
+            inflight_nodes={n for place, _ in self._inflight.values() for n in place.nodes},
+            resv_renewed=self._resv_renewed)
 
     def _remember(self, results: list[WriteResult], snap: ClusterSnapshot) -> None:
         marks = []
@@ -441,7 +359,7 @@ class Agent:
             elif isinstance(d, Preempt) and r.ok:
                 self._preempted.add(d.job_id)
             elif isinstance(d, Place) and r.ok:
-                marks.append((d.job_id, "place", _place_key(d)))
+                marks.append((d.job_id, "place", place_key(d)))
                 if d.start_now:
                     self._inflight[d.job_id] = (d, snap.time_s)
         if marks:

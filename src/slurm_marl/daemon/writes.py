@@ -1,0 +1,120 @@
+"""Decisions to Slurm writes: what of a cycle's decisions must be written, and how.
+
+Priorities and placements only where they changed; a waiting multi-node job gets a
+reservation on its chosen nodes, renewed while it waits and ended when it starts or goes;
+preemption of running jobs; the lease (jobs the agent keeps waiting get their begin time
+pushed by one grace again shortly before it ends, so a dead agent's jobs become eligible
+within one grace). Pure: the agent passes in what its store and memory say was written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from slurm_marl.daemon.config import AgentSection
+from slurm_marl.daemon.priorities import plan_priorities
+from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Place,
+                               Preempt, Reserve, SetPriority)
+from slurm_marl.slurm_integration.vocabulary import MAX_PRIORITY, reservation_name
+
+
+def place_key(p: Place) -> str:
+    return json.dumps([list(p.nodes), [[a.node, a.group, a.gpus] for a in p.allocs],
+                       p.start_now])
+
+
+def priority_writes(snap: ClusterSnapshot, order: list[SetPriority], priority_base: int
+                    ) -> list[SetPriority]:
+    """The priorities to write so Slurm's order of this partition's pending jobs is the
+    policy's, changing as few jobs as possible (``plan_priorities``)."""
+    ranked = sorted(((d, j) for d in order if (j := snap.job(d.job_id)) is not None
+                     and j.is_pending), key=lambda dj: -dj[0].priority)
+    if not ranked:
+        return []
+    current = [j.priority for _, j in ranked]
+    planned = plan_priorities(current, priority_base + 1, MAX_PRIORITY)
+    return [replace(d, priority=p)
+            for (d, _), p, c in zip(ranked, planned, current) if p != c]
+
+
+def plan_writes(snap: ClusterSnapshot, decisions: list[Decision],
+                priorities: list[SetPriority], cfg: AgentSection, *, written: dict,
+                reservations: dict, inflight_nodes: set[str], resv_renewed: dict[str, float]
+                ) -> tuple[list[Decision], list[Place]]:
+    """(writes for Slurm, changed plans that need no write). ``priorities``: the priority
+    writes, planned per partition; ``written``: (job, "place") -> the placement last written
+    (the store's); ``reservations``: the agent's active ones by name; ``inflight_nodes``:
+    nodes of jobs told to start and not yet running; ``resv_renewed``: when each
+    reservation was last written."""
+    advice: list[Place] = []
+    out: list[Decision] = list(priorities)
+    ending: set[str] = set()
+    placed_now: set[int] = set()
+    # Nodes a job is being started on (this cycle, or told to start and not yet
+    # running): a reservation there would keep that very job off them (a Slurm
+    # reservation blocks every pending job not inside it), so none is made or kept.
+    starting = {n for d in decisions if isinstance(d, Place) and d.start_now
+                for n in d.nodes}
+    starting |= inflight_nodes
+    for d in decisions:
+        job = snap.job(d.job_id)
+        if job is None:
+            continue
+        if isinstance(d, Place):
+            if not job.is_pending:
+                continue
+            name = reservation_name(job.job_id)
+            if not d.start_now and written.get((job.job_id, "place")) != place_key(d):
+                advice.append(d)
+            if d.start_now:
+                placed_now.add(job.job_id)
+                if name in reservations:   # ended first (the sink does), then started
+                    out.append(EndReservation(job.job_id, "agent",
+                                              "its job starts now", name=name))
+                    ending.add(name)
+                # Written before and the job is eligible: nothing to do. A job that is
+                # not eligible (requeued since, or its gate) needs StartTime=now again.
+                gated = (job.eligible_time_s is not None
+                         and job.eligible_time_s > snap.time_s + 1)
+                if gated or written.get((job.job_id, "place")) != place_key(d):
+                    out.append(d)
+            elif len(d.nodes) > 1:
+                nodes = ",".join(d.nodes)
+                if starting & set(d.nodes):
+                    if name in reservations:
+                        out.append(EndReservation(job.job_id, "agent", "another job "
+                                                  "starts on its nodes first", name=name))
+                        ending.add(name)
+                    continue
+                # Lasts one grace and is extended while the job waits, so a dead
+                # agent's reservation blocks its nodes for at most one grace.
+                stale = snap.time_s - resv_renewed.get(name, -1e18) \
+                    > cfg.grace_s / 3.0
+                if reservations.get(name, {}).get("nodes") != nodes or stale:
+                    out.append(Reserve(job.job_id, d.plugin, d.reason, name=name,
+                                       nodes=d.nodes, duration_s=float(cfg.grace_s)))
+        elif isinstance(d, Preempt):
+            if job.is_running:
+                out.append(d)
+    # The lease: keep waiting jobs from becoming eligible behind the agent's back.
+    if cfg.lease:
+        renew_before = snap.time_s + 2 * cfg.interval_s + 1
+        decided = {d.job_id for d in decisions}
+        for job in snap.pending:
+            if job.job_id in placed_now or job.job_id not in decided:
+                continue
+            if job.eligible_time_s is not None and job.eligible_time_s <= renew_before:
+                out.append(Defer(job.job_id, "lease", f"waits; eligible on its own in "
+                                 f"{cfg.grace_s} s unless the agent renews",
+                                 seconds=float(cfg.grace_s)))
+    # Reservations the agent owns whose job no longer waits (it runs inside it, ended,
+    # or vanished). A pending job keeps its reservation until it starts in it.
+    for name, row in reservations.items():
+        job = snap.job(row["job_id"]) if row["job_id"] else None
+        if name in ending:
+            continue
+        if job is None or not job.is_pending:
+            out.append(EndReservation(row["job_id"] or 0, "agent",
+                                      "its job started or is gone", name=name))
+    return out, advice
