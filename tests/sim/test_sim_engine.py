@@ -9,7 +9,8 @@ from slurm_marl.policy.interference import FittedEstimator
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.sim.cluster import parse_cluster
 from slurm_marl.shared_data import ENV_VAR, DataNotFound, data_dir, data_file
-from slurm_marl.sim.engine import FINISH, SimulationError, Simulator
+from slurm_marl.sim.engine import FINISH, Simulator
+from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.metrics import percentile, summarize
 from slurm_marl.sim.run import simulate
 from slurm_marl.sim.traces import TraceJob, load_trace

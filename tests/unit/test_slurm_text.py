@@ -1,4 +1,5 @@
-"""The Slurm-text toolkit (slurm_marl.slurm_text): hand-built inputs, one test per behaviour.
+"""The Slurm-text toolkit (slurm_marl.slurm_text, slurm_marl.slurm_gres): hand-built inputs,
+one test per behaviour.
 
 Recorded output is read through the callers' tests (tests/unit/test_parse.py,
 tests/topology/test_scontrol.py).
@@ -10,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_marl import slurm_gres as G
 from slurm_marl import slurm_text as T
-from slurm_marl.slurm_text import GpuRequest, GresSpec, SlurmTextError
+from slurm_marl.slurm_gres import GpuRequest, GresSpec
+from slurm_marl.slurm_text import SlurmTextError
 
 # ---------------------------------------------------------------------------------------
 # Key=Value records
@@ -115,9 +118,9 @@ def test_index_ranges_round_trip(values):
 
 
 def test_tres_and_memory():
-    assert T.parse_tres("cpu=8,mem=16000M,gres/gpu=4") == (
+    assert G.parse_tres("cpu=8,mem=16000M,gres/gpu=4") == (
         ("cpu", "8"), ("mem", "16000M"), ("gres/gpu", "4"))
-    assert T.parse_tres("(null)") == () and T.parse_tres("") == ()
+    assert G.parse_tres("(null)") == () and G.parse_tres("") == ()
     assert T.memory_mib("16000M") == 16000 and T.memory_mib("2G") == 2048
     assert T.memory_mib("x") is None
 
@@ -156,26 +159,26 @@ def test_bad_time_limit_raises():
     ("(null)", ()),
 ])
 def test_gres_lists(text, expected):
-    assert T.parse_gres_list(text) == expected
+    assert G.parse_gres_list(text) == expected
 
 
 @pytest.mark.parametrize("text", ["gpu:a:b:4", "gpu:4(S:x)", "gpu::2", "gp u:2", "gpu:2(S:0",
                                   "gpu:a100=2"])
 def test_bad_gres_lists(text):
-    assert T.parse_gres_list(text) is None
+    assert G.parse_gres_list(text) is None
 
 
 def test_gres_spec_text_and_gpu_count():
-    specs = T.parse_gres_list("gpu:s0:2(S:0),gpu:s1:2(S:1),mps:200")
+    specs = G.parse_gres_list("gpu:s0:2(S:0),gpu:s1:2(S:1),mps:200")
     assert [str(s) for s in specs] == ["gpu:s0:2", "gpu:s1:2", "mps:200"]
-    assert T.gpu_count_of(specs) == 4 and T.gpu_count_of(specs, "mps") == 200
+    assert G.gpu_count_of(specs) == 4 and G.gpu_count_of(specs, "mps") == 200
 
 
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(alphabet=string.ascii_letters[:8] + "nN01239=[]-,#\\\" :()/\n\t_.",
                     max_size=40))
 def test_gres_lists_parse_or_return_none(text):
-    result = T.parse_gres_list(text)
+    result = G.parse_gres_list(text)
     assert result is None or isinstance(result, tuple)
 
 
@@ -197,20 +200,20 @@ def test_gres_lists_parse_or_return_none(text):
     (None, ()),
 ])
 def test_gpu_requests(text, expected):
-    reqs, problem = T.parse_gpu_request(text)
+    reqs, problem = G.parse_gpu_request(text)
     assert problem is None and reqs == expected
 
 
 @pytest.mark.parametrize("text", ["gres:gpu:tesla:many", "gres/gpu:a100=2"])
 def test_unreadable_gpu_request_is_a_problem_not_an_exception(text):
-    reqs, problem = T.parse_gpu_request(text)
+    reqs, problem = G.parse_gpu_request(text)
     assert reqs == () and text.split(":")[-1] in problem
 
 
 def test_request_totals_and_types():
-    reqs, _ = T.parse_gpu_request("gres:gpu:s0:1,gres:gpu:s1:2")
-    assert T.total_gpus(reqs) == 3 and T.single_type(reqs) is None
-    assert T.single_type((GpuRequest(2, "s1"),)) == "s1"
+    reqs, _ = G.parse_gpu_request("gres:gpu:s0:1,gres:gpu:s1:2")
+    assert G.total_gpus(reqs) == 3 and G.single_type(reqs) is None
+    assert G.single_type((GpuRequest(2, "s1"),)) == "s1"
 
 
 @pytest.mark.parametrize("text,idx", [
@@ -224,30 +227,30 @@ def test_request_totals_and_types():
     ("gpu:s0:2(IDX:0-1),gpu:s1:2(IDX:x)", (0, 1)),  # an unreadable item holds none
 ])
 def test_indices(text, idx):
-    assert T.parse_gres_indices(text) == idx
+    assert G.parse_gres_indices(text) == idx
 
 
 def test_node_gres_in_index_order():
-    entries, problem = T.parse_node_gres("gpu:s0:2(S:0),gpu:s1:2(S:1),mps:200(S:0-1)")
+    entries, problem = G.parse_node_gres("gpu:s0:2(S:0),gpu:s1:2(S:1),mps:200(S:0-1)")
     assert problem is None
     assert entries == (GresSpec("gpu", "s0", 2, sockets=(0,)),
                        GresSpec("gpu", "s1", 2, sockets=(1,)))
-    entries, _ = T.parse_node_gres("gpu:4(S:0-1)")
+    entries, _ = G.parse_node_gres("gpu:4(S:0-1)")
     assert entries == (GresSpec("gpu", None, 4, sockets=(0, 1)),)
-    assert T.parse_node_gres("(null)") == ((), None)
-    entries, problem = T.parse_node_gres("gpu:s0:2(S:0),gpu:a:b:2")
+    assert G.parse_node_gres("(null)") == ((), None)
+    entries, problem = G.parse_node_gres("gpu:s0:2(S:0),gpu:a:b:2")
     assert entries == (GresSpec("gpu", "s0", 2, sockets=(0,)),) and "gpu:a:b:2" in problem
 
 
 def test_format_always_uses_gres_colon_prefix():
-    assert T.format_gpu_request({"s1": 2}) == "gres:gpu:s1:2"
-    assert T.format_gpu_request({None: 3}) == "gres:gpu:3"
-    assert T.format_gpu_request({"s1": 2, "s0": 1}) == "gres:gpu:s0:1,gres:gpu:s1:2"
-    assert T.format_gpu_request({"s0": 0}) == ""
+    assert G.format_gpu_request({"s1": 2}) == "gres:gpu:s1:2"
+    assert G.format_gpu_request({None: 3}) == "gres:gpu:3"
+    assert G.format_gpu_request({"s1": 2, "s0": 1}) == "gres:gpu:s0:1,gres:gpu:s1:2"
+    assert G.format_gpu_request({"s0": 0}) == ""
 
 
 @given(st.text(max_size=60))
 def test_lenient_readers_never_raise_on_arbitrary_text(text):
-    T.parse_gpu_request(text)
-    T.parse_gres_indices(text)
-    T.parse_node_gres(text)
+    G.parse_gpu_request(text)
+    G.parse_gres_indices(text)
+    G.parse_node_gres(text)

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from slurm_marl.policy.profile import ProfileError, load_profile
 from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
-from slurm_marl.sim.engine import SimulationError
+from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.metrics import jcts, plot_jct_cdf, write_jobs_csv, write_samples
 from slurm_marl.sim.perf import STRENGTHS
 from slurm_marl.sim.run import simulate as run_simulation

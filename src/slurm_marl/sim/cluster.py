@@ -108,6 +108,17 @@ class SimCluster:
         share, gpus = self.share_by_node[node_name]
         return gpu_index % gpus if share > 1 else gpu_index
 
+    def one_gpu_slots(self, node_name: str, free: list[int], k: int) -> tuple[int, ...] | None:
+        """``k`` of a node's ``free`` slots on one physical GPU: the GPU with the most free
+        slots (then the lowest), its lowest free slots; None if no GPU has ``k`` free."""
+        by_gpu: dict[int, list[int]] = {}
+        for i in free:
+            by_gpu.setdefault(self.physical_gpu(node_name, i), []).append(i)
+        best = max(sorted(by_gpu.items()), key=lambda kv: len(kv[1]), default=None)
+        if best is None or len(best[1]) < k:
+            return None
+        return tuple(sorted(best[1])[:k])
+
 
 def parse_cluster(spec: str | Path) -> SimCluster:
     text = str(spec)

@@ -15,10 +15,10 @@ new one is pushed); stale events trigger no cycle, and the heap is compacted whe
 half of it is stale, so heavy preemption cannot grow it without bound.
 
 With GPU sharing (``share=K``) a job of the trace's ``gpu_fraction`` f takes
-max(1, round(f x K)) slots of one physical GPU (``same_gpu``): the simulator picks the GPU of
-the named group with the most free slots; a placement no single GPU can hold is refused (the
-job stays pending, counted in ``refused_placements``), as Slurm allocates a job's shards of a
-node from one GPU.
+max(1, round(f x K)) slots of one physical GPU (``same_gpu``, see ``sim.jobs``): the
+simulator picks the GPU of the named group with the most free slots; a placement no single
+GPU can hold is refused (the job stays pending, counted in ``refused_placements``), as Slurm
+allocates a job's shards of a node from one GPU.
 
 Speed: the snapshot reuses every domain object that did not change (nodes whose GPUs did
 not change, pending jobs), so a cycle costs O(pending + running) object references plus one
@@ -33,100 +33,18 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
-from slurm_marl.colocation import ColocationIndex, Neighbourhood, sample_colocated
-from slurm_marl.domain import (ClusterSnapshot, Job, JobState, Node, Place, Preempt)
+from slurm_marl.colocation import ColocationIndex, sample_colocated
+from slurm_marl.domain import ClusterSnapshot, Node, Place, Preempt
 from slurm_marl.policy.framework import Policy
 from slurm_marl.sim.cluster import SimCluster
-from slurm_marl.sim.models import assign_model_types
+from slurm_marl.sim.jobs import (SimJob, SimOutcome, SimulationError, build_jobs, domain_job,
+                                  with_attained)
 from slurm_marl.sim.perf import PerfParams, job_speed
 from slurm_marl.sim.traces import TraceJob
 
 FINISH, ARRIVAL, WAKE, TICK = 0, 1, 2, 3
 _EPS = 1e-6
-
-
-class SimulationError(RuntimeError):
-    pass
-
-
-@dataclass
-class SimJob:
-    """Mutable simulator state of one job (never handed to a policy)."""
-
-    job_id: int
-    submit_s: float
-    duration_s: float
-    num_gpus: int
-    gpus_per_node: int
-    node_count: int
-    model_type: str | None
-    partition: str
-    user: str
-    cpus: int
-    mem_mib: int
-    state: str = "future"                      # future, pending, running, done
-    work_done_s: float = 0.0                   # progress in seconds-alone
-    extra_work_s: float = 0.0                  # restart delays owed
-    speed: float = 1.0
-    seg_start_s: float = 0.0
-    attained_base_gpu_s: float = 0.0           # attained before the current run
-    stint_start_s: float | None = None
-    queue_since_s: float = 0.0
-    last_run_s: float = 0.0
-    first_start_s: float | None = None
-    finish_s: float | None = None
-    preemptions: int = 0
-    pending_total_s: float = 0.0
-    allocs: list = field(default_factory=list)  # [(node, group pos, (gpu indices...)), ...]
-    version: int = 0
-    finish_queued: bool = False                # a live finish event is in the heap
-    same_gpu: bool = False                     # its slots must be on one physical GPU
-    gpu_fraction: float | None = None
-    job_obj: Job | None = None
-    speed_weighted_s: float = 0.0              # sum(speed x run time), for mean speed
-    run_total_s: float = 0.0
-    last_nodes: tuple[str, ...] = ()
-    hood: Neighbourhood | None = None          # what the job shares in its current segment
-
-    def attained(self, now: float) -> float:
-        if self.state == "running" and self.stint_start_s is not None:
-            return self.attained_base_gpu_s + self.num_gpus * (now - self.stint_start_s)
-        return self.attained_base_gpu_s
-
-    @property
-    def remaining_work_s(self) -> float:
-        return self.duration_s + self.extra_work_s - self.work_done_s
-
-
-@dataclass
-class SimOutcome:
-    jobs: list[SimJob]
-    cycles: int
-    wall_time_s: float
-    preemptions: int
-    reservations: int
-    samples: list[dict]
-    end_time_s: float
-    unfinished: int
-    total_gpus: int
-    dropped: int = 0                 # jobs larger than their partition, dropped
-    refused_placements: int = 0      # same-GPU placements no single GPU could hold
-
-
-_new = object.__new__
-_set = object.__setattr__
-
-
-def _with_attained(job: Job, attained: float) -> Job:
-    """A copy of a frozen Job with a new attained service, without dataclass overhead
-    (a running job is refreshed at every cycle, so this is the simulator's hottest line)."""
-    new = _new(Job)
-    fields = job.__dict__.copy()
-    fields["attained_gpu_s"] = attained
-    _set(new, "__dict__", fields)
-    return new
 
 
 class Simulator:
@@ -169,8 +87,7 @@ class Simulator:
                                      self.leaf)
         self.snapshot_nodes: tuple[Node, ...] = tuple(self.nodes)
 
-        self.dropped: list[int] = []
-        self.jobs = self._make_jobs(trace, seed, drop_oversized)
+        self.jobs, self.dropped = build_jobs(cluster, trace, seed, drop_oversized)
         self.by_id = {j.job_id: j for j in self.jobs}
         self.pending: dict[int, SimJob] = {}
         self.running: dict[int, SimJob] = {}
@@ -184,77 +101,7 @@ class Simulator:
         self.reservation_count = 0
         self.next_wake: float | None = None
 
-    # -- setup ---------------------------------------------------------------------------
-    def _make_jobs(self, trace: list[TraceJob], seed: int, drop_oversized: bool):
-        parts = {p.name: p for p in self.cluster.partitions_spec}
-        default = self.cluster.partitions_spec[0].name
-        drawn = assign_model_types(len(trace), seed) \
-            if any(t.model_type is None for t in trace) else []
-        jobs = []
-        ids = set()
-        unshared: list[TraceJob] = []    # fractional jobs on partitions of whole GPUs
-        for i, t in enumerate(trace):
-            part_name = t.partition or default
-            part = parts.get(part_name)
-            if part is None:
-                raise SimulationError(f"job {t.job_id} asks for partition {part_name!r}, the "
-                                      f"cluster has {', '.join(parts)}")
-            num, per_node, same_gpu = t.num_gpus, t.gpus_per_node, False
-            frac = t.gpu_fraction
-            if frac is not None:
-                if not 0 < frac <= 1:
-                    raise SimulationError(f"job {t.job_id}: gpu_fraction={frac!r} is not in "
-                                          f"(0, 1]")
-                if frac < 1 and t.num_gpus != 1:
-                    raise SimulationError(f"job {t.job_id} asks for gpu_fraction={frac:g} "
-                                          f"with {t.num_gpus} GPUs: fractions are for 1-GPU "
-                                          f"jobs only")
-                if frac < 1 and part.share == 1:
-                    unshared.append(t)
-                if t.num_gpus == 1 and part.share > 1:
-                    # Half up: f x K = 2.5 takes 3 slots.
-                    num = max(1, min(part.share, math.floor(frac * part.share + 0.5)))
-                    if num > 1:          # one node, one GPU
-                        per_node, same_gpu = num, True
-            slots = part.nodes * part.slots_per_node
-            if num > slots or per_node > part.slots_per_node or (
-                    per_node and num // per_node > part.nodes):
-                if drop_oversized:
-                    self.dropped.append(t.job_id)
-                    continue
-                k = num // per_node if per_node else 0
-                shape = (f"{k} node{'s' if k != 1 else ''} x {per_node} GPUs" if per_node
-                         else f"{num} GPUs")
-                raise SimulationError(
-                    f"job {t.job_id} needs {shape} but partition {part_name!r} has "
-                    f"{part.nodes} node{'s' if part.nodes != 1 else ''} x "
-                    f"{part.slots_per_node} GPUs ({slots} in all): use a larger cluster, or "
-                    f"drop such jobs (--drop-oversized; drop_oversized=True from Python)")
-            if t.job_id in ids:
-                raise SimulationError(f"job id {t.job_id} appears twice in the trace")
-            ids.add(t.job_id)
-            # CPUs and memory per GPU slot, so GPUs stay the binding resource (the cluster
-            # spec guarantees a core per slot; half the node's memory goes to jobs).
-            slots_node = part.slots_per_node
-            cpus_per_slot = max(1, (part.sockets * part.cores_per_socket) // slots_node)
-            mem_per_slot = part.mem_gib * 1024 // (2 * slots_node)
-            jobs.append(SimJob(
-                job_id=t.job_id, submit_s=t.submit_time_s, duration_s=t.duration_s,
-                num_gpus=num, gpus_per_node=per_node,
-                node_count=num // per_node if per_node else 1,
-                model_type=t.model_type if t.model_type is not None else drawn[i],
-                partition=part_name, user=t.user, cpus=cpus_per_slot * num,
-                mem_mib=mem_per_slot * num, same_gpu=same_gpu, gpu_fraction=frac))
-        if unshared:
-            t = unshared[0]
-            part_name = t.partition or default
-            raise SimulationError(
-                f"{len(unshared)} job(s) ask for a fraction of a GPU (first: job {t.job_id}, "
-                f"gpu_fraction={t.gpu_fraction:g}) but partition {part_name!r} offers whole "
-                f"GPUs: give it GPU sharing (share=K, e.g. --cluster 8x2x4:share=4) to model "
-                f"them")
-        return jobs
-
+    # -- events --------------------------------------------------------------------------
     def _push(self, t: float, kind: int, job_id: int = -1, version: int = 0) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, kind, self.seq, job_id, version))
@@ -282,43 +129,15 @@ class Simulator:
         d["state"] = "ALLOCATED" if self.used[n] else "IDLE"
         return new
 
-    def _job_obj(self, j: SimJob, now: float) -> Job:
-        if j.job_obj is not None:
-            if j.state == "running":
-                return _with_attained(j.job_obj, j.attained(now))
-            return j.job_obj
-        running = j.state == "running"
-        gpu_alloc = ()
-        nodes = ()
-        if running:
-            by_node: dict[str, list[int]] = {}
-            for n, _, gpus in j.allocs:
-                by_node.setdefault(self.nodes[n].name, []).extend(gpus)
-            gpu_alloc = tuple((name, tuple(sorted(g))) for name, g in by_node.items())
-            nodes = tuple(by_node)
-        obj = Job(job_id=j.job_id, name=f"job{j.job_id}", user=j.user, partition=j.partition,
-                  state=JobState.RUNNING if running else JobState.PENDING,
-                  gpus_per_node=j.gpus_per_node,
-                  gpus_per_job=0 if j.gpus_per_node else j.num_gpus,
-                  node_count=j.node_count, cpus=j.cpus, mem_mib=j.mem_mib,
-                  submit_time_s=j.submit_s, eligible_time_s=j.submit_s,
-                  start_time_s=j.stint_start_s, nodes=nodes, gpu_alloc=gpu_alloc,
-                  restart_count=j.preemptions, attained_gpu_s=j.attained(now),
-                  last_run_s=j.last_run_s, queue_since_s=j.queue_since_s,
-                  preemptions=j.preemptions, model_type=j.model_type,
-                  duration_s=j.duration_s)
-        j.job_obj = obj
-        return obj
-
     def snapshot(self, now: float) -> ClusterSnapshot:
-        job_obj = self._job_obj
-        jobs = [j.job_obj or job_obj(j, now) for j in self.pending.values()]
+        nodes = self.nodes
+        jobs = [j.job_obj or domain_job(j, now, nodes) for j in self.pending.values()]
         for j in self.running.values():
             obj = j.job_obj
             if obj is None:
-                jobs.append(job_obj(j, now))
+                jobs.append(domain_job(j, now, nodes))
             else:
-                jobs.append(_with_attained(
+                jobs.append(with_attained(
                     obj, j.attained_base_gpu_s + j.num_gpus * (now - j.stint_start_s)))
         return ClusterSnapshot(time_s=now, nodes=self.snapshot_nodes, jobs=tuple(jobs),
                                partitions=self.cluster.partitions,
@@ -353,7 +172,8 @@ class Simulator:
                                       f"{a.node} group {a.group}, which has {len(free)} free")
             take = tuple(free[:a.gpus])
             if j.same_gpu:
-                take = self._one_gpu_slots(n, free, a.gpus) if len(place.allocs) == 1 else None
+                take = (self.cluster.one_gpu_slots(self.nodes[n].name, free, a.gpus)
+                        if len(place.allocs) == 1 else None)
                 if take is None:
                     return None          # refused before anything changed
             busy.update(take)
@@ -386,18 +206,6 @@ class Simulator:
         for n in touched:
             self._refresh_node(n)
         return touched
-
-    def _one_gpu_slots(self, n: int, free: list[int], k: int) -> tuple[int, ...] | None:
-        """``k`` free slots of one physical GPU: the GPU with the most free slots (then the
-        lowest), its lowest free slots; None if no GPU has ``k`` free."""
-        name = self.nodes[n].name
-        by_gpu: dict[int, list[int]] = {}
-        for i in free:
-            by_gpu.setdefault(self.cluster.physical_gpu(name, i), []).append(i)
-        best = max(sorted(by_gpu.items()), key=lambda kv: len(kv[1]), default=None)
-        if best is None or len(best[1]) < k:
-            return None
-        return tuple(sorted(best[1])[:k])
 
     def _stop(self, j: SimJob, now: float) -> list[int]:
         self._settle(j, now)
@@ -612,8 +420,8 @@ class Simulator:
             self._update_speeds(changed_nodes, started, multi_leaves, now)
         if self.time_dependent and self.pending:
             # Only running jobs and jobs that ran before change queue by themselves.
-            candidates = [self._job_obj(j, now) for j in self.running.values()]
-            candidates.extend(self._job_obj(j, now) for j in self.pending.values()
+            candidates = [domain_job(j, now, self.nodes) for j in self.running.values()]
+            candidates.extend(domain_job(j, now, self.nodes) for j in self.pending.values()
                               if j.last_run_s > 0)
             wake = self.policy.next_change_s(candidates, now)
             if wake is not None and (self.next_wake is None or wake < self.next_wake - _EPS):

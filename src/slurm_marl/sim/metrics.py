@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from slurm_marl.sim.engine import SimJob, SimOutcome
+from slurm_marl.sim.jobs import SimJob, SimOutcome
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -21,7 +21,8 @@ from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.interference import FittedEstimator, InterferenceEstimator
 from slurm_marl.policy.profile import Profile, load_profile
 from slurm_marl.sim.cluster import SimCluster, parse_cluster
-from slurm_marl.sim.engine import SimOutcome, Simulator
+from slurm_marl.sim.engine import Simulator
+from slurm_marl.sim.jobs import SimOutcome
 from slurm_marl.sim.metrics import summarize
 from slurm_marl.sim.traces import TraceJob, Window, load_trace
 

@@ -21,7 +21,7 @@ gpus_per_node      no        fixed GPUs per node (then num_gpus must be a multip
 partition          no        partition name (default: the cluster's first)
 user               no        user name
 gpu_fraction       no        share of one GPU, in (0, 1] (fractions < 1: 1-GPU jobs only;
-                             needs a cluster with ``share=K``, see ``sim.engine``)
+                             needs a cluster with ``share=K``, see ``sim.jobs``)
 =================  ========  ==============================================================
 """
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_marl.domain import Job
-from slurm_marl import slurm_text as G
+from slurm_marl import slurm_gres as G
 
 PREFIX = "slurm-marl:v1"
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from slurm_marl.domain import GpuGroup, Job, JobState, Node, Partition, Switch
 from slurm_marl.slurm_integration.runner import SlurmOutputError
-from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, parse_gpu_request,
-                                   parse_gres_indices, parse_kv_line, parse_node_gres,
-                                   parse_switch_line, parse_time_limit_s, single_type,
-                                   total_gpus)
+from slurm_marl.slurm_gres import (parse_gpu_request, parse_gres_indices, parse_node_gres,
+                                   single_type, total_gpus)
+from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, parse_kv_line,
+                                   parse_switch_line, parse_time_limit_s)
 
 
 def num(value: Any, default: float | None = None) -> float | None:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Release, Reserve, SetPriority)
-from slurm_marl import slurm_text as G
+from slurm_marl import slurm_gres as G
 from slurm_marl.slurm_integration.marker import (Marker, parse_marker, requested_gpu_fields,
                                                  user_gpu_request, with_marker)
 from slurm_marl.slurm_text import collapse_hosts
