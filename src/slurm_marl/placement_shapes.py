@@ -114,12 +114,15 @@ def split_on_node(row: Sequence[int], gpus: int) -> tuple[tuple[int, int], ...] 
 
 
 def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
-                        nodes: Sequence[int] | None = None) -> list[Candidate]:
+                        nodes: Sequence[int] | None = None,
+                        dedupe: tuple[bool, bool] | None = None) -> list[Candidate]:
     """Feasible placements of ``job`` on capacity ``cap`` (free GPUs per node and group).
 
     Bounded on purpose: one candidate per fitting GPU group, one multi-group split per node
     when no single group fits, and for multi-node jobs one packing per leaf switch plus one
-    across leaves. Deterministic: node order, then group order.
+    across leaves. Deterministic: node order, then group order. ``dedupe``: (one node per
+    class of alike nodes, co-located model types part of the class); default the state's
+    ``dedupe_nodes`` and ``dedupe_colocation``.
     """
     total, per_node, count = job_shape(job)
     if total <= 0:
@@ -131,7 +134,10 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
     leaf_of = state.leaf_of
     if per_node == 0 or count == 1:
         need = total if per_node == 0 else per_node
-        single = _single_node_candidates(job, state, cap, nodes, need, total)
+        alike, by_colocation = (dedupe if dedupe is not None
+                                else (state.dedupe_nodes, state.dedupe_colocation))
+        single = _single_node_candidates(job, state, cap, nodes, need, total, alike,
+                                         by_colocation)
         if single or per_node:
             return single
         return _flexible_multi_node(job, state, cap, nodes, total)
@@ -202,17 +208,19 @@ def has_candidate(job: Job, state: PlacementState, cap: Capacity) -> bool:
 
 
 def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequence[int],
-                     need: int, total: int, dedupe: bool) -> list[tuple[int, list[int]]]:
+                     need: int, total: int, dedupe: bool, by_colocation: bool | None = None
+                     ) -> list[tuple[int, list[int]]]:
     """The nodes of ``nodes`` (in order) that can take ``need`` of the job's ``total`` GPUs
     (free GPUs, CPUs and memory), each with its groups that hold all ``need`` (none: the node
     splits them over its groups, ``split_on_node``).
 
     With ``dedupe``, nodes alike in free GPUs per group, free CPUs and memory, capacity (and
-    co-located model types with ``state.dedupe_colocation``) score alike, so only the first
-    of each such class (in node order, which also wins score ties) is kept."""
+    co-located model types with ``by_colocation``, default ``state.dedupe_colocation``)
+    score alike, so only the first of each such class (in node order, which also wins score
+    ties) is kept."""
     out = []
     seen: set = set()
-    coloc = state.dedupe_colocation
+    coloc = state.dedupe_colocation if by_colocation is None else by_colocation
     infos = state.infos
     free_cpus, free_mem = state.free_cpus, state.free_mem
     cpus, mem = per_node_share(job.cpus, need, total), per_node_share(job.mem_mib, need, total)
@@ -255,10 +263,11 @@ def single_node_fit_arrays(job: Job, state: PlacementState, group_free: np.ndarr
     return fits, np.flatnonzero(ok & ~has_fit)
 
 
-def _single_node_candidates(job, state, cap, nodes, need, total) -> list[Candidate]:
+def _single_node_candidates(job, state, cap, nodes, need, total, alike: bool,
+                            by_colocation: bool) -> list[Candidate]:
     out = []
-    for n, fitting in single_node_fits(job, state, cap, nodes, need, total,
-                                       state.dedupe_nodes):
+    for n, fitting in single_node_fits(job, state, cap, nodes, need, total, alike,
+                                       by_colocation):
         if fitting:
             for g in fitting:
                 out.append(Candidate(allocs=((n, g, need),), nodes=(n,), groups=1, leaves=1))

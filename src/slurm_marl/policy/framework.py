@@ -1,8 +1,9 @@
 """The scheduling cycle: order jobs, place them one by one, backfill, preempt.
 
 Mechanism apart from policy (as in the Kubernetes scheduler framework): the order plugin
-ranks jobs, place plugins filter and score candidate placements, and the actions (backfill,
-preemption) are steps of this cycle over the same snapshot. ``run_cycle`` is deterministic,
+ranks jobs, place plugins filter and score candidate placements. The cycle allocates jobs in
+rank order; for a job that cannot start on free GPUs the other actions (``actions.py``:
+preemption, then backfill's reservation) run over the same snapshot and state. ``run_cycle`` is deterministic,
 so the daemon and the simulator reach the same decisions from the same snapshots; it is a
 pure function of the snapshot except for an order plugin that keeps state across cycles
 (``CycleAwareOrder``: Tiresias' queue lists), which then depends on the snapshots seen before.
@@ -23,27 +24,19 @@ Decisions come in that order: priorities, then preemptions, then placements.
 
 from __future__ import annotations
 
-import bisect
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
 
-from slurm_marl.domain import (ClusterSnapshot, Decision, GroupAlloc, Job, Place, Preempt,
-                               SetPriority)
+from slurm_marl.domain import ClusterSnapshot, Decision, GroupAlloc, Job, Place, SetPriority
+from slurm_marl.policy.actions import Preemption, RankedJob, reserve_for_blocked
 from slurm_marl.policy.plugins import (CycleAwareOrder, Delegating, OrderPlugin, PlacePlugin,
                                       Proposer, build_plugin)
 from slurm_marl.placement_shapes import (Candidate, generate_candidates, has_candidate,
-                                         job_shape, per_node_share)
+                                         job_shape)
 from slurm_marl.policy.profile import Profile, ProfileError
-from slurm_marl.policy.state import ACTIVE_STATES, PENDING, CycleState
+from slurm_marl.policy.state import PENDING, CycleState
 
 log = logging.getLogger(__name__)
-
-
-class RankedJob(NamedTuple):
-    job: Job
-    queue: int
-    sort_key: tuple
 
 
 class Policy:
@@ -115,23 +108,17 @@ class Policy:
         state = CycleState(snapshot, track_colocation=self._needs_colocation,
                            track_holders=profile.preemption)
         state.dedupe_nodes = self._dedupe_nodes
-        # Running jobs are ranked only once some pending job cannot start on free GPUs:
-        # walking all jobs in order and skipping the running ones is the same as asking,
-        # for each pending job, which running jobs rank below it.
-        running_ranked: list[RankedJob] | None = None
-        running_keys: list[tuple] = []
-        running_gpus_from: list[int] = []
-        preempted: set[int] = set()
+        # The actions: allocate (here), then for a job that cannot start, preemption, then
+        # backfill (with its reservation) or a stop.
+        preemption = (Preemption(self, snapshot.jobs, now, state) if profile.preemption
+                      else None)
         preempts: list[Decision] = []
         places: list[Decision] = []
-        blocked = False
         reserved = False
         failed_sizes: dict[tuple, int] = {}
 
         for r in ranked:
             job = r.job
-            if blocked:
-                break
             total, _, _ = job_shape(job)
             if total <= 0:
                 continue
@@ -143,60 +130,33 @@ class Policy:
             if choice is not None:
                 cand, terms, _ = choice
                 state.claim(job, cand)
-                places.append(self._place(job, cand, terms, True, state,
-                                          f"starts now on {len(cand.nodes)} node(s), "
-                                          f"{cand.groups} GPU group(s)"))
+                places.append(self.decision(job, cand, terms, True, state,
+                                            f"starts now on {len(cand.nodes)} node(s), "
+                                            f"{cand.groups} GPU group(s)"))
                 continue
-            if profile.preemption:
-                if running_ranked is None:
-                    running_ranked = self.rank(
-                        [j for j in snapshot.jobs if j.state in ACTIVE_STATES], now)
-                    running_keys = [x.sort_key for x in running_ranked]
-                    # GPUs held by running jobs from the i-th down (a search bound).
-                    running_gpus_from = [0] * (len(running_ranked) + 1)
-                    for i in range(len(running_ranked) - 1, -1, -1):
-                        running_gpus_from[i] = (running_gpus_from[i + 1]
-                                                + job_shape(running_ranked[i].job)[0])
-                first = bisect.bisect_right(running_keys, r.sort_key)
-                taken = None
-                if first < len(running_ranked):
-                    taken = self._place_by_preemption(
-                        job, state, _lower_running(running_ranked, first, preempted),
-                        running_gpus_from[first])
+            if preemption is not None:
+                taken = preemption.take(r)
                 if taken is not None:
-                    cand, terms, victims = taken
-                    for victim in victims:
-                        preempted.add(victim.job_id)
-                        preempts.append(Preempt(
-                            job_id=victim.job_id, plugin=order_key,
-                            reason=f"yields to job {job.job_id} (queue {r.queue})"))
-                        state.release_running(victim)
+                    victims, place = taken
+                    preempts.extend(victims)
+                    places.append(place)
+                    if victims:
                         failed_sizes.clear()
-                    state.claim(job, cand)
-                    places.append(self._place(
-                        job, cand, terms, True, state,
-                        "starts now after preempting "
-                        + ",".join(str(v.job_id) for v in victims)))
                     continue
             if self._monotone and (known_fail is None or total < known_fail):
                 failed_sizes[memo_key] = total
             if not profile.backfill:
-                blocked = True
-                continue
+                break
             if profile.backfill_reserve and not reserved:
-                plan = self._plan(job, state)
-                if plan is not None:
-                    cand, terms = plan
+                place = reserve_for_blocked(self, job, state)
+                if place is not None:
                     reserved = True
-                    for n, g, k in cand.allocs:
-                        state.free[n][g] -= min(k, state.free[n][g])
                     failed_sizes.clear()
-                    places.append(self._place(job, cand, terms, False, state,
-                                              "first blocked job: holds these GPUs"))
+                    places.append(place)
         return priorities + preempts + places
 
     # -- placement helpers ---------------------------------------------------------------
-    def _score(self, job: Job, cands: list[Candidate], state: CycleState):
+    def score(self, job: Job, cands: list[Candidate], state: CycleState):
         """Best feasible candidate by weighted plugin score; ties keep generation order."""
         best = None
         best_total = 0.0
@@ -222,7 +182,7 @@ class Policy:
                        ) -> Candidate | None:
         """The candidate this policy's place plugins would take now, or None (none
         feasible: the job would wait); ``state.view`` must be the free capacity."""
-        return self._score(job, cands, state)[0]
+        return self.score(job, cands, state)[0]
 
     def _dedupe_for(self, job: Job, state: CycleState) -> tuple[bool, bool]:
         """(one node per class of alike nodes, co-located models part of the class) for
@@ -234,15 +194,11 @@ class Policy:
         return (not any(p.node_specific for p in plugins),
                 any(p.needs_colocation for p in plugins))
 
-    def _generate(self, job: Job, state: CycleState, cap,
-                  flags: tuple[bool, bool] | None = None) -> list[Candidate]:
-        saved = state.dedupe_nodes, state.dedupe_colocation
-        state.dedupe_nodes, state.dedupe_colocation = (self._dedupe_for(job, state)
-                                                       if flags is None else flags)
-        try:
-            return generate_candidates(job, state, cap)
-        finally:
-            state.dedupe_nodes, state.dedupe_colocation = saved
+    def generate(self, job: Job, state: CycleState, cap,
+                 flags: tuple[bool, bool] | None = None) -> list[Candidate]:
+        """The job's candidates on capacity ``cap``, deduplicated as its plugins allow."""
+        return generate_candidates(job, state, cap, dedupe=(
+            self._dedupe_for(job, state) if flags is None else flags))
 
     def _best(self, job: Job, state: CycleState, cap):
         flags = self._dedupe_for(job, state)
@@ -255,113 +211,21 @@ class Policy:
                     cands = proposed
                     break
             else:
-                cands = self._generate(job, state, cap, flags)
+                cands = self.generate(job, state, cap, flags)
         else:
-            cands = self._generate(job, state, cap, flags)
+            cands = self.generate(job, state, cap, flags)
         if not cands:
             return None
         with state.judging(cap):
-            best, terms, n_ok = self._score(job, cands, state)
+            best, terms, n_ok = self.score(job, cands, state)
         if best is None:
             return None
         return best, terms, n_ok
 
-    def _place_by_preemption(self, job: Job, state: CycleState, lower: Iterable[Job],
-                             lower_gpus: int):
-        """Free GPUs of the lowest-ranked running jobs below ``job`` until it fits.
-
-        ``lower`` yields the running jobs ranked below ``job``, lowest first; ``lower_gpus``
-        bounds the GPUs they hold, so hopeless cases stop before any search.
-        """
-        total, _, _ = job_shape(job)
-        allowed = set(state.allowed_nodes(job))
-        free_now = sum(sum(state.free[n]) for n in allowed)
-        if free_now + lower_gpus < total:
-            return None
-        overlay = [row[:] for row in state.free]
-        cpus, mem = state.free_cpus[:], state.free_mem[:]
-        added: list[Job] = []
-        saved_cpus, saved_mem = state.free_cpus, state.free_mem
-        try:
-            state.free_cpus, state.free_mem = cpus, mem
-            for victim in lower:
-                allocs = state.running_allocs.get(victim.job_id, ())
-                if not any(n in allowed for n, _, _ in allocs):
-                    continue
-                vtotal = sum(k for _, _, k in allocs)
-                for n, g, k in allocs:
-                    overlay[n][g] += k
-                    if n in allowed:
-                        free_now += k
-                for n, k in _per_node(allocs).items():
-                    cpus[n] += per_node_share(victim.cpus, k, vtotal)
-                    mem[n] += per_node_share(victim.mem_mib, k, vtotal)
-                added.append(victim)
-                if free_now < total:
-                    continue
-                cands = self._generate(job, state, overlay)
-                if not cands:
-                    continue
-                # Fewest GPUs taken from running jobs first, then the plugins' preference.
-                taken = [sum(max(0, k - state.free[n][g]) for n, g, k in c.allocs)
-                         for c in cands]
-                fewest = min(taken)
-                cands = [c for c, t in zip(cands, taken) if t == fewest]
-                with state.judging(overlay):
-                    best, terms, _ = self._score(job, cands, state)
-                if best is None:
-                    continue
-                return best, terms, self._victims_for(best, state, added)
-        finally:
-            state.free_cpus, state.free_mem = saved_cpus, saved_mem
-        return None
-
     @staticmethod
-    def _victims_for(cand: Candidate, state: CycleState, added: list[Job]) -> list[Job]:
-        rank_of = {v.job_id: i for i, v in enumerate(added)}  # 0 = lowest ranked
-        victims: dict[int, Job] = {}
-        by_id = {v.job_id: v for v in added}
-        for n, g, k in cand.allocs:
-            short = k - state.free[n][g]
-            if short <= 0:
-                continue
-            holders = sorted((h for h in state.holders[n][g] if h[0] in rank_of),
-                             key=lambda h: rank_of[h[0]])
-            for job_id, gpus in holders:
-                if short <= 0:
-                    break
-                if job_id in victims:
-                    short -= gpus
-                    continue
-                victims[job_id] = by_id[job_id]
-                short -= gpus
-        return sorted(victims.values(), key=lambda v: rank_of[v.job_id])
-
-    def _plan(self, job: Job, state: CycleState):
-        """Where the first blocked job will start once running jobs end: any placement on
-        the usable capacity, preferring the one with the most GPUs already free."""
-        overlay = [list(i.group_cap) for i in state.infos]
-        saved = state.free_cpus, state.free_mem
-        try:
-            state.free_cpus = [i.cpus for i in state.infos]
-            state.free_mem = [i.mem_mib for i in state.infos]
-            cands = self._generate(job, state, overlay)
-        finally:
-            state.free_cpus, state.free_mem = saved
-        if not cands:
-            return None
-        ready = [sum(min(k, state.free[n][g]) for n, g, k in c.allocs) for c in cands]
-        most = max(ready)
-        cands = [c for c, r in zip(cands, ready) if r == most]
-        with state.judging(overlay):
-            best, terms, _ = self._score(job, cands, state)
-        if best is None:
-            return None
-        return best, terms
-
-    @staticmethod
-    def _place(job: Job, cand: Candidate, terms, start_now: bool, state: CycleState,
-               reason: str) -> Place:
+    def decision(job: Job, cand: Candidate, terms, start_now: bool, state: CycleState,
+                 reason: str) -> Place:
+        """The ``Place`` decision for ``cand`` (``terms``: the plugins' weighted scores)."""
         infos = state.infos
         allocs = tuple(GroupAlloc(node=infos[n].name, group=infos[n].group_ids[g], gpus=k)
                        for n, g, k in cand.allocs)
@@ -370,22 +234,6 @@ class Policy:
                      nodes=tuple(infos[n].name for n in cand.nodes), allocs=allocs,
                      start_now=start_now,
                      scores=tuple((k, round(v, 6)) for k, v in terms))
-
-
-def _lower_running(running_ranked: list[RankedJob], first: int,
-                   preempted: set[int]) -> Iterator[Job]:
-    """Running jobs ranked from ``first`` down, lowest first, not yet preempted."""
-    for i in range(len(running_ranked) - 1, first - 1, -1):
-        job = running_ranked[i].job
-        if job.job_id not in preempted:
-            yield job
-
-
-def _per_node(allocs) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for n, _, k in allocs:
-        out[n] = out.get(n, 0) + k
-    return out
 
 
 def _failure_key(job: Job) -> tuple:

@@ -159,6 +159,24 @@ class CycleState:
             yield self
         finally:
             self.view, self.what_if = saved
+
+    @contextmanager
+    def hosts_as(self, cpus: list[int], mem: list[int]):
+        """Free CPUs and memory per node read as ``cpus`` and ``mem`` inside the block (a
+        what-if: running jobs gone, or every node empty), then as they are again."""
+        saved = self.free_cpus, self.free_mem
+        self.free_cpus, self.free_mem = cpus, mem
+        try:
+            yield self
+        finally:
+            self.free_cpus, self.free_mem = saved
+
+    def hold(self, cand: Candidate) -> None:
+        """Keep ``cand``'s GPUs (those free now) from later jobs this cycle: the first
+        blocked job's reservation under backfill."""
+        for n, g, k in cand.allocs:
+            self.free[n][g] -= min(k, self.free[n][g])
+
     def _ensure_running_index(self) -> None:
         if self._running_allocs is not None:
             return
