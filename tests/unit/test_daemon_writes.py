@@ -1,0 +1,83 @@
+"""Decisions to Slurm writes (``daemon/writes.py``) on hand-built snapshots: what is written,
+what is not, and in which order."""
+
+from slurm_marl.daemon.config import AgentSection
+from slurm_marl.daemon.writes import place_key, plan_writes
+from slurm_marl.domain import (ClusterSnapshot, Defer, EndReservation, GroupAlloc, Job,
+                               JobState, Place, Preempt, Reserve)
+
+NOW = 1000.0
+CFG = AgentSection(grace_s=30, interval_s=5.0)
+
+
+def job(job_id, state=JobState.PENDING, eligible=None):
+    return Job(job_id=job_id, state=state, gpus_per_job=1, submit_time_s=0.0,
+               eligible_time_s=eligible)
+
+
+def place(job_id, nodes=("n1",), start_now=True):
+    return Place(job_id=job_id, plugin="consolidate", nodes=tuple(nodes),
+                 allocs=tuple(GroupAlloc(n, 0, 1) for n in nodes), start_now=start_now)
+
+
+def plan(jobs, decisions, *, written=None, reservations=None, inflight=(), renewed=None):
+    snap = ClusterSnapshot(time_s=NOW, jobs=tuple(jobs))
+    return plan_writes(snap, decisions, [], CFG, written=written or {},
+                       reservations=reservations or {}, inflight_nodes=set(inflight),
+                       resv_renewed=renewed or {})
+
+
+def test_a_start_ends_its_own_reservation_first():
+    d = place(1, ("n1", "n2"))
+    out, advice = plan([job(1)], [d], reservations={"slurm-marl-1": {"job_id": 1,
+                                                                     "nodes": "n1,n2"}})
+    assert [type(w) for w in out] == [EndReservation, Place] and advice == []
+    assert out[0].name == "slurm-marl-1" and out[1] is d
+
+
+def test_a_start_written_before_is_not_written_again_unless_the_job_is_gated():
+    d = place(1)
+    written = {(1, "place"): place_key(d)}
+    assert plan([job(1)], [d], written=written)[0] == []
+    out, _ = plan([job(1, eligible=NOW + 60)], [d], written=written)
+    assert out == [d]
+
+
+def test_a_waiting_multi_node_job_gets_a_reservation_lasting_one_grace():
+    d = place(2, ("n1", "n2"), start_now=False)
+    out, advice = plan([job(2)], [d])
+    [resv] = [w for w in out if isinstance(w, Reserve)]
+    assert resv.nodes == ("n1", "n2") and resv.duration_s == CFG.grace_s
+    assert resv.name == "slurm-marl-2" and advice == [d]
+    # Renewed only once a third of the grace has passed, or when its nodes change.
+    fresh = {"slurm-marl-2": {"job_id": 2, "nodes": "n1,n2"}}
+    out, _ = plan([job(2)], [d], reservations=fresh, renewed={"slurm-marl-2": NOW - 5})
+    assert not any(isinstance(w, Reserve) for w in out)
+    out, _ = plan([job(2)], [d], reservations=fresh, renewed={"slurm-marl-2": NOW - 11})
+    assert any(isinstance(w, Reserve) for w in out)
+
+
+def test_no_reservation_on_nodes_another_job_is_starting_on():
+    waiting = place(2, ("n1", "n2"), start_now=False)
+    resv = {"slurm-marl-2": {"job_id": 2, "nodes": "n1,n2"}}
+    out, _ = plan([job(2), job(3)], [place(3, ("n2",)), waiting], reservations=resv)
+    assert [type(w) for w in out] == [Place, EndReservation]
+    out, _ = plan([job(2)], [waiting], inflight={"n1"})
+    assert not any(isinstance(w, Reserve) for w in out)
+
+
+def test_the_lease_renews_decided_waiting_jobs_only():
+    out, _ = plan([job(4, eligible=NOW + 8), job(5, eligible=NOW + 600), job(6, eligible=NOW)],
+                  [place(4, start_now=False), place(5, start_now=False)])
+    assert [(type(w), w.job_id) for w in out] == [(Defer, 4)]
+    assert out[0].seconds == CFG.grace_s
+
+
+def test_preemption_of_running_jobs_only_and_stale_reservations_end():
+    running = job(7, state=JobState.RUNNING)
+    resv = {"slurm-marl-7": {"job_id": 7, "nodes": "n1"},
+            "slurm-marl-9": {"job_id": 9, "nodes": "n2"}}
+    out, _ = plan([running, job(8, eligible=NOW + 600)], [Preempt(7), Preempt(8)],
+                  reservations=resv)
+    assert [(type(w), w.job_id) for w in out] == [(Preempt, 7), (EndReservation, 7),
+                                                  (EndReservation, 9)]
