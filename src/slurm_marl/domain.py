@@ -196,6 +196,9 @@ class Job:
     model_type: str | None = None
     # Only the simulator knows this; a clairvoyant reference policy may read it.
     duration_s: float | None = None
+    # Predicted total GPU-time (seconds x GPUs) from what was known at submission; None:
+    # no prediction (an order that uses it then falls back to attained service alone).
+    predicted_gpu_s: float | None = None
 
     @property
     def num_gpus(self) -> int:

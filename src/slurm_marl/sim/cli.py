@@ -35,6 +35,12 @@ RestartOpt = Annotated[float, typer.Option("--restart-delay",
 DropOpt = Annotated[bool, typer.Option(
     "--drop-oversized", help="Leave out jobs larger than their partition (counted in the "
     "summary's dropped_oversized) instead of stopping with an error.")]
+PredOpt = Annotated[Optional[str], typer.Option(
+    "--prediction-error", help="Give every job a predicted GPU-time: 'helios' (the truth "
+    "perturbed to Helios' measured estimator error, an assumption) or 'oracle' (the truth). "
+    "Orders such as predicted_las read it; without it they fall back to attained service.")]
+PredSeedOpt = Annotated[int, typer.Option("--prediction-seed",
+                                          help="Seed of the prediction errors.")]
 SkipOpt = Annotated[bool, typer.Option(
     "--skip-bad-rows", help="Skip bad trace rows (their count and the first few go to "
     "stderr) instead of stopping with an error.")]
@@ -76,13 +82,15 @@ def _warn(message: str) -> None:
 
 
 def _run(trace_jobs, cluster, profile, strength, seed, restart_delay, samples, label,
-         drop_oversized=False):
+         drop_oversized=False, prediction_error=None, prediction_seed=0):
     with _progress(label) as bar:
         task = bar.add_task(label, total=len(trace_jobs))
         return run_simulation(trace_jobs, cluster, profile, interference=strength, seed=seed,
                               restart_delay_s=restart_delay, collect_samples=samples,
                               drop_oversized=drop_oversized,
-                              progress=lambda done, total: bar.update(task, completed=done))
+                              progress=lambda done, total: bar.update(task, completed=done),
+                              prediction_error=prediction_error,
+                              prediction_seed=prediction_seed)
 
 
 def _load(trace: Path, window: str | None, cluster: str, skip_bad_rows: bool = False):
@@ -118,6 +126,8 @@ def simulate(
         "--samples", help="Also write co-location samples (samples.jsonl) to --out.")] = False,
     drop_oversized: DropOpt = False,
     skip_bad_rows: SkipOpt = False,
+    prediction_error: PredOpt = None,
+    prediction_seed: PredSeedOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate a trace under one scheduling profile and print its metrics."""
@@ -129,7 +139,7 @@ def simulate(
         prof = load_profile(profile)
         run = _run(jobs, sim_cluster, prof, strength[0], seed, restart_delay,
                    samples and out is not None, f"{prof.name} ({strength[0]})",
-                   drop_oversized)
+                   drop_oversized, prediction_error, prediction_seed)
     except (ProfileError, SimulationError, ValueError) as exc:
         _fail(str(exc))
     _note_dropped(run.summary, cluster)
@@ -175,6 +185,8 @@ def compare(
         "(default: the plots go to the current folder).")] = None,
     drop_oversized: DropOpt = False,
     skip_bad_rows: SkipOpt = False,
+    prediction_error: PredOpt = None,
+    prediction_seed: PredSeedOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Run several profiles on one trace (and strengths), compare their metrics and plot
@@ -193,7 +205,8 @@ def compare(
         for prof in profs:
             try:
                 run = _run(jobs, sim_cluster, prof, strength, seed, restart_delay, False,
-                           f"{prof.name} ({strength})", drop_oversized)
+                           f"{prof.name} ({strength})", drop_oversized, prediction_error,
+                           prediction_seed)
             except (SimulationError, ValueError) as exc:
                 _fail(f"{prof.name}: {exc}")
             if not results:

@@ -32,7 +32,7 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from slurm_marl.colocation import ColocationIndex, sample_colocated
 from slurm_marl.domain import ClusterSnapshot, Node, Place, Preempt
@@ -54,7 +54,8 @@ class Simulator:
                  sample_noise: float = 0.02, min_sample_s: float = 60.0,
                  skip_idle_cycles: bool = True, drop_oversized: bool = False,
                  progress: Callable[[int, int], None] | None = None,
-                 perf: PerfParams | None = None) -> None:
+                 perf: PerfParams | None = None,
+                 predictions: Mapping[int, float] | None = None) -> None:
         self.cluster = cluster
         self.policy = policy
         self.perf = perf or PerfParams(strength=interference)
@@ -88,6 +89,9 @@ class Simulator:
         self.snapshot_nodes: tuple[Node, ...] = tuple(self.nodes)
 
         self.jobs, self.dropped = build_jobs(cluster, trace, seed, drop_oversized)
+        if predictions is not None:   # job id -> predicted GPU-time (``sim/predictions.py``)
+            for j in self.jobs:
+                j.predicted_gpu_s = predictions.get(j.job_id)
         self.by_id = {j.job_id: j for j in self.jobs}
         self.pending: dict[int, SimJob] = {}
         self.running: dict[int, SimJob] = {}

@@ -58,6 +58,7 @@ class SimJob:
     finish_queued: bool = False                # a live finish event is in the heap
     same_gpu: bool = False                     # its slots must be on one physical GPU
     gpu_fraction: float | None = None
+    predicted_gpu_s: float | None = None       # what a predictor said at submission
     job_obj: Job | None = None
     speed_weighted_s: float = 0.0              # sum(speed x run time), for mean speed
     run_total_s: float = 0.0
@@ -204,6 +205,6 @@ def domain_job(j: SimJob, now: float, sim_nodes: Sequence[Node]) -> Job:
               restart_count=j.preemptions, attained_gpu_s=j.attained(now),
               last_run_s=j.last_run_s, queue_since_s=j.queue_since_s,
               preemptions=j.preemptions, model_type=j.model_type,
-              duration_s=j.duration_s)
+              duration_s=j.duration_s, predicted_gpu_s=j.predicted_gpu_s)
     j.job_obj = obj
     return obj

@@ -24,6 +24,7 @@ from slurm_marl.sim.cluster import SimCluster, parse_cluster
 from slurm_marl.sim.engine import Simulator
 from slurm_marl.sim.jobs import SimOutcome
 from slurm_marl.sim.metrics import summarize
+from slurm_marl.sim.predictions import predicted_gpu_s
 from slurm_marl.sim.traces import TraceJob, Window, load_trace
 
 PILOT_PROFILE = "las-consolidate"
@@ -64,10 +65,13 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
              cycle_period_s: float = 0.0, collect_samples: bool = False,
              estimator: InterferenceEstimator | None = None, drop_oversized: bool = False,
              skip_bad_rows: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> SimRun:
+             progress: Callable[[int, int], None] | None = None,
+             prediction_error: str | None = None, prediction_seed: int = 0) -> SimRun:
     """Run one simulation; ``trace`` is a loaded trace or a path (read with ``window`` and
     ``skip_bad_rows``). Jobs larger than their partition are an error unless
-    ``drop_oversized`` (then counted in the summary's ``dropped_oversized``)."""
+    ``drop_oversized`` (then counted in the summary's ``dropped_oversized``).
+    ``prediction_error``: each job carries a predicted GPU-time of that quality
+    (``sim/predictions.py``: ``helios`` or ``oracle``; None: no predictions)."""
     jobs = trace if isinstance(trace, list) else load_trace(trace, window,
                                                            skip_bad_rows=skip_bad_rows)
     sim_cluster = cluster if isinstance(cluster, SimCluster) else parse_cluster(cluster)
@@ -81,14 +85,18 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
             n_est = estimator.n_samples
         context["interference_estimator"] = estimator
     policy = build_policy(prof, **context)
+    predictions = (predicted_gpu_s(jobs, prediction_error, prediction_seed)
+                   if prediction_error is not None else None)
     sim = Simulator(sim_cluster, jobs, policy, interference=interference, seed=seed,
                     restart_delay_s=restart_delay_s, cycle_period_s=cycle_period_s,
                     collect_samples=collect_samples, drop_oversized=drop_oversized,
-                    progress=progress)
+                    progress=progress, predictions=predictions)
     outcome = sim.run()
     run = SimRun(profile=prof, cluster=sim_cluster, interference=interference, seed=seed,
                  outcome=outcome, estimator_samples=n_est)
     run.summary = summarize(outcome)
     run.summary["dropped_oversized"] = outcome.dropped
     run.summary["refused_placements"] = outcome.refused_placements
+    if prediction_error is not None:
+        run.summary["predictions"] = f"{prediction_error} (seed {prediction_seed})"
     return run

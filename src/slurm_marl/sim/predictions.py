@@ -1,0 +1,38 @@
+"""Predictions of a job's total GPU-time for the simulator, standing in for a site's
+predictor (issue 16): the truth, or the truth perturbed to a stated error distribution.
+
+``helios``: the truth perturbed by the error distribution ``prediction_error.HELIOS_POINTS``
+(the one the Helios artifact uses to emulate its estimator on Philly): each job draws a
+magnitude from it and over- or under-predicts with equal odds. Seeded, per job id, so a job
+gets the same prediction in every run and profile. This is an assumption, like the
+interference strengths: the real error of a site's predictor is measured separately.
+
+``oracle``: the truth (what the clairvoyant ``srtf`` order reads).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+
+from slurm_marl.prediction_error import HELIOS_POINTS, error_factor
+from slurm_marl.sim.traces import TraceJob
+
+KINDS = ("helios", "oracle")
+
+
+def predicted_gpu_s(trace: Iterable[TraceJob], kind: str, seed: int = 0
+                    ) -> Mapping[int, float]:
+    """job id -> predicted total GPU-time (seconds x GPUs) for ``kind`` in ``KINDS``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown prediction error {kind!r}; one of {', '.join(KINDS)}")
+    out = {}
+    for t in trace:
+        truth = max(0.0, t.duration_s) * max(1, t.num_gpus)
+        if kind == "oracle":
+            out[t.job_id] = truth
+            continue
+        rng = random.Random(f"{seed}:{t.job_id}")
+        factor = error_factor(rng.random(), HELIOS_POINTS)
+        out[t.job_id] = truth * factor if rng.random() < 0.5 else truth / factor
+    return out

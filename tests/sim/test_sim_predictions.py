@@ -1,0 +1,61 @@
+"""Predicted GPU-times in the simulator (``--prediction-error``): their error distribution,
+that they are fixed at submission, and an order that reads them."""
+
+import math
+import random
+
+import pytest
+
+from slurm_marl.sim.predictions import predicted_gpu_s
+from slurm_marl.sim.run import simulate
+from slurm_marl.sim.traces import TraceJob
+
+
+def tj(job_id, submit, duration, gpus=1):
+    return TraceJob(job_id=job_id, submit_time_s=submit, duration_s=duration, num_gpus=gpus,
+                    model_type="resnet50_bs64")
+
+
+def test_helios_errors_follow_the_stated_distribution():
+    rng = random.Random(0)
+    trace = [tj(i, 0.0, rng.uniform(10, 1e5), rng.choice([1, 2, 8])) for i in range(20_000)]
+    pred = predicted_gpu_s(trace, "helios", seed=3)
+    err = [max(pred[t.job_id] / (t.duration_s * t.num_gpus),
+               (t.duration_s * t.num_gpus) / pred[t.job_id]) for t in trace]
+    for factor, share in ((1.1, 0.1), (1.5, 0.5), (2.0, 0.7), (10.0, 0.9)):
+        assert sum(e <= factor for e in err) / len(err) == pytest.approx(share, abs=0.015)
+    assert max(err) <= 100.0 + 1e-6
+    over = sum(pred[t.job_id] > t.duration_s * t.num_gpus for t in trace) / len(trace)
+    assert over == pytest.approx(0.5, abs=0.015)
+    # Per job and seed: the same prediction whatever else is in the trace.
+    assert predicted_gpu_s(trace[5:6], "helios", seed=3) == {5: pred[5]}
+    assert predicted_gpu_s(trace[5:6], "helios", seed=4) != {5: pred[5]}
+    assert predicted_gpu_s(trace[:3], "oracle") == {
+        t.job_id: t.duration_s * t.num_gpus for t in trace[:3]}
+    with pytest.raises(ValueError, match="unknown prediction error"):
+        predicted_gpu_s(trace[:1], "psychic")
+
+
+def test_each_job_carries_its_prediction_into_the_run():
+    trace = [tj(1, 0.0, 1000.0), tj(2, 10.0, 50.0), tj(3, 20.0, 10.0)]
+    seen = {}
+    run = simulate(trace, "1x1x1", "predicted-las", prediction_error="oracle")
+    for j in run.outcome.jobs:
+        seen[j.job_id] = j.predicted_gpu_s
+    assert seen == {1: 1000.0, 2: 50.0, 3: 10.0}
+    assert run.summary["predictions"] == "oracle (seed 0)"
+
+
+def test_predicted_order_runs_the_shortest_predicted_job_first():
+    # One GPU; job 1 (long) runs, then 2 and 3 arrive: with exact predictions the short
+    # ones preempt it (it has 980+ GPU-s left), shortest first; without predictions it is
+    # least attained service.
+    trace = [tj(1, 0.0, 1000.0), tj(2, 10.0, 50.0), tj(3, 20.0, 10.0)]
+    run = simulate(trace, "1x1x1", "predicted-las", prediction_error="oracle",
+                   restart_delay_s=0.0)
+    finish = {j.job_id: j.finish_s for j in run.outcome.jobs}
+    assert finish[3] < finish[2] < finish[1]
+    assert math.isclose(finish[3], 30.0, abs_tol=1.0)
+    blind = simulate(trace, "1x1x1", "predicted-las", restart_delay_s=0.0)
+    assert "predictions" not in blind.summary
+    assert blind.summary["avg_jct_s"] >= run.summary["avg_jct_s"]
