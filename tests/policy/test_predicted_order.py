@@ -133,3 +133,14 @@ def test_helios_error_points_and_discrete_ratios():
     assert sum(weights) == pytest.approx(1.0)
     assert all(r * q == pytest.approx(1.0) for r, q in zip(ratios, reversed(ratios)))
     assert max(ratios) <= 100.0 and math.isclose(min(ratios) * max(ratios), 1.0)
+
+
+def test_a_prediction_is_measured_against_progress_not_slowed_attained_service():
+    o = order()
+    # Interference: 1,300 GPU-s attained but only 900 of its 1,000 predicted done.
+    slowed = running(1, {"n1": (0,)}, predicted_gpu_s=1000.0, attained=1300.0,
+                     progress_gpu_s=900.0)
+    assert o.classify(slowed, 0.0)[0] == 1
+    assert "100 left" in o.describe(slowed, 0.0, 1)
+    unknown = running(2, {"n1": (0,)}, predicted_gpu_s=1000.0, attained=1300.0)
+    assert o.classify(unknown, 0.0)[0] == 2

@@ -142,7 +142,8 @@ class Simulator:
                 jobs.append(domain_job(j, now, nodes))
             else:
                 jobs.append(with_attained(
-                    obj, j.attained_base_gpu_s + j.num_gpus * (now - j.stint_start_s)))
+                    obj, j.attained_base_gpu_s + j.num_gpus * (now - j.stint_start_s),
+                    None if j.predicted_gpu_s is None else j.progress_gpu_s(now)))
         return ClusterSnapshot(time_s=now, nodes=self.snapshot_nodes, jobs=tuple(jobs),
                                partitions=self.cluster.partitions,
                                switches=self.cluster.switches)

@@ -70,6 +70,13 @@ class SimJob:
             return self.attained_base_gpu_s + self.num_gpus * (now - self.stint_start_s)
         return self.attained_base_gpu_s
 
+    def progress_gpu_s(self, now: float) -> float:
+        """GPU-seconds of the job's own work done (at solo speed, restart delays aside)."""
+        done = self.work_done_s
+        if self.state == "running":
+            done += self.speed * max(0.0, now - self.seg_start_s)
+        return max(0.0, done - self.extra_work_s) * self.num_gpus
+
     @property
     def remaining_work_s(self) -> float:
         return self.duration_s + self.extra_work_s - self.work_done_s
@@ -169,12 +176,15 @@ _new = object.__new__
 _set = object.__setattr__
 
 
-def with_attained(job: Job, attained: float) -> Job:
-    """A copy of a frozen Job with a new attained service, without dataclass overhead
-    (a running job is refreshed at every cycle, so this is the simulator's hottest line)."""
+def with_attained(job: Job, attained: float, progress: float | None = None) -> Job:
+    """A copy of a frozen Job with a new attained service (and progress, when the job
+    carries a prediction to measure it against), without dataclass overhead (a running job
+    is refreshed at every cycle, so this is the simulator's hottest line)."""
     new = _new(Job)
     fields = job.__dict__.copy()
     fields["attained_gpu_s"] = attained
+    if progress is not None:
+        fields["progress_gpu_s"] = progress
     _set(new, "__dict__", fields)
     return new
 
@@ -184,7 +194,8 @@ def domain_job(j: SimJob, now: float, sim_nodes: Sequence[Node]) -> Job:
     ``sim_nodes`` are the simulator's nodes, by index)."""
     if j.job_obj is not None:
         if j.state == "running":
-            return with_attained(j.job_obj, j.attained(now))
+            return with_attained(j.job_obj, j.attained(now),
+                                 None if j.predicted_gpu_s is None else j.progress_gpu_s(now))
         return j.job_obj
     running = j.state == "running"
     gpu_alloc = ()
@@ -205,6 +216,7 @@ def domain_job(j: SimJob, now: float, sim_nodes: Sequence[Node]) -> Job:
               restart_count=j.preemptions, attained_gpu_s=j.attained(now),
               last_run_s=j.last_run_s, queue_since_s=j.queue_since_s,
               preemptions=j.preemptions, model_type=j.model_type,
-              duration_s=j.duration_s, predicted_gpu_s=j.predicted_gpu_s)
+              duration_s=j.duration_s, predicted_gpu_s=j.predicted_gpu_s,
+              progress_gpu_s=(None if j.predicted_gpu_s is None else j.progress_gpu_s(now)))
     j.job_obj = obj
     return obj

@@ -3,6 +3,8 @@ prediction (issue 16's ordering with fixed rules).
 
 Each job may carry ``predicted_gpu_s``: its total GPU-time (seconds x GPUs) as predicted from
 what was known at submission (a site's predictor; in the simulator ``--prediction-error``).
+It is measured against the job's work done (``progress_gpu_s``, at solo speed, where known)
+rather than its attained service, which grows faster while interference slows the job.
 Its *key* is what the order expects it still needs:
 
 * within its prediction (attained < predicted): the predicted remaining GPU-time,
@@ -59,13 +61,15 @@ PROMOTED, PREDICTED, ATTAINED = 0, 1, 2
 RULES = ("remaining", "gittins", "in_las_queues")
 
 
-def expected_remaining_gpu_s(predicted_gpu_s: float | None, attained_gpu_s: float
-                             ) -> tuple[float, bool]:
+def expected_remaining_gpu_s(predicted_gpu_s: float | None, attained_gpu_s: float,
+                             progress_gpu_s: float | None = None) -> tuple[float, bool]:
     """(the key, whether it comes from the prediction): predicted remaining GPU-time while
-    the job is within its prediction, else its attained service."""
+    the job is within its prediction (measured against its progress where known, else its
+    attained service), else its attained service."""
     attained = max(0.0, attained_gpu_s)
-    if predicted_gpu_s is not None and attained < predicted_gpu_s:
-        return predicted_gpu_s - attained, True
+    done = attained if progress_gpu_s is None else max(0.0, progress_gpu_s)
+    if predicted_gpu_s is not None and done < predicted_gpu_s:
+        return predicted_gpu_s - done, True
     return attained, False
 
 
@@ -92,6 +96,11 @@ def gittins_key(sizes: tuple[float, ...], attained: float) -> float | None:
     return best
 
 
+def _done(job: Job) -> float:
+    """The job's work done, against which its prediction is measured."""
+    return max(0.0, job.attained_gpu_s if job.progress_gpu_s is None else job.progress_gpu_s)
+
+
 class PredictedLas:
     key = KEY
     time_dependent = True
@@ -111,11 +120,12 @@ class PredictedLas:
         """(the job's key in GPU-s, whether it comes from its prediction)."""
         if self.rule == "gittins" and job.predicted_gpu_s is not None:
             p = job.predicted_gpu_s
-            key = gittins_key(tuple(p * r for r in self._ratios), max(0.0, job.attained_gpu_s))
+            key = gittins_key(tuple(p * r for r in self._ratios), _done(job))
             if key is not None:
                 return key, True
             return max(0.0, job.attained_gpu_s), False
-        return expected_remaining_gpu_s(job.predicted_gpu_s, job.attained_gpu_s)
+        return expected_remaining_gpu_s(job.predicted_gpu_s, job.attained_gpu_s,
+                                        job.progress_gpu_s)
 
     def bucket(self, key_gpu_s: float) -> int:
         if key_gpu_s < self.bucket_factor:
@@ -186,7 +196,7 @@ class PredictedLas:
             # service; at a size it may jump, so that is a check too.
             left = self.bucket_factor ** (self.bucket(key) + 1) - key
             if predicted:
-                a = max(0.0, job.attained_gpu_s)
+                a = _done(job)
                 nxt = next((job.predicted_gpu_s * r for r in self._ratios
                             if job.predicted_gpu_s * r > a), None)
                 if nxt is not None:
