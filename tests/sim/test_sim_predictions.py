@@ -59,3 +59,15 @@ def test_predicted_order_runs_the_shortest_predicted_job_first():
     blind = simulate(trace, "1x1x1", "predicted-las", restart_delay_s=0.0)
     assert "predictions" not in blind.summary
     assert blind.summary["avg_jct_s"] >= run.summary["avg_jct_s"]
+
+
+def test_scaled_helios_errors_shrink_in_log_space():
+    trace = [tj(i, 0.0, 1000.0) for i in range(500)]
+    full = predicted_gpu_s(trace, "helios", seed=1)
+    half = predicted_gpu_s(trace, "helios*0.5", seed=1)
+    for t in trace:
+        assert math.log(half[t.job_id] / 1000.0) == pytest.approx(
+            0.5 * math.log(full[t.job_id] / 1000.0))
+    for bad in ("helios*0", "helios*1.5", "oracle*0.5", "helios*x"):
+        with pytest.raises(ValueError, match="unknown prediction error"):
+            predicted_gpu_s(trace[:1], bad)

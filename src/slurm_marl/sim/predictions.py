@@ -7,6 +7,10 @@ magnitude from it and over- or under-predicts with equal odds. Seeded, per job i
 gets the same prediction in every run and profile. This is an assumption, like the
 interference strengths: the real error of a site's predictor is measured separately.
 
+``helios*A`` (``A`` in (0, 1]): the same draws with every error's log scaled by ``A`` (0.5:
+a predictor whose errors are the square roots of Helios'), to measure how JCT depends on
+prediction quality between the truth and Helios' estimator.
+
 ``oracle``: the truth (what the clairvoyant ``srtf`` order reads).
 """
 
@@ -23,9 +27,20 @@ KINDS = ("helios", "oracle")
 
 def predicted_gpu_s(trace: Iterable[TraceJob], kind: str, seed: int = 0
                     ) -> Mapping[int, float]:
-    """job id -> predicted total GPU-time (seconds x GPUs) for ``kind`` in ``KINDS``."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown prediction error {kind!r}; one of {', '.join(KINDS)}")
+    """job id -> predicted total GPU-time (seconds x GPUs) for ``kind`` in ``KINDS`` (or
+    ``helios*A``)."""
+    base, _, scale_text = kind.partition("*")
+    scale = 1.0
+    if scale_text:
+        try:
+            scale = float(scale_text)
+        except ValueError:
+            scale = -1.0
+        if base != "helios" or not 0.0 < scale <= 1.0:
+            raise ValueError(f"unknown prediction error {kind!r}: 'helios*A' takes A in (0, 1]")
+    elif kind not in KINDS:
+        raise ValueError(f"unknown prediction error {kind!r}; one of {', '.join(KINDS)} or "
+                         f"helios*A")
     out = {}
     for t in trace:
         truth = max(0.0, t.duration_s) * max(1, t.num_gpus)
@@ -33,6 +48,6 @@ def predicted_gpu_s(trace: Iterable[TraceJob], kind: str, seed: int = 0
             out[t.job_id] = truth
             continue
         rng = random.Random(f"{seed}:{t.job_id}")
-        factor = error_factor(rng.random(), HELIOS_POINTS)
+        factor = error_factor(rng.random(), HELIOS_POINTS) ** scale
         out[t.job_id] = truth * factor if rng.random() < 0.5 else truth / factor
     return out
