@@ -67,12 +67,19 @@ def main(argv=None) -> int:
     ap.add_argument("--window", action="append", help="a window (repeat); default: the six")
     ap.add_argument("--strengths", default="none,low,medium,high")
     ap.add_argument("--only", default="", help="comma-separated labels to run (default all)")
+    ap.add_argument("--errors", default="",
+                    help="instead of the default runs: the two 2D-LAS baselines and "
+                         "predicted-las (rule remaining) at each of these comma-separated "
+                         "prediction errors, e.g. helios*0.25,helios*0.5")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     windows = args.window or WINDOWS
     strengths = [s for s in args.strengths.split(",") if s]
     runs = [r for r in RUNS if not args.only or r[0] in args.only.split(",")]
+    if args.errors:
+        runs = RUNS[:2] + [(f"remaining, {e}", "predicted-las", e, {"rule": "remaining"})
+                           for e in args.errors.split(",") if e]
     tasks = [(w, *r, s, args.trace, args.cluster) for s in strengths for w in windows
              for r in runs]
     from rich.progress import Progress
@@ -83,6 +90,9 @@ def main(argv=None) -> int:
         for f in as_completed(futures):
             rows.append(f.result())
             bar.update(task, advance=1)
+            r = rows[-1]
+            print(f"done {len(rows)}/{len(tasks)}: {r['window']} {r['label']} "
+                  f"{r['interference']} {r['avg_jct_s']} ({r['wall_s']} s)", flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(rows, indent=2) + "\n")

@@ -98,6 +98,8 @@ def test_next_change_running_within_its_prediction_is_when_it_outlives_it():
     job = running(1, {"n1": (0, 1)}, predicted_gpu_s=1000.0, attained=400.0)
     t = o.next_change_s(job, 50.0)
     assert t == pytest.approx(50.0 + 600.0 / 2, rel=1e-2) and t <= 50.0 + 300.0
+    near = running(3, {"n1": (0,)}, predicted_gpu_s=1000.0, attained=999.0)
+    assert o.next_change_s(near, 50.0) == pytest.approx(50.0 + 30.0)   # no Zeno wake-ups
     past = running(2, {"n1": (0,)}, predicted_gpu_s=10.0, attained=3000.0)
     assert o.next_change_s(past, 0.0) == pytest.approx(4096 - 3000, rel=1e-2)
 

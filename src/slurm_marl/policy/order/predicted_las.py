@@ -59,6 +59,7 @@ from slurm_marl.prediction_error import DISTRIBUTIONS, truth_ratios
 KEY = "predicted_las"
 PROMOTED, PREDICTED, ATTAINED = 0, 1, 2
 RULES = ("remaining", "gittins", "in_las_queues")
+MIN_RECHECK_S = 30.0
 
 
 def expected_remaining_gpu_s(predicted_gpu_s: float | None, attained_gpu_s: float,
@@ -201,7 +202,10 @@ class PredictedLas:
                             if job.predicted_gpu_s * r > a), None)
                 if nxt is not None:
                     left = min(left, nxt - a)
-        return now_s + max(0.0, left) / job.num_gpus * 0.999 + 1e-6
+        # Measured against progress, which interference slows by an unknown factor, the
+        # earliest possible change may come and go many times as the key shrinks: look no
+        # less than MIN_RECHECK_S ahead (a demotion is at most that late).
+        return now_s + max(max(0.0, left) / job.num_gpus * 0.999, MIN_RECHECK_S)
 
 
 def _settings(params: Mapping) -> tuple:
