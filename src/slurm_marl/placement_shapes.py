@@ -52,6 +52,12 @@ class PlacementState(Protocol):
 
     def min_nodes(self, job: Job) -> int: ...
 
+    def node_class_fits(self, job: Job, cap: Capacity, nodes: Sequence[int], need: int,
+                        cpus: int, mem: int) -> list[tuple[int, list[int]]] | None:
+        """What ``single_node_fits`` returns with dedupe by resources alone (``cpus``,
+        ``mem``: the per-node shares), from an index of node classes the state keeps up to
+        date; None where it keeps none for this question (the caller scans the nodes)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -217,13 +223,18 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
     With ``dedupe``, nodes alike in free GPUs per group, free CPUs and memory, capacity (and
     co-located model types with ``by_colocation``, default ``state.dedupe_colocation``)
     score alike, so only the first of each such class (in node order, which also wins score
-    ties) is kept."""
+    ties) is kept. Without co-location in the class, the state may answer from its index of
+    node classes (``PlacementState.node_class_fits``) instead of this scan."""
+    coloc = state.dedupe_colocation if by_colocation is None else by_colocation
+    cpus, mem = per_node_share(job.cpus, need, total), per_node_share(job.mem_mib, need, total)
+    if dedupe and not coloc:
+        indexed = state.node_class_fits(job, cap, nodes, need, cpus, mem)
+        if indexed is not None:
+            return indexed
     out = []
     seen: set = set()
-    coloc = state.dedupe_colocation if by_colocation is None else by_colocation
     infos = state.infos
     free_cpus, free_mem = state.free_cpus, state.free_mem
-    cpus, mem = per_node_share(job.cpus, need, total), per_node_share(job.mem_mib, need, total)
     for n in nodes:
         row = cap[n]
         if sum(row) < need or free_cpus[n] < cpus or free_mem[n] < mem:

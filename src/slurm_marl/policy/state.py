@@ -18,6 +18,7 @@ from functools import cached_property
 from slurm_marl.colocation import GROUP, LEAF, NODE
 from slurm_marl.domain import ClusterSnapshot, Job, JobState, Node
 from slurm_marl.placement_shapes import Candidate, Capacity, job_shape, per_node_share
+from slurm_marl.policy.node_classes import NodeClasses
 
 ACTIVE_STATES = frozenset(s for s in JobState if s.is_active)
 PENDING = JobState.PENDING
@@ -148,6 +149,9 @@ class CycleState:
         self._running_allocs: dict[int, tuple[tuple[int, int, int], ...]] | None = None
         # Placements claimed this cycle, noted before the running index exists.
         self._claimed: list[tuple[Job, tuple[tuple[int, int, int], ...]]] = []
+        # Nodes by class for single-node candidates (``node_class_fits``), over the lists
+        # above; its pools are built on first use.
+        self._classes = NodeClasses(self.free, self.free_cpus, self.free_mem, self.infos)
 
     @contextmanager
     def judging(self, capacity: Capacity):
@@ -176,6 +180,7 @@ class CycleState:
         blocked job's reservation under backfill."""
         for n, g, k in cand.allocs:
             self.free[n][g] -= min(k, self.free[n][g])
+        self._classes.touch({n for n, _, _ in cand.allocs})
 
     def _ensure_running_index(self) -> None:
         if self._running_allocs is not None:
@@ -246,18 +251,24 @@ class CycleState:
         return nodes
 
     def allowed_nodes(self, job: Job) -> tuple[int, ...]:
-        key = (job.partition, job.required_nodes, job.excluded_nodes)
+        return self._allowed_nodes(job.partition, job.required_nodes, job.excluded_nodes)
+
+    def _allowed_nodes(self, partition: str, required: tuple[str, ...] = (),
+                       excluded: tuple[str, ...] = ()) -> tuple[int, ...]:
+        key = (partition, required, excluded)
         hit = self._allowed.get(key)
         if hit is not None:
             return hit
-        nodes = self.partition_nodes(job.partition)
         infos = self.infos
-        nodes = tuple(n for n in nodes if infos[n].usable)
-        if job.required_nodes:
-            req = set(job.required_nodes)
+        if required or excluded:
+            nodes = self._allowed_nodes(partition)
+        else:
+            nodes = tuple(n for n in self.partition_nodes(partition) if infos[n].usable)
+        if required:
+            req = set(required)
             nodes = tuple(n for n in nodes if infos[n].name in req)
-        if job.excluded_nodes:
-            exc = set(job.excluded_nodes)
+        if excluded:
+            exc = set(excluded)
             nodes = tuple(n for n in nodes if infos[n].name not in exc)
         self._allowed[key] = nodes
         return nodes
@@ -287,6 +298,20 @@ class CycleState:
         self._min_nodes[memo_key] = max(1, used)
         return max(1, used)
 
+    def node_class_fits(self, job: Job, cap, nodes, need: int, cpus: int, mem: int
+                        ) -> list[tuple[int, list[int]]] | None:
+        """``single_node_fits`` deduplicated by resources (not co-location), from the
+        index of node classes (``node_classes``) rather than a scan of the nodes; None where
+        the index does not answer: a what-if capacity (an overlay, a job's GPU type) or
+        hosts (``hosts_as``), or nodes other than the job's allowed ones."""
+        if cap is not self.free:
+            return None
+        classes = self._classes
+        if (self.free_cpus is not classes.free_cpus or self.free_mem is not classes.free_mem
+                or nodes is not self.allowed_nodes(job)):
+            return None
+        return classes.fits(self._allowed_nodes(job.partition), nodes, need, cpus, mem)
+
     # -- claims --------------------------------------------------------------------------
     def fits_host(self, job: Job, node: int, gpus_here: int, gpus_total: int) -> bool:
         return (self.free_cpus[node] >= per_node_share(job.cpus, gpus_here, gpus_total)
@@ -304,6 +329,7 @@ class CycleState:
         for n, k in per_node.items():
             self.free_cpus[n] -= per_node_share(job.cpus, k, total)
             self.free_mem[n] -= per_node_share(job.mem_mib, k, total)
+        self._classes.touch(per_node)
         if self._running_allocs is None:
             self._claimed.append((job, cand.allocs))
         else:
@@ -325,6 +351,7 @@ class CycleState:
         for n, k in per_node.items():
             self.free_cpus[n] += per_node_share(job.cpus, k, total)
             self.free_mem[n] += per_node_share(job.mem_mib, k, total)
+        self._classes.touch(per_node)
         if len(per_node) > 1:
             for leaf in {self.leaf_of[n] for n in per_node}:
                 models = self._leaf_multinode.get(leaf, [])

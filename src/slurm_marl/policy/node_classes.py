@@ -1,0 +1,108 @@
+"""Nodes of one cycle grouped into the classes single-node candidate generation keeps one
+node of, kept up to date as the cycle claims, holds and releases GPUs (issue 17).
+
+``placement_shapes.single_node_fits`` with dedupe keeps the first node (in node order) of
+each class of nodes alike in free GPUs per group, free CPUs, free memory and capacity. On a
+large cluster almost every node it looks at is thrown away as a repeat, so instead of
+scanning the nodes for each pending job, ``CycleState`` keeps an index: class -> its nodes,
+ascending, per set of usable partition nodes; a job walks the classes (a few dozen) rather
+than the nodes (thousands), and gets exactly what the scan would have returned.
+
+The index reads the state's own ``free``, ``free_cpus`` and ``free_mem`` lists, which change
+only through ``CycleState.claim``, ``hold`` and ``release_running``: those call ``touch``
+with the nodes they changed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+from operator import itemgetter
+
+_first = itemgetter(0)
+
+
+class NodeClasses:
+    """Class -> nodes (ascending), for each pool of nodes asked about (a partition's usable
+    nodes), over the capacity lists ``free``, ``free_cpus``, ``free_mem`` of one state."""
+
+    def __init__(self, free: list[list[int]], free_cpus: list[int], free_mem: list[int],
+                 infos: Sequence) -> None:
+        self.free, self.free_cpus, self.free_mem = free, free_cpus, free_mem
+        self._infos = infos
+        # id(pool tuple) -> (pool, class -> nodes ascending, node -> its class)
+        self._pools: dict[int, tuple[tuple[int, ...], dict[tuple, list[int]],
+                                     dict[int, tuple]]] = {}
+        # id(allowed tuple) -> (that tuple, its nodes as a set): a pool minus a few nodes
+        self._subsets: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}
+
+    def _key(self, n: int) -> tuple:
+        """Node ``n``'s class: (free GPUs per group, their sum, free CPUs, free memory, GPUs
+        per group, CPUs, memory), the scan's dedupe key plus the sum."""
+        row = self.free[n]
+        info = self._infos[n]
+        return (tuple(row), sum(row), self.free_cpus[n], self.free_mem[n], info.group_cap,
+                info.cpus, info.mem_mib)
+
+    def _pool(self, pool: tuple[int, ...]):
+        hit = self._pools.get(id(pool))
+        if hit is not None and hit[0] is pool:
+            return hit
+        classes: dict[tuple, list[int]] = {}
+        class_of: dict[int, tuple] = {}
+        for n in pool:                       # ascending, so each class's list is too
+            key = self._key(n)
+            class_of[n] = key
+            classes.setdefault(key, []).append(n)
+        entry = self._pools[id(pool)] = (pool, classes, class_of)
+        return entry
+
+    def touch(self, nodes) -> None:
+        """Nodes whose free GPUs, CPUs or memory changed move to their class now."""
+        if not self._pools:
+            return
+        for n in nodes:
+            key = None
+            for _, classes, class_of in self._pools.values():
+                old = class_of.get(n)
+                if old is None:
+                    continue
+                if key is None:
+                    key = self._key(n)
+                if key == old:
+                    continue
+                members = classes[old]
+                del members[bisect_left(members, n)]
+                if not members:
+                    del classes[old]
+                insort(classes.setdefault(key, []), n)
+                class_of[n] = key
+
+    def fits(self, pool: tuple[int, ...], nodes: tuple[int, ...], need: int, cpus: int,
+             mem: int) -> list[tuple[int, list[int]]] | None:
+        """``single_node_fits`` (dedupe by resources) over ``nodes``, ascending, which are
+        ``pool`` or a subset of it: per class with ``need`` GPUs, ``cpus`` CPUs and ``mem``
+        memory free, its first node in ``nodes`` and the groups holding all ``need``; in
+        node order. None when ``nodes`` is a small part of ``pool`` (scanning it is
+        cheaper)."""
+        allowed = None
+        if nodes is not pool:
+            if 2 * len(nodes) < len(pool):
+                return None
+            hit = self._subsets.get(id(nodes))
+            if hit is None or hit[0] is not nodes:
+                hit = self._subsets[id(nodes)] = (nodes, frozenset(nodes))
+            allowed = hit[1]
+        out = []
+        for key, members in self._pool(pool)[1].items():
+            if key[1] < need or key[2] < cpus or key[3] < mem:
+                continue
+            if allowed is None:
+                first = members[0]
+            else:
+                first = next((n for n in members if n in allowed), None)
+                if first is None:
+                    continue
+            out.append((first, [g for g, free in enumerate(key[0]) if free >= need]))
+        out.sort(key=_first)
+        return out
