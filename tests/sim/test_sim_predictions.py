@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from slurm_marl.sim.jobs import SimJob
 from slurm_marl.sim.predictions import predicted_gpu_s
 from slurm_marl.sim.run import simulate
 from slurm_marl.sim.traces import TraceJob
@@ -71,3 +72,16 @@ def test_scaled_helios_errors_shrink_in_log_space():
     for bad in ("helios*0", "helios*1.5", "oracle*0.5", "helios*x"):
         with pytest.raises(ValueError, match="unknown prediction error"):
             predicted_gpu_s(trace[:1], bad)
+
+
+def test_progress_never_falls_when_a_preemption_adds_a_restart_delay():
+    # A job that outlived its prediction must not look short again after a restart: the
+    # delay a preemption adds is work owed, not progress lost (subtracting it made two
+    # jobs near their predictions preempt each other every restart delay).
+    job = SimJob(job_id=1, submit_s=0.0, duration_s=5000.0, num_gpus=2, gpus_per_node=0,
+                 node_count=1, model_type=None, partition="p", user="", cpus=2, mem_mib=0)
+    job.state, job.work_done_s, job.seg_start_s, job.speed = "running", 1000.0, 0.0, 1.0
+    before = job.progress_gpu_s(10.0)
+    job.state, job.work_done_s = "pending", 1010.0
+    job.extra_work_s += 30.0                       # preempted: a restart delay is owed
+    assert job.progress_gpu_s(10.0) == before == 2020.0

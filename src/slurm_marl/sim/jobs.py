@@ -71,11 +71,14 @@ class SimJob:
         return self.attained_base_gpu_s
 
     def progress_gpu_s(self, now: float) -> float:
-        """GPU-seconds of the job's own work done (at solo speed, restart delays aside)."""
+        """GPU-seconds of work done at solo speed, restart delays paid included: it never
+        falls (not subtracting the delay a preemption adds keeps a job that outlived its
+        prediction from looking short again after a restart, which made preemptions chase
+        each other every restart delay)."""
         done = self.work_done_s
         if self.state == "running":
             done += self.speed * max(0.0, now - self.seg_start_s)
-        return max(0.0, done - self.extra_work_s) * self.num_gpus
+        return done * self.num_gpus
 
     @property
     def remaining_work_s(self) -> float:
