@@ -80,6 +80,17 @@ def test_starvation_bound_a_job_waiting_past_it_ranks_ahead_of_every_other(seed)
                for i in starving)
 
 
+def test_a_promoted_job_keeps_its_promotion_for_the_run_that_follows():
+    o = order(starve_after_s=3600.0)
+    promoted = running(1, {"n1": (0,)}, submit=0.0, queue_since_s=0.0, start=4000.0,
+                       predicted_gpu_s=1e7, attained=10.0)
+    fresh = running(2, {"n1": (1,)}, submit=3900.0, queue_since_s=3900.0, start=3950.0,
+                    predicted_gpu_s=1e7, attained=10.0)
+    short = pending(3, 1, submit=4100.0, queue_since_s=4100.0, predicted_gpu_s=10.0)
+    assert ranked(o, [short, fresh, promoted], now=4200.0) == [1, 3, 2]
+    assert o.classify(promoted, 4200.0)[0] == 0 and o.classify(fresh, 4200.0)[0] == 1
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_in_las_queues_a_prediction_never_moves_a_job_across_2d_las_queues(seed):
     rng = random.Random(seed)

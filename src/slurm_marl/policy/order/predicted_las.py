@@ -36,8 +36,9 @@ to lower buckets as it runs; one past its prediction climbs buckets like a 2D-LA
 yields to waiting jobs of lower buckets.
 
 Starvation bound (``starve_after_s``, 0: none): a waiting job that has waited that long since
-it entered the queue goes to queue 0, ahead of every unpromoted job, oldest first; its
-next run counts from its new start, as Tiresias' STARVELIMIT promotion does. A job whose
+it entered the queue goes to queue 0, ahead of every unpromoted job, oldest first, and stays
+there for the run that follows (so the jobs it waited behind cannot preempt it at once), as
+Tiresias' STARVELIMIT promotion does. A job whose
 prediction was far too long can therefore wait at most ``starve_after_s`` plus the time the
 promoted jobs ahead of it need.
 
@@ -135,8 +136,13 @@ class PredictedLas:
         return int(math.log(key_gpu_s) / self._log_factor + 1e-9)
 
     def _promoted(self, job: Job, now_s: float) -> bool:
-        return (self.starve_after_s > 0 and job.is_pending and job.queue_since_s is not None
-                and now_s - job.queue_since_s >= self.starve_after_s)
+        """Waiting past the bound, or running a run that began after such a wait."""
+        if self.starve_after_s <= 0 or job.queue_since_s is None:
+            return False
+        if job.is_pending:
+            return now_s - job.queue_since_s >= self.starve_after_s
+        return (job.is_running and job.start_time_s is not None
+                and job.start_time_s - job.queue_since_s >= self.starve_after_s)
 
     def classify(self, job: Job, now_s: float) -> tuple[int, tuple]:
         """Promoted jobs first, oldest first; then every other job by its bucket, whether
@@ -159,10 +165,10 @@ class PredictedLas:
         key, predicted = self.expected(job)
         if predicted and self.rule == "gittins":
             return (f"predicted {job.predicted_gpu_s:.0f} GPU-s ({self.error} error), "
-                    f"{job.attained_gpu_s:.0f} attained: Gittins key {key:.0f} GPU-s")
+                    f"{_done(job):.0f} done: Gittins key {key:.0f} GPU-s")
         if predicted:
-            return (f"predicted {job.predicted_gpu_s:.0f} GPU-s, {job.attained_gpu_s:.0f} "
-                    f"attained: {key:.0f} left")
+            return (f"predicted {job.predicted_gpu_s:.0f} GPU-s, {_done(job):.0f} done: "
+                    f"{key:.0f} left")
         if job.predicted_gpu_s is not None:
             return (f"outlived its prediction of {job.predicted_gpu_s:.0f} GPU-s: ranked by "
                     f"{key:.0f} GPU-s attained")
