@@ -1,7 +1,7 @@
 """Benchmark: one agent cycle on a large generated snapshot, and the agent's memory.
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
-        [--profile P] [--learned-agents]
+        [--profile P] [--learned-agents] [--varied-hosts]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -12,6 +12,10 @@ With ``--learned-agents`` (for a profile with the ``learned`` plugin) the plugin
 untrained checkpoint with one agent per generated partition, so every job is decided by a
 GNN agent (cost does not depend on the weights); without it the shipped demo checkpoint is
 used, whose partition has no counterpart here, so every job goes to the fallback heuristic.
+
+With ``--varied-hosts`` each node's hosts use a random (seeded) extra 0-16 CPUs and 0-100,000
+MiB of memory beyond their GPU jobs', as on a real cluster, so nodes alike in GPUs differ in
+free CPUs and memory (issue 17: this made almost every node its own class of alike nodes).
 """
 
 from __future__ import annotations
@@ -51,6 +55,17 @@ def pending_jobs(n: int, partitions: list[str], now: float, seed: int = 1) -> li
     return jobs
 
 
+def varied_hosts(snap: ClusterSnapshot, seed: int = 7) -> ClusterSnapshot:
+    """Each node's hosts use 0-16 more CPUs and 0-100,000 MiB more memory (capped at the
+    node's own), seeded."""
+    rng = random.Random(seed)
+    return replace(snap, nodes=tuple(
+        replace(n, alloc_cpus=min(n.cpus, n.alloc_cpus + rng.randint(0, 16)),
+                alloc_memory_mib=min(n.real_memory_mib,
+                                     n.alloc_memory_mib + rng.randint(0, 100_000)))
+        for n in snap.nodes))
+
+
 class FixedSource:
     def __init__(self, snap: ClusterSnapshot) -> None:
         self.snap = snap
@@ -67,6 +82,8 @@ def main() -> None:
     ap.add_argument("--profile", default="las-consolidate")
     ap.add_argument("--learned-agents", action="store_true",
                     help="an untrained checkpoint with an agent per partition")
+    ap.add_argument("--varied-hosts", action="store_true",
+                    help="random (seeded) extra CPU and memory use on each node")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -74,6 +91,8 @@ def main() -> None:
     rss_start = proc.memory_info().rss
 
     base = synthetic_snapshot(args.nodes, busy_fraction=0.5, seed=0)
+    if args.varied_hosts:
+        base = varied_hosts(base)
     now = time.time()
     partitions = [p.name for p in base.partitions]
     context = {}
@@ -98,6 +117,7 @@ def main() -> None:
         "nodes": args.nodes, "gpus": sum(n.gpu_count for n in snap.nodes),
         "running_jobs": len(base.jobs), "pending_jobs": args.pending,
         "profile": args.profile + (" (untrained agents)" if args.learned_agents else ""),
+        "varied_hosts": args.varied_hosts,
         "decisions_last_cycle": len(report.decisions),
         "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
         "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,

@@ -36,6 +36,7 @@ class PlacementState(Protocol):
     free_mem: list[int]
     dedupe_nodes: bool
     dedupe_colocation: bool
+    dedupe_host: bool            # free CPUs/memory part of a node's class (else a filter)
     largest_group_cap: int
 
     @property
@@ -53,7 +54,8 @@ class PlacementState(Protocol):
     def min_nodes(self, job: Job) -> int: ...
 
     def node_class_fits(self, job: Job, cap: Capacity, nodes: Sequence[int], need: int,
-                        cpus: int, mem: int) -> list[tuple[int, list[int]]] | None:
+                        cpus: int, mem: int, by_host: bool = True
+                        ) -> list[tuple[int, list[int]]] | None:
         """What ``single_node_fits`` returns with dedupe by resources alone (``cpus``,
         ``mem``: the per-node shares), from an index of node classes the state keeps up to
         date; None where it keeps none for this question (the caller scans the nodes)."""
@@ -121,14 +123,15 @@ def split_on_node(row: Sequence[int], gpus: int) -> tuple[tuple[int, int], ...] 
 
 def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
                         nodes: Sequence[int] | None = None,
-                        dedupe: tuple[bool, bool] | None = None) -> list[Candidate]:
+                        dedupe: tuple[bool, ...] | None = None) -> list[Candidate]:
     """Feasible placements of ``job`` on capacity ``cap`` (free GPUs per node and group).
 
     Bounded on purpose: one candidate per fitting GPU group, one multi-group split per node
     when no single group fits, and for multi-node jobs one packing per leaf switch plus one
     across leaves. Deterministic: node order, then group order. ``dedupe``: (one node per
-    class of alike nodes, co-located model types part of the class); default the state's
-    ``dedupe_nodes`` and ``dedupe_colocation``.
+    class of alike nodes, co-located model types part of the class[, free CPUs and memory
+    part of the class]); default the state's ``dedupe_nodes``, ``dedupe_colocation`` and
+    ``dedupe_host``.
     """
     total, per_node, count = job_shape(job)
     if total <= 0:
@@ -140,10 +143,11 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
     leaf_of = state.leaf_of
     if per_node == 0 or count == 1:
         need = total if per_node == 0 else per_node
-        alike, by_colocation = (dedupe if dedupe is not None
-                                else (state.dedupe_nodes, state.dedupe_colocation))
-        single = _single_node_candidates(job, state, cap, nodes, need, total, alike,
-                                         by_colocation)
+        if dedupe is None:
+            dedupe = (state.dedupe_nodes, state.dedupe_colocation, state.dedupe_host)
+        by_host = dedupe[2] if len(dedupe) > 2 else state.dedupe_host
+        single = _single_node_candidates(job, state, cap, nodes, need, total, dedupe[0],
+                                         dedupe[1], by_host)
         if single or per_node:
             return single
         return _flexible_multi_node(job, state, cap, nodes, total)
@@ -214,8 +218,8 @@ def has_candidate(job: Job, state: PlacementState, cap: Capacity) -> bool:
 
 
 def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequence[int],
-                     need: int, total: int, dedupe: bool, by_colocation: bool | None = None
-                     ) -> list[tuple[int, list[int]]]:
+                     need: int, total: int, dedupe: bool, by_colocation: bool | None = None,
+                     by_host: bool | None = None) -> list[tuple[int, list[int]]]:
     """The nodes of ``nodes`` (in order) that can take ``need`` of the job's ``total`` GPUs
     (free GPUs, CPUs and memory), each with its groups that hold all ``need`` (none: the node
     splits them over its groups, ``split_on_node``).
@@ -223,12 +227,15 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
     With ``dedupe``, nodes alike in free GPUs per group, free CPUs and memory, capacity (and
     co-located model types with ``by_colocation``, default ``state.dedupe_colocation``)
     score alike, so only the first of each such class (in node order, which also wins score
-    ties) is kept. Without co-location in the class, the state may answer from its index of
-    node classes (``PlacementState.node_class_fits``) instead of this scan."""
+    ties) is kept. Without ``by_host`` (default ``state.dedupe_host``) free CPUs and memory
+    are no part of the class, only a filter: each class keeps its first node that fits.
+    Without co-location in the class, the state may answer from its index of node classes
+    (``PlacementState.node_class_fits``) instead of this scan."""
     coloc = state.dedupe_colocation if by_colocation is None else by_colocation
+    host = state.dedupe_host if by_host is None else by_host
     cpus, mem = per_node_share(job.cpus, need, total), per_node_share(job.mem_mib, need, total)
     if dedupe and not coloc:
-        indexed = state.node_class_fits(job, cap, nodes, need, cpus, mem)
+        indexed = state.node_class_fits(job, cap, nodes, need, cpus, mem, host)
         if indexed is not None:
             return indexed
     out = []
@@ -240,8 +247,9 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
         if sum(row) < need or free_cpus[n] < cpus or free_mem[n] < mem:
             continue
         if dedupe:
-            key = (tuple(row), free_cpus[n], free_mem[n], infos[n].group_cap,
-                   infos[n].cpus, infos[n].mem_mib)
+            key = ((tuple(row), free_cpus[n], free_mem[n], infos[n].group_cap,
+                    infos[n].cpus, infos[n].mem_mib) if host
+                   else (tuple(row), infos[n].group_cap))
             if coloc:
                 key += (tuple(tuple(sorted(m)) for m in state.colocated[n]),)
             if key in seen:
@@ -275,10 +283,10 @@ def single_node_fit_arrays(job: Job, state: PlacementState, group_free: np.ndarr
 
 
 def _single_node_candidates(job, state, cap, nodes, need, total, alike: bool,
-                            by_colocation: bool) -> list[Candidate]:
+                            by_colocation: bool, by_host: bool = True) -> list[Candidate]:
     out = []
     for n, fitting in single_node_fits(job, state, cap, nodes, need, total, alike,
-                                       by_colocation):
+                                       by_colocation, by_host):
         if fitting:
             for g in fitting:
                 out.append(Candidate(allocs=((n, g, need),), nodes=(n,), groups=1, leaves=1))

@@ -1,6 +1,7 @@
 """The index of node classes (``policy/node_classes.py``, issue 17) answers single-node
 candidate generation exactly as the scan of the nodes does, through any sequence of the
-changes a cycle makes to its state: claims, backfill holds, preempted jobs' releases."""
+changes a cycle makes to its state: claims, backfill holds, preempted jobs' releases; with
+hosts' free CPUs and memory part of a class (fine) or only a filter (coarse)."""
 
 from __future__ import annotations
 
@@ -101,23 +102,28 @@ def _random_candidate(rng: random.Random, state: CycleState, spread: bool) -> Ca
 
 
 def _check(state: CycleState, jobs: list[Job]) -> int:
-    """Indexed and scanned answers agree for every job; returns how many the index gave."""
+    """Indexed and scanned answers agree for every job, with hosts' free CPUs and memory in
+    the class (fine) or only a filter (coarse); returns how many the index gave."""
     indexed = 0
     scan_cap = [row[:] for row in state.free]    # not ``state.free``: forces the scan
     for job in jobs:
         total, per_node, _ = job_shape(job)
         need = total if per_node == 0 else per_node
         nodes = state.allowed_nodes(job)
-        got = single_node_fits(job, state, state.free, nodes, need, total, True, False)
-        assert got == single_node_fits(job, state, scan_cap, nodes, need, total, True, False)
-        assert generate_candidates(job, state, state.free, dedupe=(True, False)) == \
-            generate_candidates(job, state, scan_cap, dedupe=(True, False))
-        from_index = state.node_class_fits(
-            job, state.free, nodes, need, per_node_share(job.cpus, need, total),
-            per_node_share(job.mem_mib, need, total)) is not None
-        if not job.required_nodes and not job.excluded_nodes:
-            assert from_index, "the index answers a job free of node constraints"
-        indexed += from_index
+        for host in (True, False):
+            got = single_node_fits(job, state, state.free, nodes, need, total, True, False,
+                                   host)
+            assert got == single_node_fits(job, state, scan_cap, nodes, need, total, True,
+                                           False, host)
+            flags = (True, False, host)
+            assert generate_candidates(job, state, state.free, dedupe=flags) == \
+                generate_candidates(job, state, scan_cap, dedupe=flags)
+            from_index = state.node_class_fits(
+                job, state.free, nodes, need, per_node_share(job.cpus, need, total),
+                per_node_share(job.mem_mib, need, total), host) is not None
+            if not job.required_nodes and not job.excluded_nodes:
+                assert from_index, "the index answers a job free of node constraints"
+            indexed += from_index
     return indexed
 
 
@@ -136,7 +142,8 @@ def test_index_matches_the_scan_through_any_cycle(rng, hand_built):
         event = rng.random()
         if event < 0.35:              # a job starts where the generator says
             job = rng.choice(jobs)
-            cands = generate_candidates(job, state, state.free, dedupe=(True, False))
+            cands = generate_candidates(job, state, state.free,
+                                        dedupe=(True, False, rng.random() < 0.5))
             if cands:
                 state.claim(job, rng.choice(cands))
         elif event < 0.55:            # any placement, multi-node ones too
@@ -150,8 +157,9 @@ def test_index_matches_the_scan_through_any_cycle(rng, hand_built):
         if rng.random() < 0.2:        # a what-if on other hosts leaves the index alone
             with state.hosts_as(state.free_cpus[:], state.free_mem[:]):
                 job = rng.choice(jobs)
-                assert state.node_class_fits(job, state.free, state.allowed_nodes(job),
-                                             1, 0, 0) is None
+                for host in (True, False):
+                    assert state.node_class_fits(job, state.free, state.allowed_nodes(job),
+                                                 1, 0, 0, host) is None
         indexed += _check(state, jobs)
     assert indexed >= 30
 

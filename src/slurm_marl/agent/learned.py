@@ -99,6 +99,7 @@ class LearnedPlacement:
     needs_colocation = True
     filters = True         # only the agent's own placement is feasible
     node_specific = True   # a group's score depends on its place in the topology
+    reads_host = True      # conservative; node_specific already keeps every node
 
     def __init__(self, observer, chooser: Callable | None, fallback: PlacePlugin,
                  fallback_key: str = DEFAULT_FALLBACK,

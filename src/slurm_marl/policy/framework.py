@@ -52,6 +52,9 @@ class Policy:
         # Plugins that score by node identity (not only resources) opt out of evaluating
         # one node per class of alike nodes.
         self._dedupe_nodes = not any(p.node_specific for p, _ in self.place)
+        # Hosts' free CPUs and memory are part of a node's class only when a plugin scores
+        # by them; otherwise alike-GPU nodes score alike and CPUs/memory only filter.
+        self._dedupe_host = any(p.reads_host for p, _ in self.place)
         # Plugins that hand some jobs to another plugin (the learned plugin's fallback):
         # candidates for such a job are generated as that plugin needs them.
         self._delegating = any(isinstance(p, Delegating) for p, _ in self.place)
@@ -108,6 +111,7 @@ class Policy:
         state = CycleState(snapshot, track_colocation=self._needs_colocation,
                            track_holders=profile.preemption)
         state.dedupe_nodes = self._dedupe_nodes
+        state.dedupe_host = self._dedupe_host
         # The actions: allocate (here), then for a job that cannot start, preemption, then
         # backfill (with its reservation) or a stop.
         preemption = (Preemption(self, snapshot.jobs, now, state) if profile.preemption
@@ -184,18 +188,20 @@ class Policy:
         feasible: the job would wait); ``state.view`` must be the free capacity."""
         return self.score(job, cands, state)[0]
 
-    def _dedupe_for(self, job: Job, state: CycleState) -> tuple[bool, bool]:
-        """(one node per class of alike nodes, co-located models part of the class) for
-        this job: no dedupe if a plugin deciding it needs node identity."""
+    def _dedupe_for(self, job: Job, state: CycleState) -> tuple[bool, bool, bool]:
+        """(one node per class of alike nodes, co-located models part of the class, hosts'
+        free CPUs and memory part of the class) for this job: no dedupe if a plugin
+        deciding it needs node identity."""
         if not self._delegating:
-            return state.dedupe_nodes, state.dedupe_colocation
+            return state.dedupe_nodes, state.dedupe_colocation, state.dedupe_host
         plugins = [p.plugin_for(job, state) if isinstance(p, Delegating) else p
                    for p, _ in self.place]
         return (not any(p.node_specific for p in plugins),
-                any(p.needs_colocation for p in plugins))
+                any(p.needs_colocation for p in plugins),
+                any(p.reads_host for p in plugins))
 
     def generate(self, job: Job, state: CycleState, cap,
-                 flags: tuple[bool, bool] | None = None) -> list[Candidate]:
+                 flags: tuple[bool, bool, bool] | None = None) -> list[Candidate]:
         """The job's candidates on capacity ``cap``, deduplicated as its plugins allow."""
         return generate_candidates(job, state, cap, dedupe=(
             self._dedupe_for(job, state) if flags is None else flags))

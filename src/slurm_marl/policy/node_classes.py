@@ -11,6 +11,11 @@ than the nodes (thousands), and gets exactly what the scan would have returned.
 The index reads the state's own ``free``, ``free_cpus`` and ``free_mem`` lists, which change
 only through ``CycleState.claim``, ``hold`` and ``release_running``: those call ``touch``
 with the nodes they changed.
+
+With a coarse key (no place plugin reads hosts' free CPUs or memory: ``dedupe_host`` off),
+a class is only (free GPUs per group, their sum, GPUs per group), and free CPUs and memory
+are a filter: per class, the first node (in node order) with the GPUs, CPUs and memory the
+job needs. Hosts whose CPU and memory use differ would otherwise make every node a class.
 """
 
 from __future__ import annotations
@@ -30,31 +35,34 @@ class NodeClasses:
                  infos: Sequence) -> None:
         self.free, self.free_cpus, self.free_mem = free, free_cpus, free_mem
         self._infos = infos
-        # id(pool tuple) -> (pool, class -> nodes ascending, node -> its class)
-        self._pools: dict[int, tuple[tuple[int, ...], dict[tuple, list[int]],
-                                     dict[int, tuple]]] = {}
+        # (id(pool tuple), coarse) -> (pool, coarse, class -> nodes ascending, node -> class)
+        self._pools: dict[tuple[int, bool], tuple[tuple[int, ...], bool,
+                                                  dict[tuple, list[int]], dict[int, tuple]]] = {}
         # id(allowed tuple) -> (that tuple, its nodes as a set): a pool minus a few nodes
         self._subsets: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}
 
-    def _key(self, n: int) -> tuple:
-        """Node ``n``'s class: (free GPUs per group, their sum, free CPUs, free memory, GPUs
-        per group, CPUs, memory), the scan's dedupe key plus the sum."""
+    def _key(self, n: int, coarse: bool) -> tuple:
+        """Node ``n``'s class: (free GPUs per group, their sum, GPUs per group) coarse, else
+        (free GPUs per group, their sum, free CPUs, free memory, GPUs per group, CPUs,
+        memory): the scan's dedupe key plus the sum."""
         row = self.free[n]
         info = self._infos[n]
+        if coarse:
+            return (tuple(row), sum(row), info.group_cap)
         return (tuple(row), sum(row), self.free_cpus[n], self.free_mem[n], info.group_cap,
                 info.cpus, info.mem_mib)
 
-    def _pool(self, pool: tuple[int, ...]):
-        hit = self._pools.get(id(pool))
+    def _pool(self, pool: tuple[int, ...], coarse: bool):
+        hit = self._pools.get((id(pool), coarse))
         if hit is not None and hit[0] is pool:
             return hit
         classes: dict[tuple, list[int]] = {}
         class_of: dict[int, tuple] = {}
         for n in pool:                       # ascending, so each class's list is too
-            key = self._key(n)
+            key = self._key(n, coarse)
             class_of[n] = key
             classes.setdefault(key, []).append(n)
-        entry = self._pools[id(pool)] = (pool, classes, class_of)
+        entry = self._pools[(id(pool), coarse)] = (pool, coarse, classes, class_of)
         return entry
 
     def touch(self, nodes) -> None:
@@ -62,13 +70,14 @@ class NodeClasses:
         if not self._pools:
             return
         for n in nodes:
-            key = None
-            for _, classes, class_of in self._pools.values():
+            keys: dict[bool, tuple] = {}
+            for _, coarse, classes, class_of in self._pools.values():
                 old = class_of.get(n)
                 if old is None:
                     continue
+                key = keys.get(coarse)
                 if key is None:
-                    key = self._key(n)
+                    key = keys[coarse] = self._key(n, coarse)
                 if key == old:
                     continue
                 members = classes[old]
@@ -79,12 +88,13 @@ class NodeClasses:
                 class_of[n] = key
 
     def fits(self, pool: tuple[int, ...], nodes: tuple[int, ...], need: int, cpus: int,
-             mem: int) -> list[tuple[int, list[int]]] | None:
+             mem: int, coarse: bool = False) -> list[tuple[int, list[int]]] | None:
         """``single_node_fits`` (dedupe by resources) over ``nodes``, ascending, which are
         ``pool`` or a subset of it: per class with ``need`` GPUs, ``cpus`` CPUs and ``mem``
         memory free, its first node in ``nodes`` and the groups holding all ``need``; in
-        node order. None when ``nodes`` is a small part of ``pool`` (scanning it is
-        cheaper)."""
+        node order. ``coarse``: classes by GPUs alone, each giving its first node in
+        ``nodes`` with ``cpus`` and ``mem`` free. None when ``nodes`` is a small part of
+        ``pool`` (scanning it is cheaper)."""
         allowed = None
         if nodes is not pool:
             if 2 * len(nodes) < len(pool):
@@ -94,7 +104,22 @@ class NodeClasses:
                 hit = self._subsets[id(nodes)] = (nodes, frozenset(nodes))
             allowed = hit[1]
         out = []
-        for key, members in self._pool(pool)[1].items():
+        classes = self._pool(pool, coarse)[2]
+        if coarse:
+            fc, fm = self.free_cpus, self.free_mem
+            for key, members in classes.items():
+                if key[1] < need:
+                    continue
+                if allowed is None:
+                    first = next((n for n in members if fc[n] >= cpus and fm[n] >= mem), None)
+                else:
+                    first = next((n for n in members
+                                  if n in allowed and fc[n] >= cpus and fm[n] >= mem), None)
+                if first is not None:
+                    out.append((first, [g for g, free in enumerate(key[0]) if free >= need]))
+            out.sort(key=_first)
+            return out
+        for key, members in classes.items():
             if key[1] < need or key[2] < cpus or key[3] < mem:
                 continue
             if allowed is None:

@@ -55,7 +55,7 @@ class CycleAwareOrder(Protocol):
 
 @runtime_checkable
 class PlacePlugin(Protocol):
-    """Every place plugin declares the three flags (class attributes) and the two methods.
+    """Every place plugin declares the four flags (class attributes) and the two methods.
     The capacity being judged is ``state.view``: the free GPUs, or a tentative overlay
     while the framework asks a what-if question (``state.what_if``: planning a
     reservation, choosing preemption victims)."""
@@ -66,6 +66,9 @@ class PlacePlugin(Protocol):
     node_specific: bool      # scores depend on a node's identity, not only its resources,
     #                          so the framework must not offer one node per class of alike
     #                          nodes
+    reads_host: bool         # feasible()/score() read hosts' free CPUs or memory (or their
+    #                          sizes), so those are part of a class of alike nodes; else
+    #                          they only filter (the first fitting node of a class is kept)
 
     def feasible(self, job: Job, cand: "Candidate", state: "CycleState") -> bool:
         """Extra filtering on top of the framework's (free GPUs, CPUs, memory, partition)."""

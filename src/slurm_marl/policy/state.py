@@ -140,6 +140,8 @@ class CycleState:
         # co-located model types are part of a node's class when a plugin reads them.
         self.dedupe_nodes = True
         self.dedupe_colocation = track_colocation
+        # Free CPUs and memory part of a node's class (a plugin reads them), else a filter.
+        self.dedupe_host = True
         # Built on first use (see ``_ensure_running_index``): (node, group) -> model types of
         # jobs there; leaf -> model types of multi-node jobs; (node, group) -> [(job_id,
         # GPUs)] of running jobs, for choosing preemption victims.
@@ -298,19 +300,21 @@ class CycleState:
         self._min_nodes[memo_key] = max(1, used)
         return max(1, used)
 
-    def node_class_fits(self, job: Job, cap, nodes, need: int, cpus: int, mem: int
-                        ) -> list[tuple[int, list[int]]] | None:
+    def node_class_fits(self, job: Job, cap, nodes, need: int, cpus: int, mem: int,
+                        by_host: bool = True) -> list[tuple[int, list[int]]] | None:
         """``single_node_fits`` deduplicated by resources (not co-location), from the
         index of node classes (``node_classes``) rather than a scan of the nodes; None where
         the index does not answer: a what-if capacity (an overlay, a job's GPU type) or
-        hosts (``hosts_as``), or nodes other than the job's allowed ones."""
+        hosts (``hosts_as``), or nodes other than the job's allowed ones. Without
+        ``by_host``, classes by GPUs alone with free CPUs and memory as a filter."""
         if cap is not self.free:
             return None
         classes = self._classes
         if (self.free_cpus is not classes.free_cpus or self.free_mem is not classes.free_mem
                 or nodes is not self.allowed_nodes(job)):
             return None
-        return classes.fits(self._allowed_nodes(job.partition), nodes, need, cpus, mem)
+        return classes.fits(self._allowed_nodes(job.partition), nodes, need, cpus, mem,
+                            coarse=not by_host)
 
     # -- claims --------------------------------------------------------------------------
     def fits_host(self, job: Job, node: int, gpus_here: int, gpus_total: int) -> bool:

@@ -40,6 +40,7 @@ class Binpack:
     key = KEY
     needs_colocation = False
     node_specific = False
+    reads_host = True
     filters = False
 
     def __init__(self, alignment_weight: float = 0.5) -> None:

@@ -34,6 +34,7 @@ class Consolidate:
     key = KEY
     needs_colocation = False
     node_specific = False
+    reads_host = False
     filters = False
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:

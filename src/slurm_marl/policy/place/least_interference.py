@@ -41,6 +41,7 @@ class LeastInterference:
     key = KEY
     needs_colocation = True
     node_specific = False
+    reads_host = False
 
     def __init__(self, estimator: InterferenceEstimator, defer_below: float = 0.0,
                  include_neighbours: bool = True) -> None:

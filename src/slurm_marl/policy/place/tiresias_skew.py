@@ -29,6 +29,7 @@ class TiresiasSkew:
     key = KEY
     needs_colocation = False
     node_specific = False
+    reads_host = False
     filters = True
 
     def __init__(self, sensitive: frozenset[str]) -> None:
