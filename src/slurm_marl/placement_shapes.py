@@ -217,6 +217,16 @@ def has_candidate(job: Job, state: PlacementState, cap: Capacity) -> bool:
     return bool(generate_candidates(job, state, cap, nodes))
 
 
+def node_class(row: Sequence[int], free_cpus: int, free_mem: int, info, by_host: bool
+               ) -> tuple:
+    """Which nodes single-node candidates treat as alike (they score alike, so one per class
+    is kept): (free GPUs per group, their sum, GPUs per group) and, where hosts count
+    (``by_host``), (free CPUs, free memory, CPUs, memory). The scan below and the cycle
+    state's index of node classes both use it."""
+    base = (tuple(row), sum(row), info.group_cap)
+    return base + (free_cpus, free_mem, info.cpus, info.mem_mib) if by_host else base
+
+
 def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequence[int],
                      need: int, total: int, dedupe: bool, by_colocation: bool | None = None,
                      by_host: bool | None = None) -> list[tuple[int, list[int]]]:
@@ -247,9 +257,7 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
         if sum(row) < need or free_cpus[n] < cpus or free_mem[n] < mem:
             continue
         if dedupe:
-            key = ((tuple(row), free_cpus[n], free_mem[n], infos[n].group_cap,
-                    infos[n].cpus, infos[n].mem_mib) if host
-                   else (tuple(row), infos[n].group_cap))
+            key = node_class(row, free_cpus[n], free_mem[n], infos[n], host)
             if coloc:
                 key += (tuple(tuple(sorted(m)) for m in state.colocated[n]),)
             if key in seen:

@@ -24,6 +24,8 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 from operator import itemgetter
 
+from slurm_marl.placement_shapes import node_class
+
 _first = itemgetter(0)
 
 
@@ -42,15 +44,9 @@ class NodeClasses:
         self._subsets: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}
 
     def _key(self, n: int, coarse: bool) -> tuple:
-        """Node ``n``'s class: (free GPUs per group, their sum, GPUs per group) coarse, else
-        (free GPUs per group, their sum, free CPUs, free memory, GPUs per group, CPUs,
-        memory): the scan's dedupe key plus the sum."""
-        row = self.free[n]
-        info = self._infos[n]
-        if coarse:
-            return (tuple(row), sum(row), info.group_cap)
-        return (tuple(row), sum(row), self.free_cpus[n], self.free_mem[n], info.group_cap,
-                info.cpus, info.mem_mib)
+        """Node ``n``'s class (``placement_shapes.node_class``; coarse: without hosts)."""
+        return node_class(self.free[n], self.free_cpus[n], self.free_mem[n], self._infos[n],
+                          not coarse)
 
     def _pool(self, pool: tuple[int, ...], coarse: bool):
         hit = self._pools.get((id(pool), coarse))
@@ -104,28 +100,16 @@ class NodeClasses:
                 hit = self._subsets[id(nodes)] = (nodes, frozenset(nodes))
             allowed = hit[1]
         out = []
-        classes = self._pool(pool, coarse)[2]
-        if coarse:
-            fc, fm = self.free_cpus, self.free_mem
-            for key, members in classes.items():
-                if key[1] < need:
-                    continue
-                if allowed is None:
-                    first = next((n for n in members if fc[n] >= cpus and fm[n] >= mem), None)
-                else:
-                    first = next((n for n in members
-                                  if n in allowed and fc[n] >= cpus and fm[n] >= mem), None)
-                if first is not None:
-                    out.append((first, [g for g, free in enumerate(key[0]) if free >= need]))
-            out.sort(key=_first)
-            return out
-        for key, members in classes.items():
-            if key[1] < need or key[2] < cpus or key[3] < mem:
+        fc, fm = self.free_cpus, self.free_mem
+        for key, members in self._pool(pool, coarse)[2].items():
+            # key: (free per group, free GPUs, group sizes[, free CPUs, free memory, ...])
+            if key[1] < need or (not coarse and (key[3] < cpus or key[4] < mem)):
                 continue
-            if allowed is None:
+            if allowed is None and not coarse:
                 first = members[0]
-            else:
-                first = next((n for n in members if n in allowed), None)
+            else:   # the first member allowed and (coarse) with the CPUs and memory
+                first = next((n for n in members if (allowed is None or n in allowed)
+                              and (not coarse or (fc[n] >= cpus and fm[n] >= mem))), None)
                 if first is None:
                     continue
             out.append((first, [g for g, free in enumerate(key[0]) if free >= need]))

@@ -143,7 +143,7 @@ class Simulator:
             else:
                 jobs.append(with_attained(
                     obj, j.attained_base_gpu_s + j.num_gpus * (now - j.stint_start_s),
-                    None if j.predicted_gpu_s is None else j.progress_gpu_s(now)))
+                    j.progress_shown(now)))
         return ClusterSnapshot(time_s=now, nodes=self.snapshot_nodes, jobs=tuple(jobs),
                                partitions=self.cluster.partitions,
                                switches=self.cluster.switches)

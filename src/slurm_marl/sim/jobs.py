@@ -80,6 +80,10 @@ class SimJob:
             done += self.speed * max(0.0, now - self.seg_start_s)
         return done * self.num_gpus
 
+    def progress_shown(self, now: float) -> float | None:
+        """The progress a policy sees: only a job with a prediction carries it."""
+        return None if self.predicted_gpu_s is None else self.progress_gpu_s(now)
+
     @property
     def remaining_work_s(self) -> float:
         return self.duration_s + self.extra_work_s - self.work_done_s
@@ -197,8 +201,7 @@ def domain_job(j: SimJob, now: float, sim_nodes: Sequence[Node]) -> Job:
     ``sim_nodes`` are the simulator's nodes, by index)."""
     if j.job_obj is not None:
         if j.state == "running":
-            return with_attained(j.job_obj, j.attained(now),
-                                 None if j.predicted_gpu_s is None else j.progress_gpu_s(now))
+            return with_attained(j.job_obj, j.attained(now), j.progress_shown(now))
         return j.job_obj
     running = j.state == "running"
     gpu_alloc = ()
@@ -220,6 +223,6 @@ def domain_job(j: SimJob, now: float, sim_nodes: Sequence[Node]) -> Job:
               last_run_s=j.last_run_s, queue_since_s=j.queue_since_s,
               preemptions=j.preemptions, model_type=j.model_type,
               duration_s=j.duration_s, predicted_gpu_s=j.predicted_gpu_s,
-              progress_gpu_s=(None if j.predicted_gpu_s is None else j.progress_gpu_s(now)))
+              progress_gpu_s=j.progress_shown(now))
     j.job_obj = obj
     return obj

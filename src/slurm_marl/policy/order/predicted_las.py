@@ -68,11 +68,15 @@ def expected_remaining_gpu_s(predicted_gpu_s: float | None, attained_gpu_s: floa
     """(the key, whether it comes from the prediction): predicted remaining GPU-time while
     the job is within its prediction (measured against its progress where known, else its
     attained service), else its attained service."""
-    attained = max(0.0, attained_gpu_s)
-    done = attained if progress_gpu_s is None else max(0.0, progress_gpu_s)
+    done = work_done(attained_gpu_s, progress_gpu_s)
     if predicted_gpu_s is not None and done < predicted_gpu_s:
         return predicted_gpu_s - done, True
-    return attained, False
+    return max(0.0, attained_gpu_s), False
+
+
+def work_done(attained_gpu_s: float, progress_gpu_s: float | None) -> float:
+    """What a prediction is measured against: progress where known, else attained."""
+    return max(0.0, attained_gpu_s if progress_gpu_s is None else progress_gpu_s)
 
 
 def gittins_key(sizes: tuple[float, ...], attained: float) -> float | None:
@@ -99,8 +103,7 @@ def gittins_key(sizes: tuple[float, ...], attained: float) -> float | None:
 
 
 def _done(job: Job) -> float:
-    """The job's work done, against which its prediction is measured."""
-    return max(0.0, job.attained_gpu_s if job.progress_gpu_s is None else job.progress_gpu_s)
+    return work_done(job.attained_gpu_s, job.progress_gpu_s)
 
 
 class PredictedLas:
