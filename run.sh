@@ -2,8 +2,9 @@
 # slurm-marl's two entry points, for a fresh Debian 12 machine (run as root, or with sudo):
 #   bash run.sh demo   the main job: a real local Slurm cluster + the agent on a real trace
 #   bash run.sh test   the whole test suite (real Slurm daemons included)
-# Both install what they need first: Debian packages (Slurm 22.05, munge, hwloc) and a
-# virtualenv with the pinned Python dependencies. Re-runs skip what is already there.
+# Both install what they need first: Debian packages (Slurm 22.05, munge, slurmdbd and
+# MariaDB for accounting, hwloc) and a virtualenv with the pinned Python dependencies.
+# Re-runs skip what is already there.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${SLURM_MARL_VENV:-.venv}
@@ -12,7 +13,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 install_system() {
   local need=()
-  for bin in slurmctld slurmd sbatch munged lstopo-no-graphics systemd-analyze; do
+  for bin in slurmctld slurmd sbatch munged slurmdbd mariadbd lstopo-no-graphics systemd-analyze; do
     PATH="$PATH:/usr/sbin:/sbin" command -v "$bin" >/dev/null 2>&1 || need+=("$bin")
   done
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
@@ -20,7 +21,8 @@ install_system() {
     echo "installing Debian packages (missing: ${need[*]})" >&2
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      slurmctld slurmd slurm-client munge hwloc-nox systemd python3 python3-venv python3-dev \
+      slurmctld slurmd slurm-client munge slurmdbd mariadb-server hwloc-nox systemd \
+      python3 python3-venv python3-dev \
       >/dev/null
   fi
 }

@@ -75,12 +75,13 @@ class SlurmRunner:
     """
 
     def __init__(self, slurm_conf: str | Path | None = None, timeout_s: float = 30.0,
-                 bin_dir: str | Path | None = None) -> None:
+                 bin_dir: str | Path | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.slurm_conf = str(slurm_conf) if slurm_conf else os.environ.get("SLURM_CONF")
         self.timeout_s = timeout_s
         self.bin_dir = Path(bin_dir) if bin_dir else None
         self.calls = 0
-        env = dict(os.environ)
+        env = dict(os.environ, **(extra_env or {}))
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         else:

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurm_marl.slurm_text import collapse_hosts
+from slurm_marl.testcluster import accounting as acct
 from slurm_marl.testcluster.processes import alive, end_processes, kill_strays
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ class ClusterSpec:
     # Slurm's credential lifetime, which is also how long a requeued job waits before it
     # may start again (Slurm's default: 120 s).
     cred_expire_s: int | None = None
+    # slurmdbd + a private MariaDB on loopback, so sacct and fair-share work
+    accounting: bool = False
 
     @property
     def node_names(self) -> list[str]:
@@ -70,28 +73,32 @@ class ClusterSpec:
         return {f"leaf{k // per + 1}": names[k:k + per] for k in range(0, len(names), per)}
 
 
-def missing_binaries() -> list[str]:
+def missing_binaries(accounting: bool = False) -> list[str]:
     paths = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    return [b for b in REQUIRED_BINARIES if shutil.which(b, path=paths) is None]
+    missing = [b for b in REQUIRED_BINARIES if shutil.which(b, path=paths) is None]
+    return missing + (acct.missing_binaries() if accounting else [])
 
 
-def ensure_installed() -> None:
-    """Install Debian's Slurm and munge if they are missing (idempotent; needs root)."""
-    if not missing_binaries():
+def ensure_installed(accounting: bool = False) -> None:
+    """Install Debian's Slurm and munge (and slurmdbd + MariaDB for ``accounting``) if they
+    are missing (idempotent; needs root)."""
+    missing = missing_binaries(accounting)
+    if not missing:
         return
+    packages = APT_PACKAGES + (acct.APT_PACKAGES if accounting else ())
     if os.geteuid() != 0:
         raise HarnessError(
-            f"Slurm binaries missing ({', '.join(missing_binaries())}) and not root: run "
-            f"`apt-get install -y --no-install-recommends {' '.join(APT_PACKAGES)}`")
+            f"Slurm binaries missing ({', '.join(missing)}) and not root: run "
+            f"`apt-get install -y --no-install-recommends {' '.join(packages)}`")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    log.info("installing %s with apt-get", " ".join(APT_PACKAGES))
+    log.info("installing %s with apt-get", " ".join(packages))
     for cmd in (["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *APT_PACKAGES]):
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise HarnessError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-2000:]}")
-    if missing_binaries():
-        raise HarnessError(f"still missing after apt-get: {missing_binaries()}")
+    if missing_binaries(accounting):
+        raise HarnessError(f"still missing after apt-get: {missing_binaries(accounting)}")
 
 
 def free_ports(count: int) -> list[int]:
@@ -110,8 +117,10 @@ def free_ports(count: int) -> list[int]:
 
 
 def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: list[int],
-                   hostname: str) -> dict[str, str]:
-    """The text of slurm.conf, gres.conf and topology.conf for ``spec`` under ``root``."""
+                   hostname: str, acct_ports: acct.AccountingPorts | None = None
+                   ) -> dict[str, str]:
+    """The text of slurm.conf, gres.conf and topology.conf for ``spec`` under ``root``
+    (accounting through slurmdbd on ``acct_ports`` when given)."""
     gres_types = ",".join(f"gpu:s{s}:{spec.gpus_per_socket}" for s in range(spec.sockets))
     lines = [
         "# written by slurm-marl's local cluster harness",
@@ -136,8 +145,9 @@ def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: li
         "MailProg=/bin/true",
         "ProctrackType=proctrack/pgid",
         "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
+        *(acct.slurm_conf_lines(root, acct_ports) if acct_ports else
+          ["JobAcctGatherType=jobacct_gather/none",
+           "AccountingStorageType=accounting_storage/none"]),
         "MpiDefault=none",
         "SchedulerType=sched/backfill",
         f"SchedulerParameters=sched_interval={spec.sched_interval_s},"
@@ -197,6 +207,12 @@ class LocalCluster:
     ctld_port: int = 0
     node_ports: list[int] = field(default_factory=list)
     _owns_root: bool = False
+    # [mariadb, slurmdbd] ports when the spec asks for accounting
+    acct_ports: list[int] = field(default_factory=list)
+
+    @property
+    def accounting_ports(self) -> acct.AccountingPorts | None:
+        return acct.AccountingPorts(*self.acct_ports) if self.acct_ports else None
 
     @property
     def slurm_conf(self) -> Path:
@@ -219,7 +235,7 @@ class LocalCluster:
 
     # ---- bring-up ----------------------------------------------------------------------
     def up(self, timeout_s: float = 60.0) -> "LocalCluster":
-        ensure_installed()
+        ensure_installed(self.spec.accounting)
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="slurm-marl-cluster-"))
             self._owns_root = True
@@ -227,13 +243,17 @@ class LocalCluster:
         for sub in ("etc", "state", "spool", "run", "log", "dev", "munge", "out"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
-        ports = free_ports(1 + self.spec.nodes)
-        self.ctld_port, self.node_ports = ports[0], ports[1:]
+        extra = 2 if self.spec.accounting else 0
+        ports = free_ports(1 + self.spec.nodes + extra)
+        self.ctld_port, self.node_ports = ports[0], ports[1:1 + self.spec.nodes]
+        self.acct_ports = ports[1 + self.spec.nodes:]
         self._write_files()
         self._save_state()
         started = time.monotonic()
         try:
             self._start_munge()
+            if self.spec.accounting:
+                self._start_accounting(timeout_s)
             self._run_daemon(["slurmctld", "-i"], "slurmctld")
             self._wait_for(lambda: self._ping_ctld(), timeout_s, "slurmctld to answer")
             for name in self.spec.node_names:
@@ -248,7 +268,7 @@ class LocalCluster:
     def _write_files(self) -> None:
         assert self.root is not None
         confs = render_configs(self.spec, self.root, self.ctld_port, self.node_ports,
-                               socket.gethostname())
+                               socket.gethostname(), self.accounting_ports)
         for name, text in confs.items():
             (self.root / "etc" / name).write_text(text)
         if self.spec.job_submit_lua:
@@ -273,6 +293,35 @@ class LocalCluster:
                f"--seed-file={self.root}/munge/munged.seed"]
         self._run_daemon(cmd, "munged")
         self._wait_for(lambda: (self.root / "munge" / "munge.sock").exists(), 10, "munged socket")
+
+    def _start_accounting(self, timeout_s: float) -> None:
+        """MariaDB (which stays in the foreground: started in its own session, its output
+        in its log) on loopback, slurmdbd's user, slurmdbd.conf, then slurmdbd."""
+        assert self.root is not None and self.accounting_ports is not None
+        ports = self.accounting_ports
+        try:
+            acct.install_db(self.root, self.env)
+        except RuntimeError as exc:
+            raise HarnessError(str(exc)) from None
+        with open(self.root / "log" / "mariadb.out", "ab") as out:
+            subprocess.Popen(acct.mariadb_argv(self.root, ports.mariadb), env=self.env,
+                             stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             start_new_session=True)
+        sock = self.root / "mysql" / "mysql.sock"
+        self._wait_for(lambda: sock.exists() and (self.root / "run" / "mariadb.pid").exists(),
+                       timeout_s, "MariaDB to listen", log_label="mariadb")
+        try:
+            password = acct.create_db_user(self.root, self.env)
+        except RuntimeError as exc:
+            raise HarnessError(f"{exc}\n{self._log_tail('mariadb')}") from None
+        acct.write_slurmdbd_conf(self.root, ports, password)
+        self._run_daemon(["slurmdbd"], "slurmdbd")
+        self._wait_for(self._dbd_answers, timeout_s, "slurmdbd to answer", log_label="slurmdbd")
+
+    def _dbd_answers(self) -> bool:
+        proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
+                              env=self.env, capture_output=True, text=True, timeout=10)
+        return proc.returncode == 0
 
     def _run_daemon(self, cmd: list[str], label: str) -> None:
         proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
@@ -302,7 +351,8 @@ class LocalCluster:
         return (set(states) == set(self.spec.node_names)
                 and all(s in ("idle", "mix", "alloc") for s in states.values()))
 
-    def _wait_for(self, check, timeout_s: float, what: str) -> None:
+    def _wait_for(self, check, timeout_s: float, what: str,
+                  log_label: str = "slurmctld") -> None:
         deadline = time.monotonic() + timeout_s
         delay = 0.05
         while time.monotonic() < deadline:
@@ -314,13 +364,14 @@ class LocalCluster:
             time.sleep(delay)
             delay = min(0.5, delay * 1.5)
         raise HarnessError(f"timed out after {timeout_s:.0f} s waiting for {what}\n"
-                           f"{self._log_tail('slurmctld')}")
+                           f"{self._log_tail(log_label)}")
 
     # ---- state, status, teardown --------------------------------------------------------
     def _save_state(self) -> None:
         assert self.root is not None
         data = {"spec": asdict(self.spec), "root": str(self.root), "ctld_port": self.ctld_port,
-                "node_ports": self.node_ports, "owns_root": self._owns_root}
+                "node_ports": self.node_ports, "owns_root": self._owns_root,
+                "acct_ports": self.acct_ports}
         (self.root / STATE_FILE).write_text(json.dumps(data, indent=2))
 
     @classmethod
@@ -335,7 +386,8 @@ class LocalCluster:
             (n, tuple(i)) for n, i in spec_data.get("extra_partitions", ()))
         return cls(spec=ClusterSpec(**spec_data), root=Path(data["root"]),
                    ctld_port=data["ctld_port"], node_ports=data["node_ports"],
-                   _owns_root=data.get("owns_root", False))
+                   _owns_root=data.get("owns_root", False),
+                   acct_ports=data.get("acct_ports", []))
 
     def pids(self) -> dict[str, int]:
         """Daemons of this cluster that are alive now, from the pid files it wrote."""
@@ -389,8 +441,9 @@ class LocalCluster:
         self._wait_for(self._ping_ctld, timeout_s, "slurmctld to answer")
 
     def down(self, remove: bool | None = None) -> None:
-        """Stop slurmd first, then slurmctld, then munged (stopping the controller first
-        makes slurmd linger 10 s+). Removes the folder if this object created it."""
+        """Stop slurmd first, then slurmctld, slurmdbd, MariaDB, munged (stopping the
+        controller first makes slurmd linger 10 s+). Removes the folder if this object
+        created it."""
         if self.root is None or not self.root.exists():
             return
         pids = self.pids()
@@ -398,6 +451,8 @@ class LocalCluster:
             self._cancel_all_jobs()
         for group in ([p for k, p in pids.items() if k.startswith("slurmd")],
                       [p for k, p in pids.items() if k == "slurmctld"],
+                      [p for k, p in pids.items() if k == "slurmdbd"],
+                      [p for k, p in pids.items() if k == "mariadb"],
                       [p for k, p in pids.items() if k == "munged"]):
             end_processes(group, timeout_s=15.0)
         # Job steps left behind: slurmstepd and job scripts working under this folder.
