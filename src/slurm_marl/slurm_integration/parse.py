@@ -1,35 +1,30 @@
-"""Slurm 22.05 client output -> domain values. Pure functions, tested on recorded output.
+"""Slurm client output -> domain values. Pure functions, tested on recorded output of Slurm
+22.05, 24.11 and 26.05 (tests/data/slurm).
 
-One strange job or node never spoils a snapshot: it is converted as far as possible, and
-what could not be read is returned as a problem string for the caller to log.
+Jobs are read here; nodes, partitions and switches in ``parse_nodes`` (re-exported), the
+version layouts in ``parse_layout``. One strange job or node never spoils a snapshot: it is
+converted as far as possible, and what could not be read is returned as a problem string for
+the caller to log. An answer in a layout this layer does not know, or one whose every entry
+is unreadable, is refused with ``SlurmOutputError`` instead of read as an empty cluster.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from slurm_marl.domain import GpuGroup, Job, JobState, Node, Partition, Switch
+from slurm_marl.domain import Job, JobState
+from slurm_marl.slurm_gres import parse_gpu_request, parse_gres_indices, single_type, total_gpus
+from slurm_marl.slurm_integration.parse_layout import Layout, job_state_text, layout_of, num
+from slurm_marl.slurm_integration.parse_nodes import (gpu_groups_from_gres, node_from_json,
+                                                      nodes_from_scontrol, nodes_from_sinfo,
+                                                      partitions_from_scontrol,
+                                                      switches_from_scontrol)
 from slurm_marl.slurm_integration.runner import SlurmOutputError
-from slurm_marl.slurm_gres import (parse_gpu_request, parse_gres_indices, parse_node_gres,
-                                   single_type, total_gpus)
-from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, parse_kv_line,
-                                   parse_switch_line, parse_time_limit_s)
+from slurm_marl.slurm_text import SlurmTextError, expand_host_field
 
+__all__ = ["Layout", "gpu_groups_from_gres", "job_from_json", "job_state", "jobs_from_squeue",
+           "layout_of", "node_from_json", "nodes_from_scontrol", "nodes_from_sinfo", "num",
+           "partitions_from_scontrol", "switches_from_scontrol", "unmodelable_reason"]
 
-def num(value: Any, default: float | None = None) -> float | None:
-    """A number from 22.05 JSON; later openapi versions wrap it as {set, infinite, number}."""
-    if isinstance(value, dict):
-        if value.get("infinite"):
-            return default
-        if not value.get("set", True):
-            return default
-        value = value.get("number")
-    if value is None or isinstance(value, bool):
-        return default
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return default
+SQUEUE = "squeue --json"
 
 
 # ---------------------------------------------------------------------------------------
@@ -61,7 +56,9 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
     left_to_slurm = unmodelable_reason(raw, array_job_id, per_node, per_job, bool(p1 or p2))
 
     nodes = hosts("nodes")
-    state = JobState.parse(str(raw.get("job_state", "")))
+    state, problem = job_state(raw.get("job_state", ""))
+    if problem:
+        problems.append(f"job {jid}: {problem}")
     gpu_alloc: tuple[tuple[str, tuple[int, ...]], ...] = ()
     details = raw.get("gres_detail") or []
     if nodes and details:
@@ -150,7 +147,24 @@ def unmodelable_reason(raw: dict, array_job_id: int, per_node, per_job,
     return ""
 
 
+def job_state(value: object) -> tuple[JobState, str | None]:
+    """The job's state as 22.05 shows it: its one word there; from the later list of base
+    state and flags, the flag 22.05 would have printed (a requeued job still cleaning up,
+    ``["PENDING", "COMPLETING"]``, is COMPLETING as on 22.05), else the base state.
+    A value holding no Slurm state word is OTHER, with a problem."""
+    text = job_state_text(value)
+    if text is None:
+        fallback = value if isinstance(value, str) else ""
+        return (JobState.parse(fallback),
+                f"state {value!r:.60} is no Slurm job state; read as OTHER")
+    return JobState.parse(text), None
+
+
 def jobs_from_squeue(data: dict) -> tuple[list[Job], list[str]]:
+    """Jobs of ``squeue --json`` (22.05: also finished ones; later versions list those only
+    with ``--states=all``). Refused: an unknown layout, a 'jobs' that is not a list, and a
+    non-empty list none of whose jobs has a readable id or state."""
+    layout_of(data, SQUEUE)
     jobs, problems = [], []
     raws = data.get("jobs") or []
     if not isinstance(raws, list):
@@ -168,132 +182,13 @@ def jobs_from_squeue(data: dict) -> tuple[list[Job], list[str]]:
         problems.extend(probs)
         if job is not None:
             jobs.append(job)
+    if raws and not any(isinstance(r, dict) and job_state_text(r.get("job_state")) is not None
+                        for r in raws):
+        raise SlurmOutputError(SQUEUE.split(), 0, (
+            f"none of {len(raws)} jobs has a Slurm job state (unknown layout?): "
+            f"{'; '.join(problems[:3])}"))
+    if raws and not jobs:
+        raise SlurmOutputError(SQUEUE.split(), 0, (
+            f"{len(raws)} job records but none readable (unknown layout?): "
+            f"{'; '.join(problems[:3])}"))
     return jobs, problems
-
-
-# ---------------------------------------------------------------------------------------
-# nodes
-
-
-def gpu_groups_from_gres(gres: str | None, cores_per_socket: int
-                         ) -> tuple[tuple[GpuGroup, ...], str | None]:
-    """GPU groups of a node from its configured GRES, indices in Slurm's order.
-
-    Each typed entry bound to one socket (``gpu:s1:2(S:1)``) is one group; an entry spanning
-    several sockets or none is one group whose socket is unknown.
-    """
-    entries, problem = parse_node_gres(gres)
-    groups: list[GpuGroup] = []
-    next_index = 0
-    for entry in entries:
-        indices = tuple(range(next_index, next_index + entry.count))
-        next_index += entry.count
-        socket = entry.sockets[0] if len(entry.sockets) == 1 else None
-        cores: tuple[int, ...] = ()
-        if cores_per_socket > 0:
-            for s in entry.sockets:
-                cores += tuple(range(s * cores_per_socket, (s + 1) * cores_per_socket))
-        groups.append(GpuGroup(index=len(groups), gpu_indices=indices, name=entry.type,
-                               socket=socket, core_ids=cores))
-    return tuple(groups), problem
-
-
-def node_from_json(raw: dict, leaf_of: dict[str, str] | None = None
-                   ) -> tuple[Node | None, list[str]]:
-    name = str(raw.get("name") or "").strip()
-    if not name:
-        return None, [f"node without name skipped: {str(raw)[:120]}"]
-    problems: list[str] = []
-    state_words = [str(raw.get("state") or "UNKNOWN").upper()]
-    state_words += [str(f).upper() for f in raw.get("state_flags") or []]
-    cores = int(num(raw.get("cores"), 1) or 1)
-    groups, problem = gpu_groups_from_gres(raw.get("gres"), cores)
-    if problem:
-        problems.append(f"node {name}: {problem}")
-    used = frozenset(parse_gres_indices(raw.get("gres_used")))
-    features = tuple(f for f in str(raw.get("active_features") or raw.get("features") or "")
-                     .split(",") if f)
-    node = Node(
-        name=name,
-        state="+".join(state_words),
-        partitions=tuple(raw.get("partitions") or ()),
-        sockets=int(num(raw.get("sockets"), 1) or 1),
-        cores_per_socket=cores,
-        threads_per_core=int(num(raw.get("threads"), 1) or 1),
-        cpus=int(num(raw.get("cpus"), 1) or 1),
-        alloc_cpus=int(num(raw.get("alloc_cpus"), 0) or 0),
-        real_memory_mib=int(num(raw.get("real_memory"), 0) or 0),
-        alloc_memory_mib=int(num(raw.get("alloc_memory"), 0) or 0),
-        gpu_groups=groups,
-        used_gpu_indices=used,
-        features=features,
-        leaf_switch=(leaf_of or {}).get(name),
-        reason=str(raw.get("reason") or ""),
-    )
-    return node, problems
-
-
-def nodes_from_sinfo(data: dict, leaf_of: dict[str, str] | None = None
-                     ) -> tuple[list[Node], list[str]]:
-    nodes, problems, seen = [], [], set()
-    for raw in data.get("nodes") or []:
-        if not isinstance(raw, dict):
-            continue
-        try:
-            node, probs = node_from_json(raw, leaf_of)
-        except Exception as exc:
-            problems.append(f"node {raw.get('name')!r}: unreadable ({exc!r})")
-            continue
-        problems.extend(probs)
-        if node is not None and node.name not in seen:  # sinfo repeats per partition
-            seen.add(node.name)
-            nodes.append(node)
-    return nodes, problems
-
-
-# ---------------------------------------------------------------------------------------
-# partitions and switches (scontrol show ... text)
-
-
-def partitions_from_scontrol(text: str) -> tuple[list[Partition], list[str]]:
-    parts, problems = [], []
-    for line in text.splitlines():
-        if not line.strip().startswith("PartitionName="):
-            continue
-        kv = parse_kv_line(line)
-        try:
-            parts.append(Partition(
-                name=kv["PartitionName"],
-                nodes=expand_host_field(kv.get("Nodes")),
-                default=kv.get("Default", "NO").upper() == "YES",
-                state=kv.get("State", "UP"),
-                max_time_s=(None if kv.get("MaxTime", "") in ("", "N/A")
-                            else parse_time_limit_s(kv["MaxTime"])),
-            ))
-        except (ValueError, KeyError) as exc:
-            problems.append(f"partition line unreadable ({exc}): {line[:120]}")
-    return parts, problems
-
-
-def switches_from_scontrol(text: str) -> tuple[list[Switch], dict[str, str], list[str]]:
-    """Switches of ``scontrol show topology``; also node -> leaf switch (Level=0).
-
-    The line parser the topology CLI uses too (``slurm_text.parse_switch_line``), but
-    lenient as the daemon must be: an unreadable line becomes a problem and the other
-    switches are kept."""
-    switches, leaf_of, problems = [], {}, []
-    for line in text.splitlines():
-        if not line.strip().startswith("SwitchName="):
-            continue
-        try:
-            live = parse_switch_line(line)
-        except SlurmTextError as exc:
-            problems.append(f"switch line unreadable ({exc.reason}): {line[:120]}")
-            continue
-        if live is None:
-            continue
-        switches.append(live.to_domain())
-        if live.level == 0:
-            for n in live.nodes:
-                leaf_of.setdefault(n, live.name)
-    return switches, leaf_of, problems

@@ -14,8 +14,17 @@ log = logging.getLogger(__name__)
 
 
 class CliClusterSource(ClusterSource):
-    """Reads ``squeue --json``, ``sinfo --json``, ``scontrol show partition`` and
-    ``scontrol show topology``: four calls, whatever the number of jobs and nodes.
+    """Reads jobs, nodes, partitions and topology: four calls, whatever the number of jobs
+    and nodes.
+
+    Slurm 22.05: ``squeue --json``, ``sinfo --json``, ``scontrol show partition -o`` and
+    ``scontrol show topology``. From 24.11 on ``sinfo --json`` has no per-node records and
+    ``squeue --json`` omits finished jobs, so nodes come from ``scontrol show node --json``
+    and jobs from ``squeue --json --states=all`` (22.05's view). The version is told by the
+    ``meta`` of the first ``sinfo --json`` answer and kept; every answer's ``meta`` is checked
+    again and a different known version (Slurm upgraded under the agent) followed; a failed
+    ``scontrol show node --json`` (a downgrade to 22.05) makes the next snapshot tell the
+    version anew. An unknown layout raises ``SlurmOutputError``.
 
     Partitions and topology change only on reconfiguration, so they are cached for
     ``static_ttl_s`` (0 = read every time). A node equal to the one of the previous snapshot
@@ -29,6 +38,7 @@ class CliClusterSource(ClusterSource):
         self._static: tuple[float, list, list, dict] | None = None
         self.last_problems: list[str] = []
         self._last_nodes: dict = {}
+        self.layout: P.Layout | None = None
 
     def _static_parts(self):
         now = time.monotonic()
@@ -48,16 +58,55 @@ class CliClusterSource(ClusterSource):
         self._static_problems = problems
         return parts, switches, leaf_of
 
+    def _nodes(self, leaf_of: dict[str, str]) -> tuple[list, list[str]]:
+        """Per-node records: from ``sinfo --json`` on 22.05 (one call, as always), from
+        ``scontrol show node --json`` on later versions; the first call tells which."""
+        if self.layout is None or self.layout.nodes_from_sinfo:
+            data = self.runner.run_json(["sinfo", "--json"])
+            layout = P.layout_of(data, "sinfo --json")
+            if layout != self.layout:
+                log.info("Slurm %s (%s): nodes from %s", layout.release, layout.parser,
+                         "sinfo --json" if layout.nodes_from_sinfo
+                         else "scontrol show node --json")
+                self.layout = layout
+            if layout.nodes_from_sinfo:
+                return P.nodes_from_sinfo(data, leaf_of)
+        try:
+            data = self.runner.run_json(["scontrol", "show", "node", "--json"])
+        except Exception:
+            self.layout = None  # e.g. Slurm downgraded: tell the version again next time
+            raise
+        self._check_layout(data, "scontrol show node --json")
+        return P.nodes_from_scontrol(data, leaf_of)
+
+    def _check_layout(self, data: dict, what: str) -> None:
+        """Follow an answer that names another known layout than the one kept (Slurm
+        upgraded under the agent); an unknown one raises SlurmOutputError."""
+        layout = P.layout_of(data, what)
+        if self.layout is not None and layout.parser != self.layout.parser:
+            log.warning("%s: Slurm %s (%s) answered where %s (%s) was known; reading it as "
+                        "such from now on", what, layout.release, layout.parser,
+                        self.layout.release, self.layout.parser)
+            self.layout = layout
+
+    def _squeue_args(self) -> list[str]:
+        if self.layout is None or self.layout.squeue_lists_finished:
+            return ["squeue", "--json"]
+        return ["squeue", "--json", "--states=all"]
+
     def snapshot(self) -> ClusterSnapshot:
         taken = time.time()
         parts, switches, leaf_of = self._static_parts()
         problems = list(getattr(self, "_static_problems", []))
-        nodes, probs = P.nodes_from_sinfo(self.runner.run_json(["sinfo", "--json"]), leaf_of)
+        nodes, probs = self._nodes(leaf_of)
         problems += probs
         last = self._last_nodes
         nodes = [old if (old := last.get(n.name)) == n else n for n in nodes]
         self._last_nodes = {n.name: n for n in nodes}
-        jobs, probs = P.jobs_from_squeue(self.runner.run_json(["squeue", "--json"]))
+        args = self._squeue_args()
+        data = self.runner.run_json(args)
+        self._check_layout(data, " ".join(args))
+        jobs, probs = P.jobs_from_squeue(data)
         problems += probs
         for p in problems:
             log.warning("snapshot: %s", p)

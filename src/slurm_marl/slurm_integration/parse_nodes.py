@@ -1,0 +1,189 @@
+"""Slurm nodes, partitions and switches -> domain values. Pure functions, tested on recorded
+output of Slurm 22.05, 24.11 and 26.05 (tests/data/slurm).
+
+Per-node records come from ``sinfo --json`` on 22.05 (one record per node and partition:
+``state`` a word plus ``state_flags``, ``features`` a comma list) and from ``scontrol show
+node --json`` from 24.11 on (``state`` a list, no ``state_flags``, ``features`` a list);
+both have ``gres`` / ``gres_used`` in the same text form. Partitions and switches come from
+``scontrol show partition -o`` / ``scontrol show topology`` text, alike in all three.
+
+One strange node never spoils a snapshot (it becomes a problem string); a non-empty node
+list of which none can be read is refused (``SlurmOutputError``).
+"""
+
+from __future__ import annotations
+
+from slurm_marl.domain import GpuGroup, Node, Partition, Switch
+from slurm_marl.slurm_gres import parse_gres_indices, parse_node_gres
+from slurm_marl.slurm_integration.parse_layout import layout_of, node_state_text, num, text_list
+from slurm_marl.slurm_integration.runner import SlurmOutputError
+from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, parse_kv_line,
+                                   parse_switch_line, parse_time_limit_s)
+
+SINFO = "sinfo --json"
+SCONTROL_NODES = "scontrol show node --json"
+
+
+def gpu_groups_from_gres(gres: str | None, cores_per_socket: int
+                         ) -> tuple[tuple[GpuGroup, ...], str | None]:
+    """GPU groups of a node from its configured GRES, indices in Slurm's order.
+
+    Each typed entry bound to one socket (``gpu:s1:2(S:1)``) is one group; an entry spanning
+    several sockets or none is one group whose socket is unknown.
+    """
+    entries, problem = parse_node_gres(gres)
+    groups: list[GpuGroup] = []
+    next_index = 0
+    for entry in entries:
+        indices = tuple(range(next_index, next_index + entry.count))
+        next_index += entry.count
+        socket = entry.sockets[0] if len(entry.sockets) == 1 else None
+        cores: tuple[int, ...] = ()
+        if cores_per_socket > 0:
+            for s in entry.sockets:
+                cores += tuple(range(s * cores_per_socket, (s + 1) * cores_per_socket))
+        groups.append(GpuGroup(index=len(groups), gpu_indices=indices, name=entry.type,
+                               socket=socket, core_ids=cores))
+    return tuple(groups), problem
+
+
+def node_from_json(raw: dict, leaf_of: dict[str, str] | None = None
+                   ) -> tuple[Node | None, list[str]]:
+    """One per-node record of 22.05's ``sinfo --json`` or a later ``scontrol show node
+    --json``; (None, problems) only if it has no name."""
+    name = str(raw.get("name") or "").strip()
+    if not name:
+        return None, [f"node without name skipped: {str(raw)[:120]}"]
+    problems: list[str] = []
+    state = node_state_text(raw.get("state") or "UNKNOWN", raw.get("state_flags"))
+    if state is None:
+        problems.append(f"node {name}: state {raw.get('state')!r} unreadable; read as UNKNOWN")
+        state = "UNKNOWN"
+    cores = int(num(raw.get("cores"), 1) or 1)
+    groups, problem = gpu_groups_from_gres(raw.get("gres"), cores)
+    if problem:
+        problems.append(f"node {name}: {problem}")
+    used = frozenset(parse_gres_indices(raw.get("gres_used")))
+    node = Node(
+        name=name,
+        state=state,
+        partitions=tuple(raw.get("partitions") or ()),
+        sockets=int(num(raw.get("sockets"), 1) or 1),
+        cores_per_socket=cores,
+        threads_per_core=int(num(raw.get("threads"), 1) or 1),
+        cpus=int(num(raw.get("cpus"), 1) or 1),
+        alloc_cpus=int(num(raw.get("alloc_cpus"), 0) or 0),
+        real_memory_mib=int(num(raw.get("real_memory"), 0) or 0),
+        alloc_memory_mib=int(num(raw.get("alloc_memory"), 0) or 0),
+        gpu_groups=groups,
+        used_gpu_indices=used,
+        features=text_list(raw.get("active_features") or raw.get("features")),
+        leaf_switch=(leaf_of or {}).get(name),
+        reason=str(raw.get("reason") or ""),
+    )
+    return node, problems
+
+
+def nodes_from_records(raws: object, what: str, leaf_of: dict[str, str] | None = None
+                       ) -> tuple[list[Node], list[str]]:
+    """Nodes of a list of per-node records (a node listed twice, as sinfo does once per
+    partition, is kept once). A non-empty list none of which reads is refused."""
+    if not isinstance(raws, list):
+        raise SlurmOutputError(what.split(), 0, f"'nodes' is a {type(raws).__name__}, "
+                               "not a list")
+    nodes, problems, seen = [], [], set()
+    for raw in raws:
+        if not isinstance(raw, dict):
+            problems.append(f"unexpected node entry {raw!r:.80}")
+            continue
+        try:
+            node, probs = node_from_json(raw, leaf_of)
+        except Exception as exc:  # one strange node must not spoil the snapshot
+            problems.append(f"node {raw.get('name')!r}: unreadable ({exc!r})")
+            continue
+        problems.extend(probs)
+        if node is not None and node.name not in seen:
+            seen.add(node.name)
+            nodes.append(node)
+    if raws and not nodes:
+        raise SlurmOutputError(what.split(), 0, (
+            f"{len(raws)} node records but none readable (unknown layout?): "
+            f"{'; '.join(problems[:3])}"))
+    return nodes, problems
+
+
+def nodes_from_sinfo(data: dict, leaf_of: dict[str, str] | None = None
+                     ) -> tuple[list[Node], list[str]]:
+    """Nodes of 22.05's ``sinfo --json``. Later versions print no per-node records there:
+    their answer is refused with a pointer to ``scontrol show node --json``."""
+    layout = layout_of(data, SINFO)
+    if not layout.nodes_from_sinfo:
+        raise SlurmOutputError(SINFO.split(), 0, (
+            f"Slurm {layout.release} ({layout.parser}) lists no per-node records in "
+            f"sinfo --json; read nodes from scontrol show node --json"))
+    if "nodes" not in data:
+        raise SlurmOutputError(SINFO.split(), 0, (
+            f"no 'nodes' in sinfo --json of Slurm {layout.release} ({layout.parser}): "
+            "unknown layout"))
+    return nodes_from_records(data["nodes"], SINFO, leaf_of)
+
+
+def nodes_from_scontrol(data: dict, leaf_of: dict[str, str] | None = None
+                        ) -> tuple[list[Node], list[str]]:
+    """Nodes of ``scontrol show node --json`` (Slurm 24.11 and later)."""
+    layout = layout_of(data, SCONTROL_NODES)
+    if "nodes" not in data:
+        raise SlurmOutputError(SCONTROL_NODES.split(), 0, (
+            f"no 'nodes' in scontrol show node --json of Slurm {layout.release} "
+            f"({layout.parser}): unknown layout"))
+    return nodes_from_records(data["nodes"], SCONTROL_NODES, leaf_of)
+
+
+# ---------------------------------------------------------------------------------------
+# partitions and switches (scontrol show ... text)
+
+
+def partitions_from_scontrol(text: str) -> tuple[list[Partition], list[str]]:
+    """Partitions of ``scontrol show partition -o`` (24.11 adds ``ExclusiveUser=`` and
+    ``ExclusiveTopo=``, 26.05 ``Exclusive=``; neither is read)."""
+    parts, problems = [], []
+    for line in text.splitlines():
+        if not line.strip().startswith("PartitionName="):
+            continue
+        kv = parse_kv_line(line)
+        try:
+            parts.append(Partition(
+                name=kv["PartitionName"],
+                nodes=expand_host_field(kv.get("Nodes")),
+                default=kv.get("Default", "NO").upper() == "YES",
+                state=kv.get("State", "UP"),
+                max_time_s=(None if kv.get("MaxTime", "") in ("", "N/A")
+                            else parse_time_limit_s(kv["MaxTime"])),
+            ))
+        except (ValueError, KeyError) as exc:
+            problems.append(f"partition line unreadable ({exc}): {line[:120]}")
+    return parts, problems
+
+
+def switches_from_scontrol(text: str) -> tuple[list[Switch], dict[str, str], list[str]]:
+    """Switches of ``scontrol show topology``; also node -> leaf switch (Level=0).
+
+    The line parser the topology CLI uses too (``slurm_text.parse_switch_line``), but
+    lenient as the daemon must be: an unreadable line becomes a problem and the other
+    switches are kept."""
+    switches, leaf_of, problems = [], {}, []
+    for line in text.splitlines():
+        if not line.strip().startswith("SwitchName="):
+            continue
+        try:
+            live = parse_switch_line(line)
+        except SlurmTextError as exc:
+            problems.append(f"switch line unreadable ({exc.reason}): {line[:120]}")
+            continue
+        if live is None:
+            continue
+        switches.append(live.to_domain())
+        if live.level == 0:
+            for n in live.nodes:
+                leaf_of.setdefault(n, live.name)
+    return switches, leaf_of, problems
