@@ -5,7 +5,9 @@ training, validation or evaluation used): the six with load >= 0.9, because orde
 matters where jobs wait. Cluster: the 64-GPU, two-partition cluster of the learned-agent
 evaluations. Each window runs every profile at each interference strength; predictions come
 from ``--prediction-error`` (``helios``: the truth perturbed to Helios' estimator error,
-seed 0; ``oracle``: the truth).
+seed 0; ``oracle``: the truth) or, for the "learned" runs, from the predictor trained in
+the run on the jobs that finished before each submission (Philly's own features: the
+virtual cluster and GPU count; ``sim/online_prediction.py``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/prediction_order.py --workers 2 \
         --out /tmp/pred/order.json
@@ -36,7 +38,10 @@ RUNS = [("las-consolidate", "las-consolidate", None, {}), ("las-lif", "las-lif",
         ("srtf (clairvoyant)", "srtf-consolidate", None, {}),
         ("remaining, helios", "predicted-las", "helios", {"rule": "remaining"}),
         ("in LAS queues, helios", "predicted-las", "helios", {"rule": "in_las_queues"}),
-        ("remaining, oracle", "predicted-las", "oracle", {"rule": "remaining"})]
+        ("remaining, oracle", "predicted-las", "oracle", {"rule": "remaining"}),
+        # no --prediction-error: predictions learned in the run from finished jobs only
+        ("remaining, learned", "predicted-las", None, {"rule": "remaining"}),
+        ("in LAS queues, learned", "predicted-las", None, {"rule": "in_las_queues"})]
 
 
 def one(window: str, label: str, profile: str, error: str | None, order_params: dict,
@@ -66,7 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cluster", default=CLUSTER)
     ap.add_argument("--window", action="append", help="a window (repeat); default: the six")
     ap.add_argument("--strengths", default="none,low,medium,high")
-    ap.add_argument("--only", default="", help="comma-separated labels to run (default all)")
+    ap.add_argument("--only", action="append", default=[],
+                    help="a label to run (repeat; default all)")
     ap.add_argument("--errors", default="",
                     help="instead of the default runs: the two 2D-LAS baselines and "
                          "predicted-las (rule remaining) at each of these comma-separated "
@@ -76,7 +82,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     windows = args.window or WINDOWS
     strengths = [s for s in args.strengths.split(",") if s]
-    runs = [r for r in RUNS if not args.only or r[0] in args.only.split(",")]
+    runs = [r for r in RUNS if not args.only or r[0] in args.only]
     if args.errors:
         runs = RUNS[:2] + [(f"remaining, {e}", "predicted-las", e, {"rule": "remaining"})
                            for e in args.errors.split(",") if e]

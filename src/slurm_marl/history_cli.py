@@ -1,4 +1,5 @@
-"""`slurm-marl history ...`: a site's accounting history, imported from sacct."""
+"""`slurm-marl history ...`: a site's accounting history, imported from sacct (and the
+GPU-time predictor trained on it). Outside both the history and sim packages, which it joins."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
 from slurm_marl.history import fetch as F
 from slurm_marl.history import sacct
 from slurm_marl.history.records import write_history
-from slurm_marl.history.trace import to_trace
+from slurm_marl.sim.history_trace import to_trace
 from slurm_marl.sim.traces import write_generic
 from slurm_marl.slurm_integration.runner import SlurmError
 

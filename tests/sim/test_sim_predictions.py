@@ -57,9 +57,23 @@ def test_predicted_order_runs_the_shortest_predicted_job_first():
     finish = {j.job_id: j.finish_s for j in run.outcome.jobs}
     assert finish[3] < finish[2] < finish[1]
     assert math.isclose(finish[3], 30.0, abs_tol=1.0)
+    # without --prediction-error: learned in the run; nothing has finished when jobs 2 and
+    # 3 arrive, so no job has a prediction and the order is least attained service
     blind = simulate(trace, "1x1x1", "predicted-las", restart_delay_s=0.0)
-    assert "predictions" not in blind.summary
+    assert blind.summary["predictions"].startswith("learned in the run")
+    assert all(j.predicted_gpu_s is None for j in blind.outcome.jobs)
     assert blind.summary["avg_jct_s"] >= run.summary["avg_jct_s"]
+
+
+def test_learned_predictions_come_from_jobs_finished_before_arrival():
+    # job 1 (100 s) finishes at 100; job 2 arrives at 50 (nothing finished: no prediction),
+    # job 3 at 400 (after 1 and 2 finished: the median of their GPU-times)
+    trace = [tj(1, 0.0, 100.0), tj(2, 50.0, 300.0), tj(3, 400.0, 10.0)]
+    run = simulate(trace, "1x1x2", "predicted-las", restart_delay_s=0.0)
+    pred = {j.job_id: j.predicted_gpu_s for j in run.outcome.jobs}
+    assert pred[1] is None and pred[2] is None
+    # the median of 100 and 300 GPU-s, taken in log space
+    assert pred[3] == pytest.approx(math.expm1((math.log1p(100) + math.log1p(300)) / 2))
 
 
 def test_scaled_helios_errors_shrink_in_log_space():

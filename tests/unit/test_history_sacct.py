@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from slurm_marl.history import sacct
-from slurm_marl.history.cli import read_file
+from slurm_marl.history_cli import read_file
 from slurm_marl.history.fetch import slices
 from slurm_marl.history.records import HistoryError, read_history, write_history
-from slurm_marl.history.trace import to_trace
+from slurm_marl.sim.history_trace import to_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 

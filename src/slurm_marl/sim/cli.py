@@ -38,7 +38,8 @@ DropOpt = Annotated[bool, typer.Option(
 PredOpt = Annotated[Optional[str], typer.Option(
     "--prediction-error", help="Give every job a predicted GPU-time: 'helios' (the truth "
     "perturbed to Helios' measured estimator error, an assumption) or 'oracle' (the truth). "
-    "Orders such as predicted_las read it; without it they fall back to attained service.")]
+    "Orders such as predicted_las read it; without it they get predictions learned in the "
+    "run from the jobs that finished before each submission (LightGBM).")]
 PredSeedOpt = Annotated[int, typer.Option("--prediction-seed",
                                           help="Seed of the prediction errors.")]
 SkipOpt = Annotated[bool, typer.Option(

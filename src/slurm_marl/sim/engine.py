@@ -33,6 +33,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from slurm_marl.colocation import ColocationIndex, sample_colocated
 from slurm_marl.domain import ClusterSnapshot, Node, Place, Preempt
@@ -42,6 +43,9 @@ from slurm_marl.sim.jobs import (SimJob, SimOutcome, SimulationError, build_jobs
                                   with_attained)
 from slurm_marl.sim.perf import PerfParams, job_speed
 from slurm_marl.sim.traces import TraceJob
+
+if TYPE_CHECKING:  # LightGBM is imported only where predictions are learned
+    from slurm_marl.sim.online_prediction import OnlinePredictor
 
 FINISH, ARRIVAL, WAKE, TICK = 0, 1, 2, 3
 _EPS = 1e-6
@@ -55,8 +59,11 @@ class Simulator:
                  skip_idle_cycles: bool = True, drop_oversized: bool = False,
                  progress: Callable[[int, int], None] | None = None,
                  perf: PerfParams | None = None,
-                 predictions: Mapping[int, float] | None = None) -> None:
+                 predictions: Mapping[int, float] | None = None,
+                 predictor: OnlinePredictor | None = None) -> None:
         self.cluster = cluster
+        # learns GPU-times from the jobs that finish here (``sim/online_prediction.py``)
+        self.predictor = predictor
         self.policy = policy
         self.perf = perf or PerfParams(strength=interference)
         self.restart_delay_s = restart_delay_s
@@ -351,10 +358,14 @@ class Simulator:
                     j.state = "done"
                     j.finish_s = now
                     done += 1
+                    if self.predictor is not None:
+                        self.predictor.finished(j, now)
                 elif kind == ARRIVAL:
                     j = self.by_id[jid]
                     j.state = "pending"
                     j.queue_since_s = now
+                    if self.predictor is not None:
+                        j.predicted_gpu_s = self.predictor.arrived(j, now)
                     self.pending[jid] = j
                 elif kind == WAKE:
                     if self.next_wake is not None and t >= self.next_wake - _EPS:

@@ -41,6 +41,11 @@ class SimRun:
     estimator_samples: int = 0
 
 
+# Orders that read a job's predicted GPU-time: without --prediction-error they get one
+# learned in the run from the jobs that finished before each submission.
+LEARNS_PREDICTIONS = frozenset({"predicted_las"})
+
+
 def needs_estimator(profile: Profile) -> bool:
     return any(k == "least_interference" for k, _ in profile.place) \
         and not {"samples_path", "model_path"} & set(
@@ -87,10 +92,14 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     policy = build_policy(prof, **context)
     predictions = (predicted_gpu_s(jobs, prediction_error, prediction_seed)
                    if prediction_error is not None else None)
+    predictor = None
+    if prediction_error is None and prof.order in LEARNS_PREDICTIONS:
+        from slurm_marl.sim.online_prediction import OnlinePredictor
+        predictor = OnlinePredictor(seed=seed)
     sim = Simulator(sim_cluster, jobs, policy, interference=interference, seed=seed,
                     restart_delay_s=restart_delay_s, cycle_period_s=cycle_period_s,
                     collect_samples=collect_samples, drop_oversized=drop_oversized,
-                    progress=progress, predictions=predictions)
+                    progress=progress, predictions=predictions, predictor=predictor)
     outcome = sim.run()
     run = SimRun(profile=prof, cluster=sim_cluster, interference=interference, seed=seed,
                  outcome=outcome, estimator_samples=n_est)
@@ -99,4 +108,7 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     run.summary["refused_placements"] = outcome.refused_placements
     if prediction_error is not None:
         run.summary["predictions"] = f"{prediction_error} (seed {prediction_seed})"
+    elif predictor is not None:
+        run.summary["predictions"] = (f"learned in the run (LightGBM from finished jobs, "
+                                      f"{predictor.fits} refits)")
     return run

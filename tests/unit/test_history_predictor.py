@@ -1,0 +1,177 @@
+"""The GPU-time predictor: features known at submission only, rolling training on the past
+only, safe save/load, and the scores it is reported with."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_marl.history.evaluate import scores
+from slurm_marl.history.features import FeatureState, Submission, history_median, name_stem
+from slurm_marl.history.predictor import GpuTimeModel, ModelError, replay, rolling
+from slurm_marl.history.records import HistoryJob
+from slurm_marl.sim.online_prediction import OnlinePredictor
+
+
+def history(seed: int, n: int = 120) -> list[HistoryJob]:
+    """Jobs of a few users and names whose GPU-times depend on user, name and GPUs."""
+    rng = random.Random(seed)
+    jobs, t = [], 1_700_000_000.0
+    for k in range(n):
+        t += rng.expovariate(1 / 600)
+        user = rng.choice(["ann", "bob", "cy"])
+        name = rng.choice(["resnet-a", "bert_b", "gpt"])
+        gpus = rng.choice([1, 2, 4, 8])
+        base = {"ann": 600, "bob": 3600, "cy": 20000}[user] * (2 if name == "gpt" else 1)
+        ran = base * rng.lognormvariate(0, 0.5)
+        start = t + rng.uniform(0, 3000)
+        jobs.append(HistoryJob(job_id=str(k), name=name, user=user, account=f"acct-{user}",
+                               partition="gpu", qos="normal", gpus=gpus, nodes=1,
+                               time_limit_s=rng.choice([None, 3600.0, 86400.0]), submit_s=t,
+                               start_s=start, end_s=start + ran, state="COMPLETED"))
+    return jobs
+
+
+def features_at_submit(jobs: list[HistoryJob]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    replay(jobs, lambda j, row, now: out.__setitem__(j.job_id, row))
+    return out
+
+
+def rewrite_outcomes_after(jobs: list[HistoryJob], t: float, seed: int) -> list[HistoryJob]:
+    """Every job not ended by ``t`` gets another run time (still ending after ``t``)."""
+    rng = random.Random(seed)
+    out = []
+    for j in jobs:
+        if j.end_s is not None and j.end_s > t:
+            start = max(j.start_s, t - 1.0)
+            out.append(replace(j, start_s=start, end_s=t + 1.0 + rng.uniform(0, 1e5)))
+        else:
+            out.append(j)
+    return out
+
+
+def same(a: dict, b: dict) -> bool:
+    return all((isinstance(a[k], float) and math.isnan(a[k]) and math.isnan(b[k]))
+               or a[k] == b[k] for k in a)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), pick=st.integers(0, 119))
+def test_features_never_see_the_job_itself_or_later_outcomes(seed, pick):
+    jobs = history(seed)
+    target = sorted(jobs, key=lambda j: j.submit_s)[pick]
+    before = features_at_submit(jobs)[target.job_id]
+    changed = rewrite_outcomes_after(jobs, target.submit_s, seed + 1)
+    assert changed != jobs or all(j.end_s <= target.submit_s for j in jobs)
+    assert same(before, features_at_submit(changed)[target.job_id])
+
+
+def test_features_do_see_outcomes_known_before_submission():
+    """The other side: an outcome known before the submission does move the features
+    (else the look-ahead test above could pass with features that read nothing)."""
+    jobs = history(3)
+    target = sorted(jobs, key=lambda j: j.submit_s)[100]
+    row = features_at_submit(jobs)[target.job_id]
+    earlier = [j for j in jobs if j.end_s <= target.submit_s and j.user == target.user]
+    assert earlier and row["user_n"] > 0
+    longer = [replace(j, end_s=j.start_s + (j.end_s - j.start_s) * 50)
+              if j in earlier and j.start_s + (j.end_s - j.start_s) * 50 <= target.submit_s
+              else j for j in jobs]
+    shorter = [replace(j, end_s=j.start_s + 1.0) if j in earlier else j for j in jobs]
+    assert not same(features_at_submit(shorter)[target.job_id], row) or \
+        not same(features_at_submit(longer)[target.job_id], row)
+
+
+def test_rolling_predictions_are_made_from_the_past_only():
+    jobs = history(7, n=300)
+    ordered = sorted(jobs, key=lambda j: j.submit_s)
+    start = ordered[150].submit_s
+    kwargs = dict(refit_every_s=4 * 3600.0, min_train=40, rounds=20)
+    preds = {p.job.job_id: p for p in rolling(jobs, start, **kwargs)}
+    assert len(preds) == 150 and all(not math.isnan(p.model_log) for p in preds.values())
+    for k in (150, 200, 299):
+        target = ordered[k]
+        changed = rewrite_outcomes_after(jobs, target.submit_s, k)
+        again = {p.job.job_id: p for p in rolling(changed, start, **kwargs)}
+        assert again[target.job_id].model_log == preds[target.job_id].model_log
+        assert again[target.job_id].baseline_log == preds[target.job_id].baseline_log
+
+
+def test_model_learns_and_round_trips_through_text_files(tmp_path):
+    jobs = history(11, n=400)
+    rows, labels = [], []
+    replay(jobs, lambda j, row, now: (rows.append(row), labels.append(math.log1p(j.gpu_time_s))))
+    model = GpuTimeModel.fit(rows[:300], labels[:300], rounds=50)
+    got = model.predict_log(rows[300:])
+    truth = np.array(labels[300:])
+    base = model.baseline(rows[300:])
+    # user and name explain the times: the model ranks better than a constant
+    assert scores(got, truth)["spearman"] > 0.5
+    assert np.isfinite(base).all()
+    model.save(tmp_path / "m")
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == \
+        ["gpu_time_model.json", "gpu_time_model.txt"]
+    loaded = GpuTimeModel.load(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.predict_log(rows[300:]), got)
+
+
+def test_load_refuses_other_or_broken_models(tmp_path):
+    with pytest.raises(ModelError, match="gpu_time_model.json: unreadable"):
+        GpuTimeModel.load(tmp_path)
+    jobs = history(2, n=100)
+    rows, labels = [], []
+    replay(jobs, lambda j, row, now: (rows.append(row), labels.append(math.log1p(j.gpu_time_s))))
+    GpuTimeModel.fit(rows, labels, rounds=5).save(tmp_path / "m")
+    meta = tmp_path / "m" / "gpu_time_model.json"
+    meta.write_text(meta.read_text().replace('"format": 1', '"format": 99'))
+    with pytest.raises(ModelError, match="another format"):
+        GpuTimeModel.load(tmp_path / "m")
+    meta.write_text(meta.read_text().replace('"format": 99', '"format": 1'))
+    (tmp_path / "m" / "gpu_time_model.txt").write_text("not a model")
+    with pytest.raises(ModelError, match="gpu_time_model.txt: unreadable"):
+        GpuTimeModel.load(tmp_path / "m")
+
+
+def test_history_median_prefers_the_most_specific_history():
+    s = FeatureState()
+    sub = Submission(user="ann", account="a", partition="p", qos="", name="bert-1",
+                     gpus=2, nodes=1, time_limit_s=None, submit_s=0.0)
+    assert math.isnan(history_median(s.features(sub)))
+    s.ended(replace(sub, user="bob"), 100.0)                # same account + GPUs only
+    assert history_median(s.features(sub)) == pytest.approx(math.log1p(100))
+    s.ended(replace(sub, name="gpt"), 5000.0)               # same user, other name
+    assert history_median(s.features(sub)) == pytest.approx(math.log1p(5000))
+    s.ended(sub, 40.0)                                      # same user and name stem
+    assert history_median(s.features(sub)) == pytest.approx(math.log1p(40))
+
+
+def test_name_stem():
+    assert [name_stem(n) for n in ("resnet50-lr0.1", "train_bert_3", "42", "")] == \
+        ["resnet", "train", "", ""]
+
+
+def test_scores_on_hand_built_values():
+    truth = np.log1p(np.array([100.0, 1000.0, 10000.0, 100000.0]))
+    exact = scores(truth, truth)
+    assert exact == {"n": 4, "spearman": 1.0, "within_2x": 1.0, "median_abs_log_error": 0.0}
+    off = scores(np.log1p(np.array([300.0, 1500.0, 6000.0, 10.0])), truth)
+    assert off["within_2x"] == 0.5 and off["spearman"] == pytest.approx(-0.2)
+
+
+def test_online_predictor_learns_only_from_finished_jobs():
+    p = OnlinePredictor(refit_every_s=1e9)
+    job = lambda k, user, d: SimpleNamespace(job_id=k, user=user, partition="", num_gpus=1,
+                                             duration_s=d)
+    assert p.arrived(job(1, "vc1", 100.0), 0.0) is None        # no history: no prediction
+    assert p.arrived(job(2, "vc1", 900.0), 10.0) is None       # job 1 has not finished
+    p.finished(job(1, "vc1", 100.0), 100.0)
+    assert p.arrived(job(3, "vc1", 5.0), 110.0) == pytest.approx(100.0)
+    assert p.arrived(job(4, "vc2", 5.0), 120.0) == pytest.approx(100.0)  # site history
