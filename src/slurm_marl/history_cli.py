@@ -121,3 +121,94 @@ def import_history(
           f"bad rows: {len(got.bad)})")
     if trace is not None:
         print(f"{summary['trace_jobs']} jobs -> {trace} (simulator trace)")
+
+
+def _load_jobs(history: Optional[Path], philly: Optional[Path], vc: Optional[str]):
+    from slurm_marl.history.philly import philly_history
+    from slurm_marl.history.records import HistoryError, read_history
+    if (history is None) == (philly is None):
+        _fail("give one of --history (a history CSV) or --philly (the Philly trace)", 2)
+    try:
+        return read_history(history) if history is not None else philly_history(philly, vc)
+    except HistoryError as exc:
+        _fail(str(exc), 2)
+
+
+HistoryOpt = Annotated[Optional[Path], typer.Option(
+    "--history", help="History CSV written by `history import`.")]
+PhillyOpt = Annotated[Optional[Path], typer.Option(
+    "--philly", help="The Philly trace instead (virtual cluster as account; a job counts as "
+    "ended at submit + duration).")]
+VcOpt = Annotated[Optional[str], typer.Option("--vc", help="Philly: one virtual cluster.")]
+
+
+@app.command("train")
+def train_model(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the model (text files).")],
+    history: HistoryOpt = None, philly: PhillyOpt = None, vc: VcOpt = None,
+    until: Annotated[str, typer.Option(
+        "--until", help="Train on jobs ended by then (default: all).")] = "now",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")]
+    = False,
+) -> None:
+    """Train the GPU-time predictor on the jobs of a history that had ended by --until,
+    each described as it was known at its submission."""
+    from slurm_marl.history.predictor import GpuTimeModel, replay
+    jobs = _load_jobs(history, philly, vc)
+    cutoff = _when(until, "--until") if until != "now" else float("inf")
+    rows, labels = [], []
+
+    def take(job, row, _now):
+        if job.end_s is not None and job.end_s <= cutoff:
+            rows.append(row)
+            labels.append(job.gpu_time_s)
+
+    replay(jobs, take)
+    if len(rows) < 20:
+        _fail(f"only {len(rows)} ended jobs to learn from (need 20)")
+    import math
+    model = GpuTimeModel.fit(rows, [math.log1p(v) for v in labels], seed=seed)
+    model.save(out)
+    summary = {"model": str(out), "trained_on": len(rows), "jobs_in_history": len(jobs)}
+    print(json.dumps(summary, indent=2) if as_json else
+          f"model trained on {len(rows)} ended jobs -> {out}")
+
+
+@app.command("evaluate")
+def evaluate_model(
+    start: Annotated[str, typer.Option("--from", help="First submission scored.")],
+    end: Annotated[str, typer.Option("--to", help="End of the scored submissions.")] = "now",
+    history: HistoryOpt = None, philly: PhillyOpt = None, vc: VcOpt = None,
+    refit_days: Annotated[float, typer.Option(
+        "--refit-days", help="Days between refits on the jobs ended so far.")] = 7.0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+    = False,
+) -> None:
+    """Score the predictor as a site would have used it: each job submitted in
+    [--from, --to) predicted at its submission by a model refit every --refit-days on the
+    jobs ended by then, against the history-median baseline."""
+    from slurm_marl.history.evaluate import report
+    from slurm_marl.history.predictor import rolling
+    jobs = _load_jobs(history, philly, vc)
+    a, b = _when(start, "--from"), _when(end, "--to")
+    if b <= a:
+        _fail("--to must come after --from", 2)
+    n_fits = max(1, int((min(b, max(j.submit_s for j in jobs)) - a) / (refit_days * 86400)) + 1)
+    with Progress(TextColumn("refits"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), disable=as_json) as bar:
+        task = bar.add_task("refits", total=n_fits)
+        preds = rolling(jobs, a, b, refit_every_s=refit_days * 86400, seed=seed,
+                        on_fit=lambda _n: bar.advance(task))
+    rep = report(preds)
+    if as_json:
+        print(json.dumps(rep, indent=2))
+        return
+    print(f"{rep['scored']} of {rep['jobs']} jobs scored")
+    for part in ("all", "over_1_gpu_hour"):
+        for who in ("model", "history_median"):
+            s = rep[part][who]
+            print(f"{part:>16} {who:>15}: n={s['n']} spearman={s['spearman']} "
+                  f"within_2x={s['within_2x']} median_abs_log_error="
+                  f"{s['median_abs_log_error']}")
