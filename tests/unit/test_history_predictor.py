@@ -175,3 +175,34 @@ def test_online_predictor_learns_only_from_finished_jobs():
     p.finished(job(1, "vc1", 100.0), 100.0)
     assert p.arrived(job(3, "vc1", 5.0), 110.0) == pytest.approx(100.0)
     assert p.arrived(job(4, "vc2", 5.0), 120.0) == pytest.approx(100.0)  # site history
+
+
+def test_online_predictor_knows_prior_history_that_ended_before_the_start():
+    mk = lambda k, submit, ran: HistoryJob(
+        job_id=str(k), name="", user="vc1", account="vc1", partition="", qos="", gpus=1,
+        nodes=1, time_limit_s=None, submit_s=submit, start_s=submit, end_s=submit + ran,
+        state="COMPLETED")
+    # ended before the origin (1000): 50 GPU-s; still running at the origin: 5000 GPU-s
+    prior = [mk(1, 0.0, 50.0), mk(2, 900.0, 5000.0)]
+    p = OnlinePredictor(prior=prior, origin_s=1000.0)
+    sim_job = SimpleNamespace(job_id=7, user="vc1", partition="", num_gpus=1, duration_s=1.0)
+    assert p.arrived(sim_job, 0.0) == pytest.approx(50.0)
+    assert p.rows and len(p.rows) == 1          # only job 1 can train a model
+
+
+def test_philly_prior_is_the_window_s_virtual_cluster_before_it(tmp_path):
+    from slurm_marl.sim.online_prediction import philly_prior
+    from slurm_marl.sim.traces import load_trace
+    path = tmp_path / "philly.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n"
+                    "2017-10-01 00:00:10,100,1,100,a\n"
+                    "2017-10-01 00:00:00,200,1,200,a\n"
+                    "2017-10-01 00:00:05,300,1,300,b\n"
+                    "2017-10-01 00:00:20,400,2,800,a\n"
+                    "2017-10-01 00:00:30,500,1,500,a\n")
+    prior, origin = philly_prior(path, "vc=a,rows=2:4")
+    window = load_trace(path, "vc=a,rows=2:4")
+    assert [j.gpu_time_s for j in prior] == [200.0, 100.0]      # vc a, before the window
+    assert window[0].duration_s == 400 and window[0].submit_time_s == 0
+    assert origin == prior[-1].submit_s + 10
+    assert philly_prior(path, None) is None                     # no virtual cluster named

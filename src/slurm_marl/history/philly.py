@@ -34,7 +34,7 @@ def philly_history(path: str | Path, vc: str | None = None) -> list[HistoryJob]:
                 raise HistoryError(f"{path}:{reader.line_num}: not a Philly row ({exc})") \
                     from None
             jobs.append(HistoryJob(
-                job_id=str(reader.line_num), name="", user="", account=row["cluster"],
+                job_id=str(reader.line_num), name="", user=row["cluster"], account=row["cluster"],
                 partition="", qos="", gpus=gpus, nodes=1, time_limit_s=None,
                 submit_s=submit, start_s=submit, end_s=submit + duration,
                 state="COMPLETED"))

@@ -132,10 +132,12 @@ class Prediction:
 
 
 def replay(jobs: Sequence[HistoryJob],
-           on_submit: Callable[[HistoryJob, dict, float], None]) -> None:
+           on_submit: Callable[[HistoryJob, dict, float], None],
+           until_s: float | None = None) -> FeatureState:
     """Walk a history in submit order; ``on_submit(job, features, now)`` sees each job's
     features at its submission, after every job that ended by then was recorded (and
-    nothing else). ``on_submit`` may read ``ended_rows`` of earlier calls (see ``rolling``)."""
+    nothing else). Returns the history as known at ``until_s`` (default: the last
+    submission): the state a predictor continues from."""
     state = FeatureState()
     ends: list = []
     for seq, job in enumerate(sorted(jobs, key=lambda j: (j.submit_s, j.job_id))):
@@ -148,6 +150,10 @@ def replay(jobs: Sequence[HistoryJob],
         on_submit(job, row, sub.submit_s)
         if job.end_s is not None:
             heapq.heappush(ends, (job.end_s, seq, sub, job.gpu_time_s))
+    while until_s is not None and ends and ends[0][0] <= until_s:
+        _, _, ended_sub, gpu_s = heapq.heappop(ends)
+        state.ended(ended_sub, gpu_s)
+    return state
 
 
 def rolling(jobs: Sequence[HistoryJob], start_s: float, end_s: float = math.inf,

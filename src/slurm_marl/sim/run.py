@@ -94,8 +94,10 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
                    if prediction_error is not None else None)
     predictor = None
     if prediction_error is None and prof.order in LEARNS_PREDICTIONS:
-        from slurm_marl.sim.online_prediction import OnlinePredictor
-        predictor = OnlinePredictor(seed=seed)
+        from slurm_marl.sim.online_prediction import OnlinePredictor, philly_prior
+        prior = philly_prior(trace, window) if not isinstance(trace, list) else None
+        predictor = OnlinePredictor(seed=seed, prior=prior[0] if prior else (),
+                                    origin_s=prior[1] if prior else 0.0)
     sim = Simulator(sim_cluster, jobs, policy, interference=interference, seed=seed,
                     restart_delay_s=restart_delay_s, cycle_period_s=cycle_period_s,
                     collect_samples=collect_samples, drop_oversized=drop_oversized,
@@ -109,6 +111,7 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     if prediction_error is not None:
         run.summary["predictions"] = f"{prediction_error} (seed {prediction_seed})"
     elif predictor is not None:
-        run.summary["predictions"] = (f"learned in the run (LightGBM from finished jobs, "
-                                      f"{predictor.fits} refits)")
+        run.summary["predictions"] = (
+            f"learned in the run (LightGBM from finished jobs, {predictor.fits} refits"
+            + (f"; {len(prior[0])} jobs of history before the window)" if prior else ")"))
     return run
