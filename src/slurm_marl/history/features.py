@@ -2,8 +2,9 @@
 
 Two kinds of facts: the job's own request (user, account, partition, QOS, the stem of its
 name, GPUs, nodes, time limit, submit hour and weekday) and what the site's history said
-*before* the job arrived: for the same user and name stem, the same user, the same
-account with the same GPU count, the same account and the whole site, how many jobs of
+*before* the job arrived: for the same user and name stem, the same user with the same
+GPU count, the same user, the same account with the same GPU count, the same account and
+the whole site, how many jobs of
 that kind ended, the median and the last of their log GPU-times. ``FeatureState`` holds
 that history as it grows; it learns of a job only through ``ended`` (at the job's end),
 and ``features`` reads nothing else, so no job's own or later outcome can leak into what
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 RECENT = 10                      # ended jobs kept per key for the medians
 _STEM = re.compile(r"[A-Za-z]+")
 CATEGORIES = ("user", "account", "partition", "qos", "stem")
-KEYS = ("user_stem", "user", "account_gpus", "account", "site")
+KEYS = ("user_stem", "user_gpus", "user", "account_gpus", "account", "site")
 NUMBERS = ("log_gpus", "nodes", "log_limit_s", "hour", "weekday", "recent_same_submits")
 FEATURES = CATEGORIES + NUMBERS + tuple(
     f"{k}_{s}" for k in KEYS for s in ("n", "median", "last"))
@@ -58,7 +59,8 @@ def name_stem(name: str) -> str:
 
 def key_values(s: Submission) -> dict[str, tuple]:
     stem = name_stem(s.name)
-    return {"user_stem": (s.user, stem) if s.user else None,
+    return {"user_stem": (s.user, stem) if s.user and stem else None,
+            "user_gpus": (s.user, s.gpus) if s.user else None,
             "user": (s.user,) if s.user else None,
             "account_gpus": (s.account, s.gpus),
             "account": (s.account,),
@@ -119,7 +121,8 @@ class FeatureState:
 
 def history_median(row: dict[str, object]) -> float:
     """The baseline: the median log GPU-time of the most specific key with history
-    (user + name stem, user, account + GPUs, account, site); NaN with no history."""
+    (user + name stem, user + GPUs, user, account + GPUs, account, site); NaN with no
+    history."""
     for name in KEYS:
         v = row.get(f"{name}_median")
         if isinstance(v, float) and not math.isnan(v):
