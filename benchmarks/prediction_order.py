@@ -39,6 +39,7 @@ RUNS = [("las-consolidate", "las-consolidate", None, {}), ("las-lif", "las-lif",
         ("remaining, helios", "predicted-las", "helios", {"rule": "remaining"}),
         ("in LAS queues, helios", "predicted-las", "helios", {"rule": "in_las_queues"}),
         ("remaining, oracle", "predicted-las", "oracle", {"rule": "remaining"}),
+        ("in LAS queues, oracle", "predicted-las", "oracle", {"rule": "in_las_queues"}),
         # no --prediction-error: predictions learned in the run from finished jobs only
         ("remaining, learned", "predicted-las", None, {"rule": "remaining"}),
         ("in LAS queues, learned", "predicted-las", None, {"rule": "in_las_queues"})]

@@ -104,6 +104,35 @@ def test_in_las_queues_a_prediction_never_moves_a_job_across_2d_las_queues(seed)
     assert queue == sorted(queue)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_in_las_queues_a_prediction_never_puts_a_waiting_job_ahead_of_a_running_one_of_its_queue(
+        seed):
+    """So a prediction never preempts a job 2D-LAS would let run: in 2D-LAS a running job
+    yields only to jobs of a higher queue, and so it does here, however wrong the
+    predictions (a stream of under-predicted arrivals preempted every running job in turn
+    before: 1.67x 2D-LAS's JCT on a Philly window)."""
+    rng = random.Random(seed)
+    o = order(rule="in_las_queues")
+    thresholds = (3250, 7200, 18000)
+
+    def q(attained):
+        return sum(attained >= t for t in thresholds)
+
+    pick = lambda: rng.choice([None, 1.0, 50.0, 3000.0, 1e5, 1e9])
+    runs = [running(i, {"n1": (0,)}, submit=float(rng.randrange(100)), predicted_gpu_s=pick(),
+                    attained=rng.choice([10.0, 3000.0, 5000.0, 20_000.0]))
+            for i in range(20)]
+    waits = [pending(100 + i, 1, submit=float(rng.randrange(100)), predicted_gpu_s=pick(),
+                     attained_gpu_s=rng.choice([0.0, 10.0, 3000.0, 5000.0, 20_000.0]))
+             for i in range(20)]
+    for r in runs:
+        for w in waits:
+            if q(r.attained_gpu_s) == q(w.attained_gpu_s):
+                assert o.classify(r, 100.0)[1] < o.classify(w, 100.0)[1]
+            elif q(w.attained_gpu_s) < q(r.attained_gpu_s):
+                assert o.classify(w, 100.0)[1] < o.classify(r, 100.0)[1]
+
+
 def test_next_change_running_within_its_prediction_is_when_it_outlives_it():
     o = order()
     job = running(1, {"n1": (0, 1)}, predicted_gpu_s=1000.0, attained=400.0)
