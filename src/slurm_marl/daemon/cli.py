@@ -98,6 +98,7 @@ def run(config: ConfigOpt = None,
 
     from slurm_marl.daemon.loop import run_daemon, setup_logging
     from slurm_marl.daemon.store import StoreError
+    from slurm_marl.history.records import HistoryError, ModelError
     from slurm_marl.policy.profile import ProfileError
 
     cfg = _load(config)
@@ -106,7 +107,7 @@ def run(config: ConfigOpt = None,
     setup_logging(cfg.log.level)
     try:
         raise typer.Exit(run_daemon(cfg, max_cycles=cycles))
-    except (StoreError, ProfileError) as exc:
+    except (StoreError, ProfileError, ModelError, HistoryError) as exc:
         raise _fail(exc)
 
 

@@ -43,6 +43,10 @@ class AgentSection:
     watchdog: bool = True
     progress_dir: str = ""          # jobs' progress reports -> observed speeds ("" = off)
     sample_min_s: float = 5.0       # shortest stretch of one co-location that makes a sample
+    # GPU-time predictor (`slurm-marl history train` folder; "" = no predictions) and the
+    # history CSV (`slurm-marl history import`) its features start from ("" = none)
+    gpu_time_model: str = ""
+    history: str = ""
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,11 @@ def partition_view(snap: ClusterSnapshot, partition: str) -> ClusterSnapshot:
 
 class Agent:
     def __init__(self, config: Config, source: ClusterSource, sink: DecisionSink,
-                 store: Store, policy, metrics=None, clock=time.time) -> None:
+                 store: Store, policy, metrics=None, clock=time.time,
+                 predictor=None) -> None:
         self.config = config
+        # GPU-time predictions (daemon/predictions.py), when a model is configured
+        self.predictor = predictor
         self.source = source
         self.sink = sink
         self.store = store
@@ -147,6 +150,11 @@ class Agent:
         snap = self._with_signatures(acc)
         self.store.save_jobs(acc.records)
         self._sample_speeds(snap)
+        if self.predictor is not None:
+            for run in acc.finished_runs:
+                self.predictor.run_ended(run.job_id, run.num_gpus, run.start_s, run.end_s,
+                                         run.state)
+            snap = self.predictor.annotate(snap)
         for run in acc.finished_runs:
             self.store.record_outcome(run.job_id, run.run, user=run.user, name=run.name,
                                       model_type=run.model_type,
@@ -394,5 +402,12 @@ def build_agent(config: Config, metrics=None) -> Agent:
     source = CliClusterSource(runner, static_ttl_s=60.0)
     sink = CliDecisionSink(runner, retries=config.slurm.write_retries)
     policy = build_policy(load_profile(config.agent.profile))
+    predictor = None
+    if config.agent.gpu_time_model:
+        from slurm_marl.daemon.predictions import DaemonPredictor
+        predictor = DaemonPredictor(config.agent.gpu_time_model, config.agent.history or None,
+                                    time.time())
+    elif config.agent.history:
+        log.warning("agent.history is set but agent.gpu_time_model is not: no predictions")
     store = Store(config.store_path)
-    return Agent(config, source, sink, store, policy, metrics=metrics)
+    return Agent(config, source, sink, store, policy, metrics=metrics, predictor=predictor)

@@ -30,7 +30,7 @@ import numpy as np
 
 from slurm_marl.history.features import CATEGORIES, FEATURES, FeatureState, Submission, \
     history_median
-from slurm_marl.history.records import HistoryJob
+from slurm_marl.history.records import HistoryJob, ModelError
 
 MODEL_FILE = "gpu_time_model.txt"
 META_FILE = "gpu_time_model.json"
@@ -40,10 +40,6 @@ PARAMS = {"objective": "regression_l1", "learning_rate": 0.05, "num_leaves": 31,
           "bagging_freq": 1, "lambda_l2": 1.0, "num_threads": 1, "deterministic": True,
           "force_row_wise": True, "verbosity": -1, "max_cat_to_onehot": 8,
           "cat_smooth": 10.0}
-
-
-class ModelError(ValueError):
-    """A model folder that cannot be read (one line: which file, why)."""
 
 
 @dataclass

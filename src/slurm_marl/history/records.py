@@ -23,6 +23,11 @@ class HistoryError(ValueError):
     """A history that cannot be read (one line: the file, the row, why)."""
 
 
+class ModelError(ValueError):
+    """A predictor model folder that cannot be read (one line: which file, why). Here, not
+    in ``predictor``, so callers can catch it without importing LightGBM."""
+
+
 @dataclass(frozen=True)
 class HistoryJob:
     job_id: str                  # "123", or "123_4" for an array task

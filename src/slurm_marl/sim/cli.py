@@ -83,7 +83,7 @@ def _warn(message: str) -> None:
 
 
 def _run(trace_jobs, cluster, profile, strength, seed, restart_delay, samples, label,
-         drop_oversized=False, prediction_error=None, prediction_seed=0):
+         drop_oversized=False, prediction_error=None, prediction_seed=0, source=None):
     with _progress(label) as bar:
         task = bar.add_task(label, total=len(trace_jobs))
         return run_simulation(trace_jobs, cluster, profile, interference=strength, seed=seed,
@@ -91,7 +91,7 @@ def _run(trace_jobs, cluster, profile, strength, seed, restart_delay, samples, l
                               drop_oversized=drop_oversized,
                               progress=lambda done, total: bar.update(task, completed=done),
                               prediction_error=prediction_error,
-                              prediction_seed=prediction_seed)
+                              prediction_seed=prediction_seed, trace_source=source)
 
 
 def _load(trace: Path, window: str | None, cluster: str, skip_bad_rows: bool = False):
@@ -140,7 +140,7 @@ def simulate(
         prof = load_profile(profile)
         run = _run(jobs, sim_cluster, prof, strength[0], seed, restart_delay,
                    samples and out is not None, f"{prof.name} ({strength[0]})",
-                   drop_oversized, prediction_error, prediction_seed)
+                   drop_oversized, prediction_error, prediction_seed, (trace, window))
     except (ProfileError, SimulationError, ValueError) as exc:
         _fail(str(exc))
     _note_dropped(run.summary, cluster)
@@ -207,7 +207,7 @@ def compare(
             try:
                 run = _run(jobs, sim_cluster, prof, strength, seed, restart_delay, False,
                            f"{prof.name} ({strength})", drop_oversized, prediction_error,
-                           prediction_seed)
+                           prediction_seed, (trace, window))
             except (SimulationError, ValueError) as exc:
                 _fail(f"{prof.name}: {exc}")
             if not results:

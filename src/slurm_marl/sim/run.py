@@ -71,12 +71,16 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
              estimator: InterferenceEstimator | None = None, drop_oversized: bool = False,
              skip_bad_rows: bool = False,
              progress: Callable[[int, int], None] | None = None,
-             prediction_error: str | None = None, prediction_seed: int = 0) -> SimRun:
+             prediction_error: str | None = None, prediction_seed: int = 0,
+             trace_source: tuple[str | Path, Window | str | None] | None = None) -> SimRun:
     """Run one simulation; ``trace`` is a loaded trace or a path (read with ``window`` and
     ``skip_bad_rows``). Jobs larger than their partition are an error unless
     ``drop_oversized`` (then counted in the summary's ``dropped_oversized``).
     ``prediction_error``: each job carries a predicted GPU-time of that quality
-    (``sim/predictions.py``: ``helios`` or ``oracle``; None: no predictions)."""
+    (``sim/predictions.py``: ``helios`` or ``oracle``); None: orders that read predictions
+    get them learned in the run (``sim/online_prediction.py``), starting from the history
+    before the window where the trace has one (``trace_source``: the file and window a
+    loaded ``trace`` came from)."""
     jobs = trace if isinstance(trace, list) else load_trace(trace, window,
                                                            skip_bad_rows=skip_bad_rows)
     sim_cluster = cluster if isinstance(cluster, SimCluster) else parse_cluster(cluster)
@@ -95,7 +99,9 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     predictor = None
     if prediction_error is None and prof.order in LEARNS_PREDICTIONS:
         from slurm_marl.sim.online_prediction import OnlinePredictor, philly_prior
-        prior = philly_prior(trace, window) if not isinstance(trace, list) else None
+        path, win = (trace, window) if not isinstance(trace, list) else \
+            (trace_source or (None, None))
+        prior = philly_prior(path, win) if path is not None else None
         predictor = OnlinePredictor(seed=seed, prior=prior[0] if prior else (),
                                     origin_s=prior[1] if prior else 0.0)
     sim = Simulator(sim_cluster, jobs, policy, interference=interference, seed=seed,
