@@ -13,6 +13,7 @@ is known at its submission (``tests/unit/test_history_predictor.py`` checks this
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import statistics
@@ -73,7 +74,10 @@ class FeatureState:
     def __init__(self) -> None:
         self._recent: dict[tuple, deque] = defaultdict(lambda: deque(maxlen=RECENT))
         self._count: dict[tuple, int] = defaultdict(int)
-        self._submits: dict[tuple, deque] = defaultdict(deque)
+        # (n, median, last) per key, dropped when the key learns of another ended job
+        self._stats: dict[tuple, tuple[float, float, float]] = {}
+        # submit times per (account, GPUs), sorted; the last day of them is kept
+        self._submits: dict[tuple, list[float]] = defaultdict(list)
 
     def ended(self, s: Submission, gpu_time_s: float) -> None:
         """A job of submission ``s`` ended having received ``gpu_time_s`` GPU-seconds."""
@@ -83,13 +87,14 @@ class FeatureState:
                 continue
             self._recent[(name, *key)].append(value)
             self._count[(name, *key)] += 1
+            self._stats.pop((name, *key), None)
 
     def submitted(self, s: Submission) -> None:
         """A job was submitted (its request is public at once; its outcome is not)."""
         q = self._submits[(s.account, s.gpus)]
-        q.append(s.submit_s)
-        while q and q[0] < s.submit_s - 3600:
-            q.popleft()
+        bisect.insort(q, s.submit_s)
+        if q[0] < q[-1] - 2 * 86400:       # keep a day more than any hour looked at
+            del q[:bisect.bisect_left(q, q[-1] - 86400)]
 
     def features(self, s: Submission) -> dict[str, object]:
         """The feature values of ``s`` from its request and the history known now."""
@@ -103,20 +108,30 @@ class FeatureState:
                                 else math.log1p(s.time_limit_s)),
                    hour=float((t % 86400) // 3600), weekday=float(day))
         q = self._submits.get((s.account, s.gpus), ())
-        row["recent_same_submits"] = float(sum(1 for x in q if t - 3600 <= x <= t))
+        row["recent_same_submits"] = float(bisect.bisect_right(q, t)
+                                           - bisect.bisect_left(q, t - 3600))
         for name, key in key_values(s).items():
-            recent = self._recent.get((name, *key)) if key is not None else None
-            if recent:
-                # how much history there is, capped: a count that only grows with time
-                # would let the model learn the calendar instead of the jobs
-                row[f"{name}_n"] = float(min(self._count[(name, *key)], RECENT))
-                row[f"{name}_median"] = statistics.median(recent)
-                row[f"{name}_last"] = recent[-1]
-            else:
-                row[f"{name}_n"] = 0.0
-                row[f"{name}_median"] = math.nan
-                row[f"{name}_last"] = math.nan
+            n, median, last = self._key_stats((name, *key)) if key is not None else _NONE
+            row[f"{name}_n"] = n
+            row[f"{name}_median"] = median
+            row[f"{name}_last"] = last
         return row
+
+    def _key_stats(self, full_key: tuple) -> tuple[float, float, float]:
+        got = self._stats.get(full_key)
+        if got is None:
+            recent = self._recent.get(full_key)
+            if not recent:
+                return _NONE
+            # how much history there is, capped: a count that only grows with time would
+            # let the model learn the calendar instead of the jobs
+            got = (float(min(self._count[full_key], RECENT)), statistics.median(recent),
+                   recent[-1])
+            self._stats[full_key] = got
+        return got
+
+
+_NONE = (0.0, math.nan, math.nan)
 
 
 def history_median(row: dict[str, object]) -> float:

@@ -67,12 +67,13 @@ class GpuTimeModel:
     def matrix(self, rows: Sequence[dict]) -> np.ndarray:
         """Rows as LightGBM's input: category codes (NaN for a value not seen in
         training), then numbers, in ``FEATURES`` order."""
-        codes = {c: {v: float(i) for i, v in enumerate(vals)} for c, vals in self.vocab.items()}
         out = np.empty((len(rows), len(FEATURES)), dtype=float)
-        for i, r in enumerate(rows):
-            for k, name in enumerate(FEATURES):
-                v = r[name]
-                out[i, k] = codes[name].get(str(v), math.nan) if name in codes else float(v)
+        for k, name in enumerate(FEATURES):
+            if name in self.vocab:
+                codes = {v: float(i) for i, v in enumerate(self.vocab[name])}
+                out[:, k] = [codes.get(str(r[name]), math.nan) for r in rows]
+            else:
+                out[:, k] = [r[name] for r in rows]
         return out
 
     def baseline(self, rows: Sequence[dict]) -> np.ndarray:
