@@ -58,8 +58,8 @@ def name_stem(name: str) -> str:
     return m.group(0).lower() if m else ""
 
 
-def key_values(s: Submission) -> dict[str, tuple]:
-    stem = name_stem(s.name)
+def key_values(s: Submission, stem: str | None = None) -> dict[str, tuple]:
+    stem = name_stem(s.name) if stem is None else stem
     return {"user_stem": (s.user, stem) if s.user and stem else None,
             "user_gpus": (s.user, s.gpus) if s.user else None,
             "user": (s.user,) if s.user else None,
@@ -99,9 +99,9 @@ class FeatureState:
     def features(self, s: Submission) -> dict[str, object]:
         """The feature values of ``s`` from its request and the history known now."""
         t = s.submit_s
+        stem = name_stem(s.name)
         row: dict[str, object] = {"user": s.user, "account": s.account,
-                                  "partition": s.partition, "qos": s.qos,
-                                  "stem": name_stem(s.name)}
+                                  "partition": s.partition, "qos": s.qos, "stem": stem}
         day = (t // 86400 + 3) % 7          # 1970-01-01 was a Thursday: Monday = 0
         row.update(log_gpus=math.log2(max(1, s.gpus)), nodes=float(s.nodes),
                    log_limit_s=(math.nan if s.time_limit_s is None
@@ -110,11 +110,10 @@ class FeatureState:
         q = self._submits.get((s.account, s.gpus), ())
         row["recent_same_submits"] = float(bisect.bisect_right(q, t)
                                            - bisect.bisect_left(q, t - 3600))
-        for name, key in key_values(s).items():
-            n, median, last = self._key_stats((name, *key)) if key is not None else _NONE
-            row[f"{name}_n"] = n
-            row[f"{name}_median"] = median
-            row[f"{name}_last"] = last
+        for name, key in key_values(s, stem).items():
+            n_col, median_col, last_col = _COLUMNS[name]
+            row[n_col], row[median_col], row[last_col] = \
+                self._key_stats((name, *key)) if key is not None else _NONE
         return row
 
     def _key_stats(self, full_key: tuple) -> tuple[float, float, float]:
@@ -132,6 +131,7 @@ class FeatureState:
 
 
 _NONE = (0.0, math.nan, math.nan)
+_COLUMNS = {k: (f"{k}_n", f"{k}_median", f"{k}_last") for k in KEYS}
 
 
 def history_median(row: dict[str, object]) -> float:
