@@ -42,7 +42,9 @@ RUNS = [("las-consolidate", "las-consolidate", None, {}), ("las-lif", "las-lif",
         ("in LAS queues, oracle", "predicted-las", "oracle", {"rule": "in_las_queues"}),
         # no --prediction-error: predictions learned in the run from finished jobs only
         ("remaining, learned", "predicted-las", None, {"rule": "remaining"}),
-        ("in LAS queues, learned", "predicted-las", None, {"rule": "in_las_queues"})]
+        ("in LAS queues, learned", "predicted-las", None, {"rule": "in_las_queues"}),
+        ("learned-order", "learned-order", None, {}),
+        ("learned-order, helios", "learned-order", "helios", {})]
 
 
 def one(window: str, label: str, profile: str, error: str | None, order_params: dict,
