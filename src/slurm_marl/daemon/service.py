@@ -19,6 +19,7 @@ next tick; the loop keeps running while slurmctld restarts.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
@@ -114,6 +115,12 @@ class Agent:
     def cycle(self) -> CycleReport:
         started = time.monotonic()
         report = CycleReport(cycle=self.store.next_cycle(), time_s=self.clock())
+        # A cycle makes hundreds of thousands of short-lived objects (the snapshot, the
+        # policy's state) that reference counting frees at its end; the cyclic collector
+        # would walk the live heap several times meanwhile (10,000 nodes / 5,000 pending:
+        # 2.8 s -> 2.2 s a cycle without it). It runs again between cycles.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             self._cycle(report)
         except SlurmError as exc:
@@ -123,6 +130,9 @@ class Agent:
         except Exception as exc:  # one bad cycle must not end the agent
             report.error = f"internal: {exc!r}"
             log.exception("cycle %d failed", report.cycle)
+        finally:
+            if collecting:
+                gc.enable()
         report.duration_s = time.monotonic() - started
         try:
             self.store.record_cycle(report.cycle, report.time_s, report.duration_s,
