@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 
 from slurm_marl.domain import Decision
@@ -104,17 +104,29 @@ class StoreError(RuntimeError):
     """The state store cannot be opened or is from an incompatible version."""
 
 
+_NOT_IN_PAYLOAD = ("job_id", "plugin", "reason")
+
+
 def decision_payload(d: Decision) -> dict:
-    data = asdict(d)
-    for key in ("job_id", "plugin", "reason"):
-        data.pop(key, None)
+    """The decision's own fields; a flat one (SetPriority, Release, ...) without
+    ``asdict``'s deep copy, which cost 0.4 s a cycle at 5,000 pending."""
+    data = {f.name: getattr(d, f.name) for f in fields(d) if f.name not in _NOT_IN_PAYLOAD}
+    if any(isinstance(v, (tuple, list, dict)) or is_dataclass(v) for v in data.values()):
+        data = asdict(d)
+        for key in _NOT_IN_PAYLOAD:
+            data.pop(key, None)
     return data
+
+
+JOB_COLUMNS = tuple(f.name for f in fields(JobRecord))
+_SAVED_CACHE_MAX = 200_000
 
 
 class Store:
     def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self._saved: dict[int, tuple] = {}     # job id -> the record row last saved
         try:
             if readonly:
                 self.db = sqlite3.connect(self._readonly_uri(), uri=True, timeout=10,
@@ -238,20 +250,34 @@ class Store:
         return {(r[0], r[1]): r[2] for r in rows}
 
     def save_jobs(self, records: Iterable[JobRecord]) -> None:
-        rows = [asdict(r) for r in records]
+        """Insert or update job records; a record equal to what this store object last
+        saved for that job is not written again (most of them, cycle after cycle)."""
+        saved = self._saved
+        rows = []
+        for r in records:
+            row = tuple(getattr(r, c) for c in JOB_COLUMNS)
+            if saved.get(r.job_id) != row:
+                rows.append(row)
         if not rows:
             return
-        cols = list(rows[0])
+        cols = JOB_COLUMNS
         sql = (f"INSERT INTO jobs ({','.join(cols)}) VALUES ({','.join('?' * len(cols))}) "
                f"ON CONFLICT(job_id) DO UPDATE SET "
                + ",".join(f"{c}=excluded.{c}" for c in cols if c != "job_id"))
         with self.transaction() as db:
-            db.executemany(sql, [tuple(r[c] for c in cols) for r in rows])
+            db.executemany(sql, rows)
+        if len(saved) + len(rows) > _SAVED_CACHE_MAX:
+            saved.clear()
+        for row in rows:
+            saved[row[0]] = row
 
     def set_queues(self, items: Iterable[tuple[int, int]]) -> None:
+        items = list(items)
         with self.transaction() as db:
             db.executemany("UPDATE jobs SET queue=? WHERE job_id=?",
                            [(q, j) for j, q in items])
+        for j, _ in items:          # the row changed under the cache: write it next time
+            self._saved.pop(j, None)
 
     # ---- what was written ---------------------------------------------------------------
     def written(self, job_ids: Iterable[int]) -> dict[tuple[int, str], str]:
@@ -388,6 +414,7 @@ class Store:
             ("reservations", "DELETE FROM reservations WHERE name IN (SELECT name FROM "
              "reservations WHERE ended_s IS NOT NULL AND ended_s < ? LIMIT ?)", (cutoff,)),
         ]
+        self._saved.clear()     # rows may go: save them again if they are seen again
         counts = {"decisions": 0, "cycles": 0, "written": 0, "jobs": 0, "reservations": 0,
                   "done": 1}
         for table, sql, args in steps:
