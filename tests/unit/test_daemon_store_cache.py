@@ -76,3 +76,28 @@ def test_payload_of_every_decision_kind_equals_the_full_conversion():
         for key in ("job_id", "plugin", "reason"):
             full.pop(key)
         assert json.dumps(decision_payload(d), default=str) == json.dumps(full, default=str)
+
+
+def test_job_with_is_dataclasses_replace_without_its_cost():
+    import pytest
+
+    from slurm_marl.domain import Job, JobState
+    job = Job(7, name="a", gpus_per_node=2, state=JobState.RUNNING, nodes=("n1",))
+    changed = job.with_(attained_gpu_s=5.0, name="b")
+    assert changed == replace(job, attained_gpu_s=5.0, name="b")
+    assert job.name == "a" and job.attained_gpu_s == 0.0          # the original is untouched
+    assert hash(changed) == hash(replace(job, attained_gpu_s=5.0, name="b"))
+    with pytest.raises(TypeError, match="no field.*colour"):
+        job.with_(colour="red")
+
+
+def test_seen_times_are_written_when_they_move_a_minute(tmp_path):
+    st = CountingStore(tmp_path / "s.sqlite")
+    rec = JobRecord(job_id=1, last_seen_s=6000.0, last_running_s=6000.0)
+    st.save_jobs([rec])
+    st.save_jobs([replace(rec, last_seen_s=6030.0, last_running_s=6030.0)])
+    assert st.written_rows == 1 and st.job_records([1])[1].last_seen_s == 6000.0
+    st.save_jobs([replace(rec, last_seen_s=6061.0, last_running_s=6061.0)])
+    assert st.written_rows == 2 and st.job_records([1])[1].last_seen_s == 6061.0
+    st.save_jobs([replace(rec, last_seen_s=6062.0, preemptions=1)])
+    assert st.written_rows == 3                      # any other change is written at once

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 
 from slurm_marl.domain import Job
 
@@ -24,6 +25,7 @@ _TOKEN = re.compile(r"[^a-z0-9]+")
 _BY_LENGTH = sorted(KNOWN_FAMILIES, key=len, reverse=True)
 
 
+@lru_cache(maxsize=65536)   # the same names come back every cycle
 def family_from_name(name: str) -> str | None:
     """A known family named in a job name, matched on word boundaries after removing
     punctuation inside tokens (``ResNet-50`` -> ``resnet50``)."""
