@@ -141,11 +141,11 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
     if job.gpu_type is not None:
         cap, nodes = typed_capacity(job.gpu_type, state, cap, nodes)
     leaf_of = state.leaf_of
+    if dedupe is None:
+        dedupe = (state.dedupe_nodes, state.dedupe_colocation, state.dedupe_host)
+    by_host = dedupe[2] if len(dedupe) > 2 else state.dedupe_host
     if per_node == 0 or count == 1:
         need = total if per_node == 0 else per_node
-        if dedupe is None:
-            dedupe = (state.dedupe_nodes, state.dedupe_colocation, state.dedupe_host)
-        by_host = dedupe[2] if len(dedupe) > 2 else state.dedupe_host
         single = _single_node_candidates(job, state, cap, nodes, need, total, dedupe[0],
                                          dedupe[1], by_host)
         if single or per_node:
@@ -167,10 +167,19 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
     groups_of_nodes = [sorted(v, key=lambda n: (sum(cap[n]), n)) for _, v in
                        sorted(by_leaf.items(), key=lambda kv: (str(kv[0]), kv[1][0]))]
     groups_of_nodes.append(sorted(eligible, key=lambda n: (sum(cap[n]), n)))
+    classes: set = set()
     for pool in groups_of_nodes:
         if len(pool) < count:
             continue
         chosen = pool[:count]
+        if dedupe[0]:
+            # Leaves whose chosen nodes are alike (as single-node candidates count alike)
+            # give candidates that score alike: the first is kept, as it wins the tie.
+            key = tuple(_class_of(state, cap, n, by_host, dedupe[1]) for n in chosen) \
+                + (len({leaf_of[n] for n in chosen}),)
+            if key in classes:
+                continue
+            classes.add(key)
         allocs = []
         for n in chosen:
             split = split_on_node(cap[n], per_node)
@@ -180,6 +189,14 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
             seen.add(cand.allocs)
             out.append(cand)
     return out
+
+
+def _class_of(state: PlacementState, cap: Capacity, n: int, by_host: bool,
+              by_colocation: bool) -> tuple:
+    key = node_class(cap[n], state.free_cpus[n], state.free_mem[n], state.infos[n], by_host)
+    if by_colocation:
+        key += (tuple(tuple(sorted(m)) for m in state.colocated[n]),)
+    return key
 
 
 def typed_capacity(gpu_type: str, state: PlacementState, cap: Capacity,

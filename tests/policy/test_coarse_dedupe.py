@@ -57,3 +57,38 @@ def test_coarse_and_fine_node_classes_decide_alike(profile, rng):
     assert coarse._dedupe_host is False      # neither profile's plugins read hosts
     fine._dedupe_host = True
     assert coarse.run_cycle(snap) == fine.run_cycle(snap)
+
+
+@pytest.mark.parametrize("profile", ["las-consolidate", "las-spread", "las-lif"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(rng=st.randoms(use_true_random=False))
+def test_multi_node_candidates_of_alike_leaves_deduplicated_score_alike(profile, rng):
+    """One multi-node candidate per class of alike leaf pools (issue 17): for every
+    multi-node job the policy's best candidate and its score are those it picks among one
+    candidate per leaf (no node deduplication)."""
+    from slurm_marl.placement_shapes import generate_candidates
+    from slurm_marl.policy.state import CycleState
+    snap = synthetic_snapshot(rng.randint(16, 80), busy_fraction=rng.choice([0.3, 0.5, 0.7]),
+                              seed=rng.randrange(1000), gpus_per_node=8, sockets=2,
+                              partitions=1, nodes_per_leaf=rng.choice([2, 4, 8]))
+    jobs = [Job(job_id=600_000 + i, partition=snap.partitions[0].name,
+                state=JobState.PENDING, gpus_per_node=per, node_count=count,
+                cpus=count, submit_time_s=snap.time_s)
+            for i, (per, count) in enumerate((rng.choice([1, 2, 4, 8]), rng.randint(2, 4))
+                                             for _ in range(20))]
+    snap = replace(snap, jobs=snap.jobs + tuple(jobs))
+    policy = build_policy(load_profile(profile))
+    state = CycleState(snap, track_colocation=policy._needs_colocation)
+    state.dedupe_host = policy._dedupe_host
+    flags = policy._dedupe_for(snap.jobs[0], state)
+    if not flags[0]:
+        pytest.skip(f"{profile}: a place plugin needs node identity, nothing is deduplicated")
+    for job in jobs:
+        few = generate_candidates(job, state, state.free, dedupe=flags)
+        every = generate_candidates(job, state, state.free, dedupe=(False,) + flags[1:])
+        assert len(few) <= len(every)
+        with state.judging(state.free):
+            best_few, terms_few, _ = policy.score(job, few, state)
+            best_every, terms_every, _ = policy.score(job, every, state)
+        assert best_few == best_every and terms_few == terms_every
