@@ -20,6 +20,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 _PARTS = [
     ("slurm_marl.slurm_integration.cli", "app", "cluster", "group"),
     ("slurm_marl.slurm_integration.cli", "snapshot", "snapshot", "command"),
+    ("slurm_marl.slurm_integration.readiness", "check_slurm", "check-slurm", "command"),
     ("slurm_marl.demo", "demo", "demo", "command"),
     ("slurm_marl.replay.cli", "replay", "replay", "command"),
     ("slurm_marl.topology.cli", "app", "topology", "group"),

@@ -1,0 +1,23 @@
+"""`slurm-marl check-slurm` against the real local cluster: it reads the live config."""
+
+import json
+import subprocess
+
+import pytest
+from slurmtest import SLURM_MARL
+
+pytestmark = pytest.mark.slurm
+
+
+def test_check_slurm_reads_the_live_cluster(cluster, tmp_path):
+    proc = subprocess.run([*SLURM_MARL, "check-slurm", "--slurm-conf",
+                           str(cluster.local.slurm_conf), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ready"] is True
+    checks = {c["name"]: c for c in report["checks"]}
+    version = cluster.run("scontrol", "--version").stdout.split()[-1]
+    assert checks["Slurm version"]["found"] == version
+    assert checks["GPU groups per socket"]["level"] == "ok"
+    assert checks["network topology"]["found"] == "topology/tree"
