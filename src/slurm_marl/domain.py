@@ -164,6 +164,8 @@ class Job:
     user: str = ""
     partition: str = ""
     state: JobState = JobState.PENDING
+    account: str = ""
+    qos: str = ""
     gpus_per_node: int = 0
     gpus_per_job: int = 0
     gpu_type: str | None = None

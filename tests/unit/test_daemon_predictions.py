@@ -100,3 +100,16 @@ def test_the_agent_orders_with_the_predictions(site, tmp_path):
                    key=lambda d: -d.priority)
     assert [d.job_id for d in prios] == [2, 1]     # ann's short job first, then cy's long one
     assert "predicted" in prios[0].reason and "GPU-s" in prios[0].reason
+
+
+def test_account_and_qos_from_squeue_reach_the_features():
+    from slurm_marl.daemon.predictions import submission
+    from slurm_marl.slurm_integration.parse import job_from_json
+    raw = {"job_id": 5, "name": "bert-3", "user_name": "ann", "account": "ml",
+           "qos": "high", "partition": "gpu", "job_state": "PENDING",
+           "tres_per_node": "gres:gpu:2", "submit_time": 100, "time_limit": 60}
+    job, problems = job_from_json(raw)
+    assert problems == [] and (job.account, job.qos) == ("ml", "high")
+    sub = submission(job)
+    assert (sub.user, sub.account, sub.qos, sub.gpus, sub.time_limit_s) == \
+        ("ann", "ml", "high", 2, 3600.0)

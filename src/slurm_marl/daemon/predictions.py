@@ -8,8 +8,9 @@ the site's history as known then: the history CSV of ``slurm-marl history import
 prediction for its life (a requeue does not re-predict it), so its rank never moves
 because the model learned of later jobs.
 
-What the daemon does not know of a job (its account and QOS are not read from squeue yet)
-is left empty, as in training rows whose history had no such column.
+A job's request as squeue shows it (user, account, QOS, partition, name, GPUs, nodes,
+time limit) is what ``sacct`` shows of it later: training and prediction see the same
+fields.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ FINAL_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_F
 
 
 def submission(job: Job) -> Submission:
-    return Submission(user=job.user, account="", partition=job.partition, qos="",
+    return Submission(user=job.user, account=job.account, partition=job.partition,
+                      qos=job.qos,
                       name=job.name, gpus=job.num_gpus, nodes=max(1, job.node_count),
                       time_limit_s=job.time_limit_s, submit_s=job.submit_time_s)
 

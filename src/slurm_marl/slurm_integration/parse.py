@@ -91,6 +91,8 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
         user=str(raw.get("user_name") or raw.get("user_id") or ""),
         partition=str(raw.get("partition") or ""),
         state=state,
+        account=str(raw.get("account") or ""),
+        qos=str(raw.get("qos") or ""),
         gpus_per_node=total_gpus(per_node),
         gpus_per_job=total_gpus(per_job),
         gpu_type=gpu_type,
