@@ -141,6 +141,7 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._saved: dict[int, tuple] = {}     # job id -> the record row last saved
+        self._seen: dict[int, tuple] = {}      # job id -> its exact seen times, last saved
         try:
             if readonly:
                 self.db = sqlite3.connect(self._readonly_uri(), uri=True, timeout=10,
@@ -251,11 +252,20 @@ class Store:
                 rows += self.db.execute(
                     f"SELECT * FROM jobs WHERE job_id IN ({','.join('?' * len(chunk))})",
                     chunk).fetchall()
-        return {r["job_id"]: JobRecord(**dict(r)) for r in rows}
+        return {r["job_id"]: self._exact(JobRecord(**dict(r))) for r in rows}
+
+    def _exact(self, rec: JobRecord) -> JobRecord:
+        """The record with the seen times this store object last saved, which the file
+        may hold up to ``SEEN_STEP_S`` older: within one daemon they stay exact (a run
+        that ends between two cycles is dated by them)."""
+        seen = self._seen.get(rec.job_id)
+        if seen is not None:
+            rec.last_seen_s, rec.last_running_s = seen
+        return rec
 
     def unfinished_records(self) -> list[JobRecord]:
         rows = self.db.execute("SELECT * FROM jobs WHERE finished_s IS NULL").fetchall()
-        return [JobRecord(**dict(r)) for r in rows]
+        return [self._exact(JobRecord(**dict(r))) for r in rows]
 
     def signature_history(self) -> dict[tuple[str, str], str]:
         """(user, job name) -> model type, newest job first wins."""
@@ -270,6 +280,7 @@ class Store:
         saved = self._saved
         rows, keys = [], []
         for r in records:
+            self._seen[r.job_id] = (r.last_seen_s, r.last_running_s)
             row = tuple(getattr(r, c) for c in JOB_COLUMNS)
             key = _change_key(row)
             if saved.get(r.job_id) != key:
@@ -285,6 +296,7 @@ class Store:
             db.executemany(sql, rows)
         if len(saved) + len(rows) > _SAVED_CACHE_MAX:
             saved.clear()
+            self._seen.clear()
         for key in keys:
             saved[key[0]] = key
 
@@ -432,6 +444,7 @@ class Store:
              "reservations WHERE ended_s IS NOT NULL AND ended_s < ? LIMIT ?)", (cutoff,)),
         ]
         self._saved.clear()     # rows may go: save them again if they are seen again
+        self._seen.clear()
         counts = {"decisions": 0, "cycles": 0, "written": 0, "jobs": 0, "reservations": 0,
                   "done": 1}
         for table, sql, args in steps:
