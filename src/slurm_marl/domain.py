@@ -317,10 +317,15 @@ class Decision:
 
 @dataclass(frozen=True)
 class SetPriority(Decision):
-    """Order: higher ``priority`` starts first; ``queue`` is the 2D-LAS queue (0 = highest)."""
+    """Order: higher ``priority`` starts first; ``queue`` is the 2D-LAS queue (0 = highest).
+
+    ``site_factor``: written as the job's SiteFactor, added to Slurm's multifactor priority
+    (fair-share, age, QOS, ... keep acting), instead of an absolute Priority that overrides
+    them all."""
 
     priority: int = 0
     queue: int = 0
+    site_factor: bool = False
 
 
 @dataclass(frozen=True)

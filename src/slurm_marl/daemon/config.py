@@ -47,6 +47,12 @@ class AgentSection:
     # history CSV (`slurm-marl history import`) its features start from ("" = none)
     gpu_time_model: str = ""
     history: str = ""
+    # partitions whose order is written as SiteFactor (added to Slurm's multifactor
+    # priority) instead of Priority (which overrides every factor), and the agent's range
+    # for it: [1, site_factor_max]; size it against `slurm-marl check-slurm`'s
+    # PriorityWeight* sum (above it the agent's order dominates, below it only nudges)
+    site_factor_partitions: tuple[str, ...] = ()
+    site_factor_max: int = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,7 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("agent", "interval_s"): (0.5, 3600),
     ("agent", "grace_s"): (1, 3600),
     ("agent", "priority_base"): (0, 4_000_000_000),
+    ("agent", "site_factor_max"): (2, 2_000_000_000),
     ("agent", "sample_min_s"): (0.5, 86400),
     ("agent", "retention_days"): (0.01, 3650),
     ("agent", "retention_max_rows"): (0, 1_000_000_000),
@@ -153,6 +160,10 @@ def parse_config(data: dict, source: str = "<string>") -> Config:
     if stray:
         raise ConfigError(f"{source}: agent.preempt_partitions {sorted(stray)} are not in "
                           "agent.managed_partitions")
+    stray = set(cfg.agent.site_factor_partitions) - set(cfg.agent.managed_partitions)
+    if stray:
+        raise ConfigError(f"{source}: agent.site_factor_partitions {sorted(stray)} are not "
+                          "in agent.managed_partitions")
     return cfg
 
 

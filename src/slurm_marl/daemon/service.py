@@ -29,7 +29,8 @@ from slurm_marl.daemon.accounting import account
 from slurm_marl.daemon.config import Config
 from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
-from slurm_marl.daemon.writes import place_key, plan_writes, priority_writes
+from slurm_marl.daemon.writes import (place_key, plan_writes, priority_writes,
+                                      site_factor_writes)
 from slurm_marl.domain import (ClusterSnapshot, Decision, EndReservation, Job, Place, Preempt,
                                Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration.marker import (parse_marker, requested_gpu_fields,
@@ -180,7 +181,8 @@ class Agent:
         decided_jobs: set[int] = set()
         left = self._left_to_slurm(snap, managed, report.cycle)
         held = self._hold_inflight(snap)  # for deciding only; writes see the real state
-        orders: list[list[SetPriority]] = []   # each partition's order, planned apart
+        # each partition's order, planned apart
+        orders: list[tuple[str, list[SetPriority]]] = []
         for part in managed:
             view = self._decidable(partition_view(held, part))
             report.pending += len(view.pending)
@@ -194,7 +196,7 @@ class Agent:
                 decisions.append(d)
                 if isinstance(d, SetPriority):
                     order.append(d)
-            orders.append(order)
+            orders.append((part, order))
             decided_jobs |= {d.job_id for d in decisions}
         report.decisions = decisions
         self.store.set_queues((d.job_id, d.queue) for d in decisions
@@ -347,17 +349,23 @@ class Agent:
                                partitions=view.partitions, switches=view.switches)
 
     # ---- decisions -> writes ------------------------------------------------------------
-    def _priority_writes(self, snap: ClusterSnapshot, order: list[SetPriority]
-                         ) -> list[SetPriority]:
-        return priority_writes(snap, order, self.config.agent.priority_base)
+    def _priority_writes(self, snap: ClusterSnapshot, part: str, order: list[SetPriority],
+                         written: dict) -> list[SetPriority]:
+        agent = self.config.agent
+        if part in agent.site_factor_partitions:
+            return site_factor_writes(snap, order, agent.site_factor_max, written)
+        return priority_writes(snap, order, agent.priority_base)
 
     def _translate(self, snap: ClusterSnapshot, decisions: list[Decision],
-                   orders: list[list[SetPriority]]) -> tuple[list[Decision], list[Place]]:
+                   orders: list[tuple[str, list[SetPriority]]]
+                   ) -> tuple[list[Decision], list[Place]]:
         """(writes for Slurm, changed plans that need no write); ``orders``: each
         partition's SetPriority decisions, planned apart (``daemon/writes.py``)."""
+        written = self.store.written({d.job_id for d in decisions})
         return plan_writes(
-            snap, decisions, [w for order in orders for w in self._priority_writes(snap, order)],
-            self.config.agent, written=self.store.written({d.job_id for d in decisions}),
+            snap, decisions, [w for part, order in orders
+                              for w in self._priority_writes(snap, part, order, written)],
+            self.config.agent, written=written,
             reservations=self.store.active_reservations(),
             inflight_nodes={n for place, _ in self._inflight.values() for n in place.nodes},
             resv_renewed=self._resv_renewed)
@@ -376,6 +384,8 @@ class Agent:
                     self._resv_renewed.pop(d.name, None)
             elif isinstance(d, Preempt) and r.ok:
                 self._preempted.add(d.job_id)
+            elif isinstance(d, SetPriority) and d.site_factor and r.ok:
+                marks.append((d.job_id, "site_factor", str(d.priority)))
             elif isinstance(d, Place) and r.ok:
                 marks.append((d.job_id, "place", place_key(d)))
                 if d.start_now:

@@ -38,6 +38,26 @@ def priority_writes(snap: ClusterSnapshot, order: list[SetPriority], priority_ba
             for (d, _), p, c in zip(ranked, planned, current) if p != c]
 
 
+def site_factor_writes(snap: ClusterSnapshot, order: list[SetPriority], site_factor_max: int,
+                       written: dict) -> list[SetPriority]:
+    """``priority_writes`` for a partition whose order goes into the jobs' SiteFactor (added
+    to Slurm's multifactor priority): values in [1, ``site_factor_max``]. Slurm shows a
+    SiteFactor only through sprio, so the current values are the ones this agent wrote
+    (``written``: (job, "site_factor") -> value, the store's)."""
+    ranked = sorted(((d, j) for d in order if (j := snap.job(d.job_id)) is not None
+                     and j.is_pending), key=lambda dj: -dj[0].priority)
+    if not ranked:
+        return []
+    current: list[int | None] = []
+    for d, _ in ranked:
+        value = written.get((d.job_id, "site_factor"))
+        current.append(int(value) if value is not None and value.lstrip("-").isdigit()
+                       else None)
+    planned = plan_priorities(current, 1, site_factor_max)
+    return [replace(d, priority=p, site_factor=True)
+            for (d, _), p, c in zip(ranked, planned, current) if p != c]
+
+
 def plan_writes(snap: ClusterSnapshot, decisions: list[Decision],
                 priorities: list[SetPriority], cfg: AgentSection, *, written: dict,
                 reservations: dict, inflight_nodes: set[str], resv_renewed: dict[str, float]

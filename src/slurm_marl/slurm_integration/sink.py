@@ -1,6 +1,7 @@
 """DecisionSink over ``scontrol``: the write-back protocol measured on Slurm 22.05.
 
-- Order: ``Priority=`` on pending jobs.
+- Order: ``Priority=`` on pending jobs, or ``SiteFactor=`` where the order is to be added to
+  Slurm's multifactor priority (``SetPriority.site_factor``).
 - Nodes: ``ReqNodeList=``.
 - GPU group: GPUs are typed per socket in gres.conf (``s0``, ``s1``). A job's GPU request is
   only ever changed by ONE ``scontrol update`` that moves it from one request field to the
@@ -262,7 +263,10 @@ class CliDecisionSink(DecisionSink):
 
         fields: dict[str, str] = {}
         cmds = []
-        if prio is not None:
+        if prio is not None and prio.site_factor:
+            # added to the multifactor priority (fair-share, age, QOS keep acting)
+            fields["SiteFactor"] = str(int(prio.priority))
+        elif prio is not None:
             fields["Priority"] = str(max(1, int(prio.priority)))
         pin_note = ""
         if place is not None:
