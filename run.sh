@@ -2,6 +2,8 @@
 # slurm-marl's two entry points, for a fresh Debian 12 machine (run as root, or with sudo):
 #   bash run.sh demo   the main job: a real local Slurm cluster + the agent on a real trace
 #   bash run.sh test   the whole test suite (real Slurm daemons included)
+#   bash run.sh test-versions   the real-Slurm tests (tests/slurm) again on Slurm 24.11 and
+#                      26.05, each from a Debian chroot (built on first use, ~40 s each)
 # Both install what they need first: Debian packages (Slurm 22.05, munge, slurmdbd and
 # MariaDB for accounting, hwloc) and a virtualenv with the pinned Python dependencies.
 # Re-runs skip what is already there.
@@ -53,8 +55,18 @@ case "$cmd" in
     # Import rules first (pyproject.toml [tool.importlinter], docs/architecture.md).
     "$VENV/bin/lint-imports" --no-cache || { echo "import rules broken" >&2; exit 1; }
     exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  test-versions)
+    install_system; install_python
+    export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+    rc=0
+    for version in 24.11 26.05; do
+      echo "== tests/slurm on Slurm $version ==" >&2
+      SLURM_MARL_SLURM_VERSION=$version "$VENV/bin/python" -m pytest -q tests/slurm "$@" \
+        || { echo "tests/slurm failed on Slurm $version" >&2; rc=1; }
+    done
+    exit "$rc" ;;
   setup)
     install_system; install_python ;;
   *)
-    echo "usage: bash run.sh demo|test|setup [args...]" >&2; exit 2 ;;
+    echo "usage: bash run.sh demo|test|test-versions|setup [args...]" >&2; exit 2 ;;
 esac

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from slurmtest import Cluster
+from slurmtest import Cluster, cluster_spec
 
-from slurm_marl.testcluster import ClusterSpec, LocalCluster
+from slurm_marl.testcluster import LocalCluster
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """A fresh 4-node cluster (2 sockets x 2 fake GPUs per node, two leaves) per module."""
-    local = LocalCluster(spec=ClusterSpec(nodes=4, sockets=2, cores_per_socket=4,
-                                          gpus_per_socket=2, nodes_per_leaf=2)).up()
+    local = LocalCluster(spec=cluster_spec(nodes=4, sockets=2, cores_per_socket=4,
+                                           gpus_per_socket=2, nodes_per_leaf=2)).up()
     try:
         yield Cluster(local)
     finally:

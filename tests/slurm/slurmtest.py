@@ -16,10 +16,17 @@ from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
-from slurm_marl.testcluster import ClusterSpec, LocalCluster
+from slurm_marl.testcluster import ClusterSpec, LocalCluster, default_version
 
 
 SLURM_MARL = [sys.executable, "-m", "slurm_marl.cli"]
+# The Slurm these tests run: $SLURM_MARL_SLURM_VERSION (None: the host's 22.05), read once.
+SLURM_VERSION = default_version()
+
+
+def cluster_spec(**fields) -> ClusterSpec:
+    """A ClusterSpec of the Slurm version under test."""
+    return ClusterSpec(slurm_version=SLURM_VERSION, **fields)
 
 
 @contextmanager
@@ -28,8 +35,8 @@ def gated_cluster(folder: Path, grace_s: int, **spec) -> Iterator["Cluster"]:
     ``grace_s``), scheduling every 2 s; ``spec``: more ClusterSpec fields."""
     lua = folder / "job_submit.lua"
     lua.write_text(render_job_submit_lua(["gpu"], grace_s, []))
-    local = LocalCluster(spec=ClusterSpec(job_submit_lua=str(lua), sched_interval_s=2,
-                                          **spec)).up()
+    local = LocalCluster(spec=cluster_spec(job_submit_lua=str(lua), sched_interval_s=2,
+                                           **spec)).up()
     try:
         yield Cluster(local)
     finally:
@@ -68,7 +75,8 @@ class Cluster:
 
     def __init__(self, local: LocalCluster) -> None:
         self.local = local
-        self.runner = SlurmRunner(local.slurm_conf, timeout_s=20)
+        # the chroot's clients for a newer Slurm (bin_dir None: the host's from PATH)
+        self.runner = SlurmRunner(local.slurm_conf, timeout_s=20, bin_dir=local.bin_dir)
         self.source = CliClusterSource(self.runner)
         self.sink = CliDecisionSink(self.runner, retries=1, backoff_s=0.1)
 

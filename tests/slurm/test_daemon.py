@@ -280,7 +280,7 @@ def test_a_gated_array_is_released_at_once_and_explained(gated, cfg_path):
         assert [r["kind"] for r in rows] == ["Release"] and rows[0]["status"] == "ok", rows
         assert "left to Slurm: job array" in rows[0]["reason"]
         out = subprocess.run([*SLURM_MARL, "explain", str(array), "--config", str(cfg_path)],
-                             capture_output=True, text=True, timeout=60)
+                             env=c.local.env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and "left to Slurm: job array" in out.stdout, out
         for task in range(4):
             text = (c.local.root / "out" / f"{array}_{task}.out").read_text()

@@ -6,7 +6,6 @@ requeue delay plus run time)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
@@ -58,7 +57,9 @@ def setup(cluster, tmp_path):
                                                  "faultwrap.py").read_text())
         dst.chmod(0o755)
     cfg = write_agent_config(cluster, tmp_path, PROFILE, GRACE_S, "faults")
-    real = Path(shutil.which("scontrol", path="/usr/bin:/usr/sbin:/bin")).parent
+    # the real clients: the chroot's wrappers for a newer Slurm, else the host's
+    real = cluster.local.bin_dir or Path(shutil.which("scontrol",
+                                                      path="/usr/bin:/usr/sbin:/bin")).parent
     yield cluster, cfg, wrap, real
     cluster.cancel_all()
 
@@ -119,7 +120,7 @@ def run_with_fault(c: Cluster, cfg: Path, wrap: Path, real: Path, env: dict,
                    shapes=SHAPES, run_s: int = RUN_S, before=None) -> dict[int, tuple]:
     fault_dir = Path(env["FAULT_DIR"])
     fault_dir.mkdir(exist_ok=True)
-    extra = {"PATH": f"{wrap}:{os.environ['PATH']}", "FAULT_REAL_BIN": str(real), **env}
+    extra = {"PATH": f"{wrap}:{c.local.env['PATH']}", "FAULT_REAL_BIN": str(real), **env}
     daemon = Daemon(cfg, c.local.env, extra_env=extra)
     jobs = {}
     try:

@@ -9,17 +9,17 @@ import json
 import subprocess
 
 import pytest
-from slurmtest import SLURM_MARL, Cluster
+from slurmtest import SLURM_MARL, Cluster, cluster_spec
 
-from slurm_marl.testcluster import ClusterSpec, LocalCluster
+from slurm_marl.testcluster import LocalCluster
 
 pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture(scope="module")
 def acct_cluster():
-    local = LocalCluster(spec=ClusterSpec(nodes=2, sockets=2, gpus_per_socket=2,
-                                          sched_interval_s=2, accounting=True)).up()
+    local = LocalCluster(spec=cluster_spec(nodes=2, sockets=2, gpus_per_socket=2,
+                                           sched_interval_s=2, accounting=True)).up()
     try:
         yield Cluster(local)
     finally:
@@ -53,7 +53,7 @@ def test_import_reads_what_ran(acct_cluster, tmp_path):
         [*SLURM_MARL, "history", "import", "--slurm-conf", str(c.local.slurm_conf),
          "--since", "2020-01-01", "--slice-days", "2000", "--out", str(out),
          "--trace", str(trace), "--json"],
-        capture_output=True, text=True, timeout=120)
+        env=c.local.env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["jobs"] == 3 and summary["bad_rows"] == 0
@@ -82,6 +82,6 @@ def test_import_reports_a_failing_sacct(acct_cluster, tmp_path):
     proc = subprocess.run(
         [*SLURM_MARL, "history", "import", "--slurm-conf", str(conf),
          "--since", "2020-01-01", "--out", str(tmp_path / "h.csv")],
-        capture_output=True, text=True, timeout=60)
+        env=acct_cluster.local.env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "sacct failed" in proc.stderr and not (tmp_path / "h.csv").exists()

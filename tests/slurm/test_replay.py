@@ -8,12 +8,12 @@ import pytest
 from slurm_marl.replay.plan import plan_replay
 from slurm_marl.replay.runner import run_replay
 from slurm_marl.sim.traces import TraceJob
-from slurm_marl.testcluster import ClusterSpec
+from slurmtest import SLURM_VERSION, cluster_spec
 
 pytestmark = pytest.mark.slurm
 
-SPEC = ClusterSpec(nodes=2, sockets=2, gpus_per_socket=2, nodes_per_leaf=1,
-                   sched_interval_s=2)
+SPEC = cluster_spec(nodes=2, sockets=2, gpus_per_socket=2, nodes_per_leaf=1,
+                    sched_interval_s=2)
 # 8 GPU-jobs on 8 GPUs plus a 2-node job that must wait: contention, a multi-node job, and
 # models the oracle knows; trace seconds, replayed at 50x.
 TRACE = [TraceJob(0, 0.0, 300.0, 2, "resnet18_bs16"), TraceJob(1, 10.0, 150.0, 1, "lm_bs20"),
@@ -23,6 +23,13 @@ TRACE = [TraceJob(0, 0.0, 300.0, 2, "resnet18_bs16"), TraceJob(1, 10.0, 150.0, 1
 
 @pytest.mark.parametrize("mode", ["slurm", "agent"])
 def test_replay_completes_every_job(mode, tmp_path, monkeypatch):
+    if SLURM_VERSION is not None:
+        # The replay's payload is `python -m slurm_marl.replay.payload` with this venv's
+        # interpreter, and job scripts run inside the chroot, which has no Python and no
+        # view of the checkout; run_replay also reads Slurm through the host's clients.
+        pytest.skip(f"replay on Slurm {SLURM_VERSION}: its Python payload cannot run in the "
+                    "chroot (no python3 or checkout there) and slurm_marl.replay calls the "
+                    "host's 22.05 clients")
     plan = plan_replay(TRACE, SPEC, speedup=50, seed=0)
     assert len(plan.jobs) == 6 and plan.dropped == ()
     # an earlier run's log in the same folder (job ids restart at 1) must not be read

@@ -445,3 +445,36 @@ def test_source_follows_an_answer_that_names_another_version():
     runner.version = "22.05"   # a squeue of another layout is followed too
     source._check_layout(load("22.05", "squeue.json"), "squeue --json")
     assert source._squeue_args() == ["squeue", "--json"]
+
+
+# ---- which Slurm the local cluster runs (testcluster.versions, testcluster.spec) ---------
+
+def test_the_version_under_test_comes_from_one_variable(monkeypatch):
+    from slurm_marl.testcluster import HarnessError, default_version
+
+    for unset in (None, "", "22.05"):
+        if unset is None:
+            monkeypatch.delenv("SLURM_MARL_SLURM_VERSION", raising=False)
+        else:
+            monkeypatch.setenv("SLURM_MARL_SLURM_VERSION", unset)
+        assert default_version() is None
+    for version in LATER:
+        monkeypatch.setenv("SLURM_MARL_SLURM_VERSION", version)
+        assert default_version() == version
+    monkeypatch.setenv("SLURM_MARL_SLURM_VERSION", "23.02")
+    with pytest.raises(HarnessError, match="no chroot recipe"):
+        default_version()
+
+
+def test_a_chroot_cluster_names_its_plugins_and_turns_cgroups_off(tmp_path):
+    from slurm_marl.testcluster import ClusterSpec
+    from slurm_marl.testcluster.harness import render_configs
+
+    assert ClusterSpec(slurm_version="22.05").slurm_version is None
+    spec = ClusterSpec(slurm_version="24.11")
+    host = render_configs(ClusterSpec(), tmp_path, 1, [2, 3, 4, 5], "h")
+    chroot = render_configs(spec, tmp_path, 1, [2, 3, 4, 5], "h", plugin_dir=Path("/p/slurm"))
+    assert "cgroup.conf" not in host and "PluginDir" not in host["slurm.conf"]
+    assert chroot["cgroup.conf"] == "CgroupPlugin=disabled\n"
+    assert "\nPluginDir=/p/slurm\n" in chroot["slurm.conf"]
+    assert chroot["slurm.conf"].replace("PluginDir=/p/slurm\n", "") == host["slurm.conf"]

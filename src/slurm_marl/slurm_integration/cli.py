@@ -29,17 +29,23 @@ def up(root: RootOpt = DEFAULT_ROOT,
        cores_per_socket: int = typer.Option(4, min=1, max=64),
        gpus_per_socket: int = typer.Option(2, min=0, max=16),
        nodes_per_leaf: int = typer.Option(2, min=1),
+       slurm_version: Optional[str] = typer.Option(
+           None, "--slurm-version",
+           help="22.05 (the host's, default: $SLURM_MARL_SLURM_VERSION or 22.05), or 24.11 / "
+                "26.05 from a Debian chroot (built on first use; the root must be under /tmp)"),
        json_output: bool = typer.Option(False, "--json")) -> None:
     """Start a local cluster (installs Debian's Slurm and munge first if missing)."""
-    from slurm_marl.testcluster import ClusterSpec, HarnessError, LocalCluster
+    from slurm_marl.testcluster import ClusterSpec, HarnessError, LocalCluster, default_version
 
     if (root / "cluster.json").exists() and LocalCluster.attach(root).pids():
         typer.echo(f"a cluster is already running under {root}; `slurm-marl cluster down "
                    f"--root {root}` first", err=True)
         raise typer.Exit(1)
-    spec = ClusterSpec(nodes=nodes, sockets=sockets, cores_per_socket=cores_per_socket,
-                       gpus_per_socket=gpus_per_socket, nodes_per_leaf=nodes_per_leaf)
     try:
+        spec = ClusterSpec(nodes=nodes, sockets=sockets, cores_per_socket=cores_per_socket,
+                           gpus_per_socket=gpus_per_socket, nodes_per_leaf=nodes_per_leaf,
+                           slurm_version=(default_version() if slurm_version is None
+                                          else slurm_version))
         cluster = LocalCluster(spec=spec, root=root).up()
     except HarnessError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -50,6 +56,9 @@ def up(root: RootOpt = DEFAULT_ROOT,
     else:
         typer.echo(f"cluster up: {len(status['nodes'])} nodes under {root}")
         typer.echo(f"export SLURM_CONF={cluster.slurm_conf}")
+        if cluster.bin_dir is not None:
+            typer.echo(f"export PATH={cluster.bin_dir}:$PATH  # Slurm "
+                       f"{spec.slurm_version}'s clients")
 
 
 @app.command("down")

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from slurm_marl.testcluster.harness import HarnessError
+from slurm_marl.testcluster.errors import HarnessError
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ folder; daemons listen on free loopback ports; fake GPUs are device files that a
 to /dev/null, typed per socket in gres.conf (``Type=s0``, ``Type=s1``) so GPU groups are
 real to Slurm. Teardown goes by PID (from the pid files this harness wrote) and process tree
 (``processes``), never by process name, so two clusters, or a production Slurm, on the same
-host are left alone.
+host are left alone. ``ClusterSpec.slurm_version`` runs a newer Slurm from a Debian chroot
+instead of the host's (``versions``).
 """
 
 from __future__ import annotations
@@ -21,84 +22,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from slurm_marl.slurm_text import collapse_hosts
 from slurm_marl.testcluster import accounting as acct
+from slurm_marl.testcluster import versions
+from slurm_marl.testcluster.errors import HarnessError
+from slurm_marl.testcluster.spec import ClusterSpec, render_configs
 from slurm_marl.testcluster.processes import alive, end_processes, kill_strays
+from slurm_marl.testcluster.versions import ensure_installed, missing_binaries
 
 log = logging.getLogger(__name__)
 
-APT_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "hwloc-nox")
-REQUIRED_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol")
 STATE_FILE = "cluster.json"
-
-
-class HarnessError(RuntimeError):
-    """The local cluster could not be installed, started or stopped."""
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """Shape of the local cluster: ``nodes`` x ``sockets`` x ``gpus_per_socket`` fake GPUs."""
-
-    nodes: int = 4
-    sockets: int = 2
-    cores_per_socket: int = 4
-    gpus_per_socket: int = 2
-    nodes_per_leaf: int = 2
-    memory_mib: int = 16000
-    partition: str = "gpu"
-    # Extra partitions as (name, node indices starting at 1); the main partition has all.
-    extra_partitions: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    sched_interval_s: int = 5
-    job_submit_lua: str | None = None
-    extra_slurm_conf: str = ""
-    # Slurm's credential lifetime, which is also how long a requeued job waits before it
-    # may start again (Slurm's default: 120 s).
-    cred_expire_s: int | None = None
-    # slurmdbd + a private MariaDB on loopback, so sacct and fair-share work
-    accounting: bool = False
-
-    @property
-    def node_names(self) -> list[str]:
-        return [f"n{i}" for i in range(1, self.nodes + 1)]
-
-    @property
-    def gpus_per_node(self) -> int:
-        return self.sockets * self.gpus_per_socket
-
-    @property
-    def leaves(self) -> dict[str, list[str]]:
-        names = self.node_names
-        per = max(1, self.nodes_per_leaf)
-        return {f"leaf{k // per + 1}": names[k:k + per] for k in range(0, len(names), per)}
-
-
-def missing_binaries(accounting: bool = False) -> list[str]:
-    paths = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    missing = [b for b in REQUIRED_BINARIES if shutil.which(b, path=paths) is None]
-    return missing + (acct.missing_binaries() if accounting else [])
-
-
-def ensure_installed(accounting: bool = False) -> None:
-    """Install Debian's Slurm and munge (and slurmdbd + MariaDB for ``accounting``) if they
-    are missing (idempotent; needs root)."""
-    missing = missing_binaries(accounting)
-    if not missing:
-        return
-    packages = APT_PACKAGES + (acct.APT_PACKAGES if accounting else ())
-    if os.geteuid() != 0:
-        raise HarnessError(
-            f"Slurm binaries missing ({', '.join(missing)}) and not root: run "
-            f"`apt-get install -y --no-install-recommends {' '.join(packages)}`")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    log.info("installing %s with apt-get", " ".join(packages))
-    for cmd in (["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise HarnessError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-2000:]}")
-    if missing_binaries(accounting):
-        raise HarnessError(f"still missing after apt-get: {missing_binaries(accounting)}")
+__all__ = ["ClusterSpec", "HarnessError", "LocalCluster", "ensure_installed", "free_ports",
+           "missing_binaries", "render_configs"]
 
 
 def free_ports(count: int) -> list[int]:
@@ -116,88 +51,6 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: list[int],
-                   hostname: str, acct_ports: acct.AccountingPorts | None = None
-                   ) -> dict[str, str]:
-    """The text of slurm.conf, gres.conf and topology.conf for ``spec`` under ``root``
-    (accounting through slurmdbd on ``acct_ports`` when given)."""
-    gres_types = ",".join(f"gpu:s{s}:{spec.gpus_per_socket}" for s in range(spec.sockets))
-    lines = [
-        "# written by slurm-marl's local cluster harness",
-        "ClusterName=slurmmarl",
-        f"SlurmctldHost={hostname}(127.0.0.1)",
-        f"SlurmctldPort={ctld_port}",
-        "CommunicationParameters=NoInAddrAny",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={root}/munge/munge.sock"
-        + (f",cred_expire={spec.cred_expire_s}" if spec.cred_expire_s else ""),
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        f"StateSaveLocation={root}/state",
-        f"SlurmdSpoolDir={root}/spool/%n",
-        f"SlurmctldPidFile={root}/run/slurmctld.pid",
-        f"SlurmdPidFile={root}/run/slurmd-%n.pid",
-        f"SlurmctldLogFile={root}/log/slurmctld.log",
-        f"SlurmdLogFile={root}/log/slurmd-%n.log",
-        "SlurmctldDebug=info",
-        "SlurmdDebug=info",
-        "MailProg=/bin/true",
-        "ProctrackType=proctrack/pgid",
-        "TaskPlugin=task/none",
-        *(acct.slurm_conf_lines(root, acct_ports) if acct_ports else
-          ["JobAcctGatherType=jobacct_gather/none",
-           "AccountingStorageType=accounting_storage/none"]),
-        "MpiDefault=none",
-        "SchedulerType=sched/backfill",
-        f"SchedulerParameters=sched_interval={spec.sched_interval_s},"
-        f"bf_interval={spec.sched_interval_s},batch_sched_delay=0",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core_Memory",
-        "DefMemPerCPU=1000",
-        "PriorityType=priority/basic",
-        "GresTypes=gpu",
-        "TopologyPlugin=topology/tree",
-        "SlurmdParameters=config_overrides",
-        "ReturnToService=2",
-        "JobRequeue=1",
-        "MinJobAge=300",
-        "MaxJobCount=20000",
-        "KillWait=2",
-        "SlurmdTimeout=30",
-        "InactiveLimit=0",
-    ]
-    if spec.job_submit_lua:
-        lines.append("JobSubmitPlugins=lua")
-    if spec.extra_slurm_conf:
-        lines.append(spec.extra_slurm_conf.strip())
-    for name, port in zip(spec.node_names, node_ports):
-        lines.append(
-            f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 Port={port} "
-            f"Sockets={spec.sockets} CoresPerSocket={spec.cores_per_socket} ThreadsPerCore=1 "
-            f"RealMemory={spec.memory_mib} Gres={gres_types} State=UNKNOWN")
-    all_nodes = collapse_hosts(spec.node_names)
-    lines.append(f"PartitionName={spec.partition} Nodes={all_nodes} Default=YES "
-                 "MaxTime=INFINITE State=UP")
-    for pname, idx in spec.extra_partitions:
-        lines.append(f"PartitionName={pname} Nodes={','.join(f'n{i}' for i in idx)} "
-                     "MaxTime=INFINITE State=UP")
-
-    gres = ["# GPU groups: each socket's GPUs get their own type and core binding", "AutoDetect=off"]
-    for s in range(spec.sockets):
-        first, last = s * spec.gpus_per_socket, (s + 1) * spec.gpus_per_socket - 1
-        cores = f"{s * spec.cores_per_socket}-{(s + 1) * spec.cores_per_socket - 1}"
-        files = f"{root}/dev/nvidia[{first}-{last}]" if last > first else f"{root}/dev/nvidia{first}"
-        gres.append(f"NodeName={all_nodes} Name=gpu Type=s{s} File={files} Cores={cores}")
-
-    topo = [f"SwitchName={leaf} Nodes={collapse_hosts(nodes)}"
-            for leaf, nodes in spec.leaves.items()]
-    leaves = list(spec.leaves)
-    topo.append(f"SwitchName=spine Switches={','.join(leaves)}")
-    return {"slurm.conf": "\n".join(lines) + "\n", "gres.conf": "\n".join(gres) + "\n",
-            "topology.conf": "\n".join(topo) + "\n"}
-
-
 @dataclass
 class LocalCluster:
     """One local cluster. ``up()`` starts it, ``down()`` stops it; also a context manager."""
@@ -209,6 +62,8 @@ class LocalCluster:
     _owns_root: bool = False
     # [mariadb, slurmdbd] ports when the spec asks for accounting
     acct_ports: list[int] = field(default_factory=list)
+    # the chroot a newer Slurm runs from (``spec.slurm_version``), held while up
+    chroot: Path | None = None
 
     @property
     def accounting_ports(self) -> acct.AccountingPorts | None:
@@ -220,12 +75,23 @@ class LocalCluster:
         return self.root / "etc" / "slurm.conf"
 
     @property
+    def bin_dir(self) -> Path | None:
+        """The chroot's client wrappers (a SlurmRunner's ``bin_dir``); None on the host's."""
+        return self.root / "bin" if self.chroot is not None and self.root else None
+
+    @property
     def env(self) -> dict[str, str]:
-        """Environment for Slurm client calls: SLURM_CONF always set (else DNS SRV lookups)."""
-        path = os.environ.get("PATH", "")
-        if "/usr/sbin" not in path.split(":"):
-            path = path + ":/usr/sbin:/sbin"
-        return dict(os.environ, SLURM_CONF=str(self.slurm_conf), PATH=path)
+        """Environment for Slurm client calls: SLURM_CONF always set (else DNS SRV lookups);
+        a chroot's client wrappers first on PATH."""
+        parts = os.environ.get("PATH", "").split(":")
+        if "/usr/sbin" not in parts:
+            parts += ["/usr/sbin", "/sbin"]
+        if self.bin_dir is not None:
+            parts = [str(self.bin_dir)] + [p for p in parts if p != str(self.bin_dir)]
+        return dict(os.environ, SLURM_CONF=str(self.slurm_conf), PATH=":".join(parts))
+
+    def _inside(self, argv: list[str]) -> list[str]:
+        return versions.inside(self.chroot, argv)
 
     def __enter__(self) -> "LocalCluster":
         return self.up()
@@ -235,9 +101,14 @@ class LocalCluster:
 
     # ---- bring-up ----------------------------------------------------------------------
     def up(self, timeout_s: float = 60.0) -> "LocalCluster":
-        ensure_installed(self.spec.accounting)
+        version = self.spec.slurm_version
+        if version is None:
+            ensure_installed(self.spec.accounting)
+        elif self.root is not None:
+            versions.check_root(version, self.root)
         if self.root is None:
-            self.root = Path(tempfile.mkdtemp(prefix="slurm-marl-cluster-"))
+            self.root = Path(tempfile.mkdtemp(prefix="slurm-marl-cluster-",
+                                              dir=versions.new_root_parent(version)))
             self._owns_root = True
         self.root = self.root.resolve()
         for sub in ("etc", "state", "spool", "run", "log", "dev", "munge", "out"):
@@ -247,10 +118,12 @@ class LocalCluster:
         ports = free_ports(1 + self.spec.nodes + extra)
         self.ctld_port, self.node_ports = ports[0], ports[1:1 + self.spec.nodes]
         self.acct_ports = ports[1 + self.spec.nodes:]
-        self._write_files()
-        self._save_state()
         started = time.monotonic()
         try:
+            if version is not None:
+                self.chroot = versions.prepare(version, self.root, self.spec.accounting)
+            self._write_files()
+            self._save_state()
             self._start_munge()
             if self.spec.accounting:
                 self._start_accounting(timeout_s)
@@ -268,7 +141,8 @@ class LocalCluster:
     def _write_files(self) -> None:
         assert self.root is not None
         confs = render_configs(self.spec, self.root, self.ctld_port, self.node_ports,
-                               socket.gethostname(), self.accounting_ports)
+                               socket.gethostname(), self.accounting_ports,
+                               versions.plugin_dir(self.chroot))
         for name, text in confs.items():
             (self.root / "etc" / name).write_text(text)
         if self.spec.job_submit_lua:
@@ -296,7 +170,9 @@ class LocalCluster:
 
     def _start_accounting(self, timeout_s: float) -> None:
         """MariaDB (which stays in the foreground: started in its own session, its output
-        in its log) on loopback, slurmdbd's user, slurmdbd.conf, then slurmdbd."""
+        in its log) on loopback, slurmdbd's user, slurmdbd.conf, then slurmdbd. MariaDB is
+        always the host's: a chroot's slurmdbd (24.11, 26.05) stops on its own MariaDB 11.8
+        ("Number of columns in result set exceeds maximum" at its first query)."""
         assert self.root is not None and self.accounting_ports is not None
         ports = self.accounting_ports
         try:
@@ -324,7 +200,8 @@ class LocalCluster:
         return proc.returncode == 0
 
     def _run_daemon(self, cmd: list[str], label: str) -> None:
-        proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(self._inside(cmd), env=self.env, capture_output=True,
+                              text=True, timeout=30)
         if proc.returncode != 0:
             raise HarnessError(f"{label} failed to start (rc {proc.returncode}): "
                                f"{(proc.stderr or proc.stdout).strip()[-1500:]}\n"
@@ -371,7 +248,8 @@ class LocalCluster:
         assert self.root is not None
         data = {"spec": asdict(self.spec), "root": str(self.root), "ctld_port": self.ctld_port,
                 "node_ports": self.node_ports, "owns_root": self._owns_root,
-                "acct_ports": self.acct_ports}
+                "acct_ports": self.acct_ports,
+                "chroot": str(self.chroot) if self.chroot is not None else None}
         (self.root / STATE_FILE).write_text(json.dumps(data, indent=2))
 
     @classmethod
@@ -387,7 +265,8 @@ class LocalCluster:
         return cls(spec=ClusterSpec(**spec_data), root=Path(data["root"]),
                    ctld_port=data["ctld_port"], node_ports=data["node_ports"],
                    _owns_root=data.get("owns_root", False),
-                   acct_ports=data.get("acct_ports", []))
+                   acct_ports=data.get("acct_ports", []),
+                   chroot=Path(data["chroot"]) if data.get("chroot") else None)
 
     def pids(self) -> dict[str, int]:
         """Daemons of this cluster that are alive now, from the pid files it wrote."""
@@ -443,8 +322,10 @@ class LocalCluster:
     def down(self, remove: bool | None = None) -> None:
         """Stop slurmd first, then slurmctld, slurmdbd, MariaDB, munged (stopping the
         controller first makes slurmd linger 10 s+). Removes the folder if this object
-        created it."""
+        created it; releases the chroot (its bind mounts go with its last cluster)."""
         if self.root is None or not self.root.exists():
+            if self.root is not None and self.chroot is not None:
+                versions.release(self.chroot, self.root)
             return
         pids = self.pids()
         if "slurmctld" in pids:
@@ -457,6 +338,10 @@ class LocalCluster:
             end_processes(group, timeout_s=15.0)
         # Job steps left behind: slurmstepd and job scripts working under this folder.
         kill_strays(self.root)
-        if remove if remove is not None else self._owns_root:
-            shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            if self.chroot is not None:
+                versions.release(self.chroot, self.root)
+        finally:
+            if remove if remove is not None else self._owns_root:
+                shutil.rmtree(self.root, ignore_errors=True)
 
