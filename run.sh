@@ -70,9 +70,14 @@ case "$cmd" in
     rc=0
     i=0
     for version in 24.11 26.05; do
-      wait "${pids[$i]}" || { echo "tests/slurm failed on Slurm $version" >&2; rc=1; }
       echo "== tests/slurm on Slurm $version ==" >&2
-      tail -n 25 "$logs/$version.log" >&2
+      if wait "${pids[$i]}"; then
+        tail -n 5 "$logs/$version.log" >&2
+      else
+        cat "$logs/$version.log" >&2     # the whole log: every failure with its output
+        echo "tests/slurm failed on Slurm $version" >&2
+        rc=1
+      fi
       i=$((i + 1))
     done
     rm -rf "$logs"

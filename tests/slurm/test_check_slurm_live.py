@@ -12,7 +12,8 @@ pytestmark = pytest.mark.slurm
 def test_check_slurm_reads_the_live_cluster(cluster, tmp_path):
     proc = subprocess.run([*SLURM_MARL, "check-slurm", "--slurm-conf",
                            str(cluster.local.slurm_conf), "--json"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60,
+                          env=cluster.local.env)   # this cluster's clients (a chroot's)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ready"] is True

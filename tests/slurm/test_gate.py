@@ -115,8 +115,10 @@ def _records(c, job_id: int) -> list[dict]:
 
 def _as_nobody(c, *args: str) -> subprocess.CompletedProcess:
     # Slurm 24.11+ now and then refuses a user's job update with EAGAIN ("Resource
-    # temporarily unavailable for job N", the update not applied): retried, as it asks.
-    for _ in range(5):
+    # temporarily unavailable for job N", the update not applied): retried, as it asks,
+    # for up to 10 s (under load, as when CI runs two Slurm versions at once, 2.5 s of
+    # retries was not always enough).
+    for _ in range(20):
         proc = subprocess.run(["runuser", "-u", "nobody", "--", *args], env=c.local.env,
                               capture_output=True, text=True, timeout=30)
         if "Resource temporarily unavailable" not in proc.stderr:
