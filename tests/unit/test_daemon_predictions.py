@@ -113,3 +113,23 @@ def test_account_and_qos_from_squeue_reach_the_features():
     sub = submission(job)
     assert (sub.user, sub.account, sub.qos, sub.gpus, sub.time_limit_s) == \
         ("ann", "ml", "high", 2, 3600.0)
+
+
+def test_a_failing_predictor_costs_the_cycle_its_predictions_not_the_cycle(site, tmp_path):
+    folder, now = site
+
+    class Broken(DaemonPredictor):
+        def annotate(self, snap):
+            raise ValueError("a strange job")
+
+    cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1,
+                                  "grace_s": 30, "shadow": True}})
+    snap = ClusterSnapshot(now, NODES, (job(1, "cy", "gpt", now), job(2, "ann", "resnet", now)),
+                           PARTS)
+    agent = Agent(cfg, FakeClusterSource(snap), FakeDecisionSink(),
+                  Store(tmp_path / "s.sqlite"), build_policy(load_profile("predicted-las")),
+                  predictor=Broken(folder / "model", None, now))
+    report = agent.cycle()
+    assert report.error is None
+    prios = [d for d in report.decisions if isinstance(d, SetPriority)]
+    assert len(prios) == 2 and all("no prediction" in d.reason for d in prios)

@@ -162,10 +162,7 @@ class Agent:
         self.store.save_jobs(acc.records)
         self._sample_speeds(snap)
         if self.predictor is not None:
-            for run in acc.finished_runs:
-                self.predictor.run_ended(run.job_id, run.num_gpus, run.start_s, run.end_s,
-                                         run.state)
-            snap = self.predictor.annotate(snap)
+            snap = self._predicted(snap, acc.finished_runs)
         for run in acc.finished_runs:
             self.store.record_outcome(run.job_id, run.run, user=run.user, name=run.name,
                                       model_type=run.model_type,
@@ -218,6 +215,18 @@ class Agent:
             report.cycle, snap.time_s,
             [(r.decision, r.status.value, r.message) for r in results]
             + [(d, "planned", "waits; nothing written") for d in advice])
+
+    def _predicted(self, snap: ClusterSnapshot, finished_runs) -> ClusterSnapshot:
+        """The snapshot with GPU-time predictions; a predictor failure costs this cycle its
+        predictions (orders then rank by attained service), never the cycle."""
+        try:
+            for run in finished_runs:
+                self.predictor.run_ended(run.job_id, run.num_gpus, run.start_s, run.end_s,
+                                         run.state)
+            return self.predictor.annotate(snap)
+        except Exception:
+            log.exception("GPU-time predictions failed this cycle; ordering without them")
+            return snap
 
     def _left_to_slurm(self, snap: ClusterSnapshot, managed: list[str], cycle: int
                        ) -> list[Release]:
