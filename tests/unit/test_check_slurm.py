@@ -1,7 +1,9 @@
 """`slurm-marl check-slurm` over recorded `scontrol show config` / `show node -o` output
-(22.05 test cluster) and hand-edited variants of it."""
+(the local test cluster of each version) and hand-edited variants of it."""
 
 from pathlib import Path
+
+import pytest
 
 from slurm_marl.slurm_integration.readiness import (check, gres_groups, parse_show_config,
                                                    priority_weight_sum)
@@ -73,3 +75,17 @@ def test_no_slurm_clients_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: cannot read Slurm's configuration")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
+def test_each_supported_version_reads_as_ready_but_for_gate_and_accounting(version):
+    """Recorded `scontrol show config` / `show node -o` of the local cluster of each
+    version (tests/data/slurm/v*/)."""
+    folder = DATA.parent / f"v{version}"
+    cfg = parse_show_config((folder / "scontrol_show_config.txt").read_text())
+    assert cfg["SLURM_VERSION"].startswith(version)
+    got = levels(check(cfg, (folder / "scontrol_show_node.txt").read_text(), None, "root",
+                       None))
+    assert got["Slurm version"] == got["GPU-aware node selection"] == "ok"
+    assert got["GPU groups per socket"] == got["network topology"] == "ok"
+    assert got["job_submit gate"] == got["accounting (slurmdbd)"] == "warn"
