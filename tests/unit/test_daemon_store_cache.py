@@ -101,6 +101,8 @@ def test_seen_times_are_written_when_they_move_a_minute(tmp_path):
     assert Store(tmp_path / "s.sqlite").job_records([1])[1].last_running_s == 6000.0
     assert st.job_records([1])[1].last_running_s == 6030.0
     assert st.unfinished_records()[0].last_seen_s == 6030.0
+    st.prune(keep_days=1.0, now_s=1e9)               # clears the row cache, not the times
+    assert st.job_records([1])[1].last_running_s == 6030.0
     st.save_jobs([replace(rec, last_seen_s=6061.0, last_running_s=6061.0)])
     assert st.written_rows == 2 and st.job_records([1])[1].last_seen_s == 6061.0
     st.save_jobs([replace(rec, last_seen_s=6062.0, preemptions=1)])

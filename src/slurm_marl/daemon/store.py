@@ -141,7 +141,9 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._saved: dict[int, tuple] = {}     # job id -> the record row last saved
-        self._seen: dict[int, tuple] = {}      # job id -> its exact seen times, last saved
+        # job id -> exact seen times, of the records of the last save_jobs (the daemon
+        # saves every record it keeps each cycle, so this holds all it will read back)
+        self._seen: dict[int, tuple] = {}
         try:
             if readonly:
                 self.db = sqlite3.connect(self._readonly_uri(), uri=True, timeout=10,
@@ -279,13 +281,15 @@ class Store:
         most of them, cycle after cycle."""
         saved = self._saved
         rows, keys = [], []
+        seen = {}
         for r in records:
-            self._seen[r.job_id] = (r.last_seen_s, r.last_running_s)
+            seen[r.job_id] = (r.last_seen_s, r.last_running_s)
             row = tuple(getattr(r, c) for c in JOB_COLUMNS)
             key = _change_key(row)
             if saved.get(r.job_id) != key:
                 rows.append(row)
                 keys.append(key)
+        self._seen = seen
         if not rows:
             return
         cols = JOB_COLUMNS
@@ -296,7 +300,6 @@ class Store:
             db.executemany(sql, rows)
         if len(saved) + len(rows) > _SAVED_CACHE_MAX:
             saved.clear()
-            self._seen.clear()
         for key in keys:
             saved[key[0]] = key
 
@@ -444,7 +447,6 @@ class Store:
              "reservations WHERE ended_s IS NOT NULL AND ended_s < ? LIMIT ?)", (cutoff,)),
         ]
         self._saved.clear()     # rows may go: save them again if they are seen again
-        self._seen.clear()
         counts = {"decisions": 0, "cycles": 0, "written": 0, "jobs": 0, "reservations": 0,
                   "done": 1}
         for table, sql, args in steps:
