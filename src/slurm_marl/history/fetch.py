@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurm_marl.history.sacct import TEXT_FIELDS, Import, from_text
-from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
+from slurm_marl.slurm_integration.runner import SlurmRunner
 
 DAY_S = 86400.0
 
@@ -54,6 +54,3 @@ def fetch(runner: SlurmRunner, start_s: float, end_s: float, slice_s: float = 7 
         if on_slice:
             on_slice(k, len(parts))
     return from_text(list(lines.values()), header=False)
-
-
-__all__ = ["fetch", "sacct_runner", "sacct_argv", "slices", "SlurmError", "DAY_S"]

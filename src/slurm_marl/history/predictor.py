@@ -153,6 +153,15 @@ def replay(jobs: Sequence[HistoryJob],
     return state
 
 
+def next_refit(due_s: float, now_s: float, every_s: float) -> float:
+    """The refit after one made at ``now_s`` that was due at ``due_s``: the first of
+    ``due_s + k * every_s`` later than ``now_s`` (refits keep their grid when submissions
+    skip a period)."""
+    while due_s <= now_s:
+        due_s += every_s
+    return due_s
+
+
 def rolling(jobs: Sequence[HistoryJob], start_s: float, end_s: float = math.inf,
             refit_every_s: float = 7 * 86400.0, min_train: int = 200, seed: int = 0,
             rounds: int = 200, on_fit: Callable[[int], None] | None = None
@@ -177,8 +186,7 @@ def rolling(jobs: Sequence[HistoryJob], start_s: float, end_s: float = math.inf,
                                          seed=seed, rounds=rounds)
                 if on_fit:
                     on_fit(len(train))
-            while next_fit <= now:
-                next_fit += refit_every_s
+            next_fit = next_refit(next_fit, now, refit_every_s)
         pred = float(model.predict_log([row])[0]) if model is not None else math.nan
         out.append(Prediction(job, pred, history_median(row)))
 

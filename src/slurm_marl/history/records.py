@@ -14,10 +14,6 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-# Ended states of a job that ran: everything sacct can report once a job is over.
-ENDED_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL",
-                          "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE", "BOOT_FAIL"})
-
 
 class HistoryError(ValueError):
     """A history that cannot be read (one line: the file, the row, why)."""
@@ -54,10 +50,6 @@ class HistoryJob:
     def gpu_time_s(self) -> float:
         """GPU-seconds received: what the ordering ranks by."""
         return self.gpus * self.ran_s
-
-    @property
-    def ended(self) -> bool:
-        return self.end_s is not None and self.state in ENDED_STATES
 
 
 FIELDS = [f.name for f in fields(HistoryJob)]

@@ -9,19 +9,18 @@ named in ``bad`` (what could not be read, with the job id or line).
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurm_marl.history.records import HistoryJob
+from slurm_marl.slurm_gres import parse_tres
 from slurm_marl.slurm_text import parse_time_limit_s
 
 # The text columns read (``sacct -a -X -P -n --format=`` + these, joined with commas).
 TEXT_FIELDS = ("JobID", "JobName", "User", "Account", "Partition", "QOS", "AllocTRES",
                "ReqTRES", "Timelimit", "Submit", "Start", "End", "State", "NNodes")
-_GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")
 
 
 @dataclass
@@ -208,5 +207,6 @@ def _job_text(row: dict) -> HistoryJob | str:
 
 
 def _gpus_text(tres: str) -> int:
-    m = _GPU_TRES.search(tres.strip())
-    return int(m.group(1)) if m else 0
+    """GPUs of a TRES list (``cpu=1,gres/gpu=2,mem=1000M``); 0 without a count."""
+    count = dict(parse_tres(tres)).get("gres/gpu", "")
+    return int(count) if count.isdigit() else 0

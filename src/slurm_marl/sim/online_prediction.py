@@ -26,9 +26,9 @@ from pathlib import Path
 
 from slurm_marl.history.features import Submission, history_median
 from slurm_marl.history.philly import philly_history
-from slurm_marl.history.predictor import GpuTimeModel, replay
+from slurm_marl.history.predictor import GpuTimeModel, next_refit, replay
 from slurm_marl.history.records import HistoryJob
-from slurm_marl.sim.traces import Window, detect_format
+from slurm_marl.sim.traces import Window, detect_format, philly_window_rows
 
 
 def submission(job, now: float) -> Submission:
@@ -77,10 +77,8 @@ class OnlinePredictor:
                 self.model = GpuTimeModel.fit(self.rows, self.labels, seed=self.seed,
                                               rounds=self.rounds)
                 self.fits += 1
-            self.next_fit = (now if self.next_fit is None else self.next_fit) \
-                + self.refit_every_s
-            while self.next_fit <= now:
-                self.next_fit += self.refit_every_s
+            self.next_fit = next_refit(now if self.next_fit is None else self.next_fit,
+                                       now, self.refit_every_s)
         if self.model is not None:
             return float(self.model.predict_gpu_s([row])[0])
         base = history_median(row)
@@ -102,11 +100,10 @@ def philly_prior(trace: str | Path, window: Window | str | None
     win = window if isinstance(window, Window) else Window.parse(window)
     if win.cluster is None or detect_format(Path(trace)) != "philly":
         return None
+    # by time, then line: the history's job ids are the trace's line numbers
     jobs = sorted(philly_history(trace, win.cluster), key=lambda j: (j.submit_s, int(j.job_id)))
-    lo = win.start.timestamp() if win.start else -math.inf
-    hi = win.end.timestamp() if win.end else math.inf
-    inside = [j for j in jobs if lo <= j.submit_s < hi]      # as sim.traces.load_philly
-    if len(inside) <= win.first_row:
+    window = philly_window_rows([(j.submit_s, int(j.job_id)) for j in jobs], win)
+    if not window:
         return None
-    origin = inside[win.first_row].submit_s
+    origin = window[0][0]
     return [j for j in jobs if j.submit_s < origin], origin

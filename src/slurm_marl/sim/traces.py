@@ -260,13 +260,23 @@ def load_philly(path: Path, win: Window, *, skip_bad_rows: bool = False,
     bad.check(skip_bad_rows, on_skip)
     if win.cluster is not None and not rows:
         raise TraceError(f"{path}: no jobs for virtual cluster {win.cluster!r} in that window")
-    rows.sort(key=lambda r: (r[0], r[1]))
-    end = None if win.rows is None else win.first_row + win.rows
-    rows = rows[win.first_row:end]
+    rows = philly_window_rows(rows, win)
     jobs = [TraceJob(job_id=i, submit_time_s=t, duration_s=max(1.0, d), num_gpus=g,
                      partition="", user=vc)
             for i, (t, _, d, g, vc) in enumerate(rows)]
     return _rebase(jobs)
+
+
+def philly_window_rows(rows: list, win: Window) -> list:
+    """A Philly window's rows, each starting (submit time in Unix seconds, file line):
+    those submitted in [from, to), by time then line, then rows [first_row, first_row +
+    rows). The one definition of a Philly window (the simulator's predictor finds a
+    window's start with it too)."""
+    lo = win.start.timestamp() if win.start else -math.inf
+    hi = win.end.timestamp() if win.end else math.inf
+    kept = sorted((r for r in rows if lo <= r[0] < hi), key=lambda r: (r[0], r[1]))
+    end = None if win.rows is None else win.first_row + win.rows
+    return kept[win.first_row:end]
 
 
 def load_tiresias(path: Path, *, skip_bad_rows: bool = False,
