@@ -179,8 +179,11 @@ def reserve_for_blocked(policy: CyclePolicy, job: Job, state: CycleState) -> Pla
     usable capacity, preferring the one with the most GPUs already free), its free GPUs
     held in ``state``; None when it fits nowhere even on an empty cluster."""
     overlay = [list(i.group_cap) for i in state.infos]
+    # Every node, not one per class: classes are taken on the empty-cluster overlay, where
+    # nodes of one shape are alike, but the choice below is by GPUs free *now*, where they
+    # are not (one per class kept the first node, not the readiest).
     with state.hosts_as([i.cpus for i in state.infos], [i.mem_mib for i in state.infos]):
-        cands = policy.generate(job, state, overlay)
+        cands = policy.generate(job, state, overlay, (False, False, False))
     if not cands:
         return None
     ready = [sum(min(k, state.free[n][g]) for n, g, k in c.allocs) for c in cands]
