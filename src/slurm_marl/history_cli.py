@@ -129,9 +129,12 @@ def _load_jobs(history: Optional[Path], philly: Optional[Path], vc: Optional[str
     if (history is None) == (philly is None):
         _fail("give one of --history (a history CSV) or --philly (the Philly trace)", 2)
     try:
-        return read_history(history) if history is not None else philly_history(philly, vc)
+        jobs = read_history(history) if history is not None else philly_history(philly, vc)
     except HistoryError as exc:
         _fail(str(exc), 2)
+    if not jobs:
+        _fail(f"{history or philly}: no jobs" + (f" of virtual cluster {vc}" if vc else ""), 2)
+    return jobs
 
 
 HistoryOpt = Annotated[Optional[Path], typer.Option(

@@ -45,3 +45,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     r = CliRunner().invoke(app, ["history", "evaluate", "--from", "2017-01-01"])
     assert r.exit_code == 2 and "give one of --history" in r.output
     assert not (tmp_path / "m").exists()
+
+
+def test_an_empty_history_is_one_line_and_exit_2(tmp_path):
+    write_history(tmp_path / "empty.csv", [])
+    for cmd in (["evaluate", "--from", "2017-01-01"], ["train", "--out", str(tmp_path / "m")]):
+        r = CliRunner().invoke(app, ["history", *cmd, "--history", str(tmp_path / "empty.csv")])
+        assert r.exit_code == 2 and "empty.csv: no jobs" in r.output, r.output
