@@ -4,8 +4,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from slurm_marl.domain import ClusterSnapshot, GpuGroup, Job, JobState, Node, Switch
+from slurm_marl.replay import payload as payload_module
 from slurm_marl.replay.oracle import neighbourhoods, speeds
 from slurm_marl.replay.plan import parse_job_name, plan_replay, sim_cluster_spec
 from slurm_marl.sim.cluster import parse_cluster
@@ -75,12 +77,17 @@ def test_oracle_sees_group_node_and_leaf_sharing():
     assert speeds(alone, params) == {1: 1.0}
 
 
+# The payload as the replay runs it: a script, and here with an interpreter that sees no
+# site-packages and no project (-I -S), as python3-minimal inside a Slurm chroot does.
+PAYLOAD = [sys.executable, "-I", "-S", str(Path(payload_module.__file__))]
+
+
 def test_payload_follows_the_speed_file_and_resumes_after_requeue(tmp_path):
     (tmp_path / "speed").mkdir()
     (tmp_path / "speed" / "77").write_text("0.5\n")
     env = dict(os.environ, SLURM_JOB_ID="77", SLURM_RESTART_COUNT="0")
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "slurm_marl.replay.payload", "--work", "0.4",
+    subprocess.run([*PAYLOAD, "--work", "0.4",
                     "--dir", str(tmp_path), "--tick", "0.02"], env=env, check=True, timeout=30)
     took = time.monotonic() - t0
     assert 0.75 <= took < 5, took  # half speed: 0.4 s of work takes ~0.8 s
@@ -90,7 +97,7 @@ def test_payload_follows_the_speed_file_and_resumes_after_requeue(tmp_path):
     (tmp_path / "progress" / "78").write_text("0.7\n")
     env.update(SLURM_JOB_ID="78", SLURM_RESTART_COUNT="1")
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "slurm_marl.replay.payload", "--work", "1.0",
+    subprocess.run([*PAYLOAD, "--work", "1.0",
                     "--dir", str(tmp_path), "--tick", "0.02", "--restart-delay", "0.1"],
                    env=env, check=True, timeout=30)
     assert time.monotonic() - t0 < 0.9
@@ -115,7 +122,7 @@ def test_payload_checkpoints_its_progress_when_slurm_stops_it(tmp_path):
     (tmp_path / "speed").mkdir()
     (tmp_path / "speed" / "79").write_text("1.0\n")
     env = dict(os.environ, SLURM_JOB_ID="79", SLURM_RESTART_COUNT="0")
-    proc = subprocess.Popen([sys.executable, "-m", "slurm_marl.replay.payload", "--work", "60",
+    proc = subprocess.Popen([*PAYLOAD, "--work", "60",
                              "--dir", str(tmp_path), "--tick", "0.02"], env=env)
     log = tmp_path / "jobs" / "79.log"
     deadline = time.monotonic() + 20

@@ -8,7 +8,7 @@ import pytest
 from slurm_marl.replay.plan import plan_replay
 from slurm_marl.replay.runner import run_replay
 from slurm_marl.sim.traces import TraceJob
-from slurmtest import SLURM_VERSION, cluster_spec
+from slurmtest import cluster_spec
 
 pytestmark = pytest.mark.slurm
 
@@ -23,13 +23,6 @@ TRACE = [TraceJob(0, 0.0, 300.0, 2, "resnet18_bs16"), TraceJob(1, 10.0, 150.0, 1
 
 @pytest.mark.parametrize("mode", ["slurm", "agent"])
 def test_replay_completes_every_job(mode, tmp_path, monkeypatch):
-    if SLURM_VERSION is not None:
-        # The replay's payload is `python -m slurm_marl.replay.payload` with this venv's
-        # interpreter, and job scripts run inside the chroot, which has no Python and no
-        # view of the checkout; run_replay also reads Slurm through the host's clients.
-        pytest.skip(f"replay on Slurm {SLURM_VERSION}: its Python payload cannot run in the "
-                    "chroot (no python3 or checkout there) and slurm_marl.replay calls the "
-                    "host's 22.05 clients")
     plan = plan_replay(TRACE, SPEC, speedup=50, seed=0)
     assert len(plan.jobs) == 6 and plan.dropped == ()
     # an earlier run's log in the same folder (job ids restart at 1) must not be read

@@ -35,7 +35,8 @@ def _fmt(v, digits=0):
 def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_per_socket: int,
                    profile: str, interference: str, out: Path, seed: int,
                    modes: tuple[str, ...] = ("slurm", "agent"), console: Console | None = None,
-                   timeout_s: float = 3600.0, interference_model: Path | None = None) -> dict:
+                   timeout_s: float = 3600.0, interference_model: Path | None = None,
+                   slurm_version: str | None = None) -> dict:
     """Run the window in each mode on a fresh cluster, plus the simulator's prediction."""
     from slurm_marl.replay.plan import plan_replay, sim_cluster_spec
     from slurm_marl.replay.runner import run_replay
@@ -43,18 +44,19 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
     from slurm_marl.sim.run import simulate
     from slurm_marl.sim.traces import load_trace
     from slurm_marl.testcluster import ClusterSpec
+    from slurm_marl.testcluster.versions import label
 
     console = console or Console(stderr=True)
     _stop_cleanly_on_sigterm()
     spec = ClusterSpec(nodes=nodes, sockets=2, cores_per_socket=max(4, 2 * gpus_per_socket),
                        gpus_per_socket=gpus_per_socket, nodes_per_leaf=max(1, nodes // 2),
-                       memory_mib=64000, sched_interval_s=2)
+                       memory_mib=64000, sched_interval_s=2, slurm_version=slurm_version)
     trace_jobs = load_trace(trace, window)
     plan = plan_replay(trace_jobs, spec, speedup, seed)
     console.print(f"replay: {len(plan.jobs)} jobs of {trace.name} [{window}] "
                   f"({len(plan.dropped)} too large dropped), speedup {speedup:g}x, "
                   f"cluster {nodes} nodes x 2 sockets x {gpus_per_socket} GPUs, "
-                  f"interference {interference}")
+                  f"interference {interference}, Slurm {label(spec.slurm_version)}")
     results, series = {}, {}
     for mode in modes:
         label = "Slurm alone" if mode == "slurm" else f"agent ({profile})"
@@ -85,7 +87,7 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
         run = simulate(list(plan.sim_trace), cluster, prof, interference=interference,
                        seed=seed, estimator=estimator if mode == "agent" else None)
         predicted[mode] = run.summary
-    report = {"trace": str(trace), "window": window, "speedup": speedup, "jobs": len(plan.jobs),
+    report = {"slurm_version": label(spec.slurm_version), "trace": str(trace), "window": window, "speedup": speedup, "jobs": len(plan.jobs),
               "dropped": list(plan.dropped), "cluster": cluster, "interference": interference,
               "interference_model": str(interference_model) if interference_model else None,
               "measured": results, "simulated": predicted}
@@ -102,8 +104,8 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
 
 
 def render(report: dict, console: Console) -> None:
-    table = Table(title=f"Replay of {report['jobs']} jobs ({report['window']}), JCT in trace "
-                        f"seconds")
+    table = Table(title=f"Replay of {report['jobs']} jobs ({report['window']}) on Slurm "
+                        f"{report.get('slurm_version', '22.05')}, JCT in trace seconds")
     for col in ("run", "completed", "avg JCT", "p95 JCT", "avg queueing", "makespan",
                 "preemptions", "sim avg JCT"):
         table.add_column(col, justify="right")
@@ -136,6 +138,10 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
                help="interference model (`slurm-marl train interference`) for the profile's "
                     "least_interference placement, e.g. one refreshed with --from-store")
            ] = None,
+           slurm_version: Optional[str] = typer.Option(
+               None, "--slurm-version",
+               help="22.05 (the host's, default: $SLURM_MARL_SLURM_VERSION or 22.05), or "
+                    "24.11 / 26.05 from a Debian chroot (built on first use)"),
            json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a trace window on a fresh local Slurm cluster: Slurm alone vs the agent."""
     from slurm_marl.shared_data import data_file
@@ -146,9 +152,17 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
     if interference_model is not None and not interference_model.exists():
         console.print(f"[red]error:[/] interference model {interference_model} does not exist")
         raise typer.Exit(2)
+    from slurm_marl.testcluster import HarnessError, default_version
+    from slurm_marl.testcluster.versions import normalise
+
+    try:
+        version = default_version() if slurm_version is None else normalise(slurm_version)
+    except HarnessError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
     report = compare_replay(trace, window, speedup, nodes, gpus_per_socket, profile,
                             interference, out, seed, modes, console,
-                            interference_model=interference_model)
+                            interference_model=interference_model, slurm_version=version)
     if json_output:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

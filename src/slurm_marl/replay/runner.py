@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_marl.replay import payload as payload_module
 from slurm_marl.replay.oracle import Oracle
 from slurm_marl.replay.plan import ReplayPlan
 from slurm_marl.replay.timescale import time_scaled_profile
@@ -30,6 +32,7 @@ from slurm_marl.slurm_integration.source import CliClusterSource
 from slurm_marl.testcluster import ClusterSpec, LocalCluster
 
 log = logging.getLogger(__name__)
+PAYLOAD = "payload.py"  # the payload script's name in the folder jobs share with the replay
 
 
 class ReplayError(RuntimeError):
@@ -90,7 +93,27 @@ class ReplayResult:
         }
 
 
-def _agent_config(cluster: LocalCluster, out: Path, profile: str, grace_s: int,
+def _job_side(cluster: LocalCluster, out: Path) -> tuple[Path, str]:
+    """The folder job payloads share with this process (their logs and progress out, the
+    oracle's speeds in) and the interpreter that runs the payload script copied there.
+
+    On the host's Slurm: the results folder and this process's Python. A chroot's job scripts
+    run inside it, where only /tmp is the host's and python3-minimal is the interpreter: a
+    folder in the cluster's own (under /tmp), copied into the results before teardown. The
+    payload is standard-library Python, so either interpreter runs it as a script."""
+    if cluster.chroot is None:
+        xdir, python = out, sys.executable
+    else:
+        from slurm_marl.testcluster.chroot import PYTHON
+
+        xdir, python = cluster.root / "replay", PYTHON
+    for sub in ("jobs", "progress", "speed"):
+        (xdir / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(payload_module.__file__), xdir / PAYLOAD)
+    return xdir, python
+
+
+def _agent_config(cluster: LocalCluster, out: Path, xdir: Path, profile: str, grace_s: int,
                   preempt: bool, sample_min_s: float) -> Path:
     cfg = out / "agent.toml"
     preempt_line = f'preempt_partitions = ["{cluster.spec.partition}"]' if preempt else ""
@@ -106,7 +129,7 @@ managed_partitions = ["{cluster.spec.partition}"]
 {preempt_line}
 grace_s = {grace_s}
 state_dir = "{out / 'state'}"
-progress_dir = "{out / 'progress'}"
+progress_dir = "{xdir / 'progress'}"
 sample_min_s = {sample_min_s}
 [metrics]
 enabled = false
@@ -160,22 +183,24 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
     os.chmod(cluster.root / "out", 0o777)
     daemon = None
     oracle = None
+    xdir = out
     try:
-        runner = SlurmRunner(cluster.slurm_conf)
-        oracle = Oracle(CliClusterSource(runner), out, PerfParams(strength=interference),
+        xdir, python = _job_side(cluster, out)
+        runner = SlurmRunner(cluster.slurm_conf, bin_dir=cluster.bin_dir)
+        oracle = Oracle(CliClusterSource(runner), xdir, PerfParams(strength=interference),
                         tick_s=0.25).start()
         if mode == "agent":
             extra = ({"least_interference": {"model_path": str(Path(interference_model)
                                                                 .resolve())}}
                      if interference_model else None)
             scaled = time_scaled_profile(profile, plan.speedup, out, extra)
-            cfg = _agent_config(cluster, out, str(scaled), grace_s, preempt, sample_min_s)
+            cfg = _agent_config(cluster, out, xdir, str(scaled), grace_s, preempt,
+                                sample_min_s)
             daemon = subprocess.Popen([sys.executable, "-m", "slurm_marl.cli", "run",
                                        "--config", str(cfg)], env=cluster.env,
                                       stdout=(out / "daemon.log").open("w"),
                                       stderr=subprocess.STDOUT)
             _wait_first_cycle(out / "state" / "state.sqlite", daemon)
-        python = sys.executable
         restart_delay = 30.0 / plan.speedup
         times: dict[int, JobTimes] = {}
         t0 = time.time()
@@ -185,8 +210,9 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
                 time.sleep(delay)
             cmd = ["sbatch", "--parsable", f"--chdir={cluster.root}/out", "--output=/dev/null",
                    "--requeue", *job.sbatch_args(), "--wrap",
-                   f"exec {python} -m slurm_marl.replay.payload --work {job.work_s:.4f} "
-                   f"--dir {out} --restart-delay {restart_delay:.4f} --tick 0.2"]
+                   f"exec {shlex.quote(python)} {shlex.quote(str(xdir / PAYLOAD))} "
+                   f"--work {job.work_s:.4f} --dir {shlex.quote(str(xdir))} "
+                   f"--restart-delay {restart_delay:.4f} --tick 0.2"]
             proc = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True,
                                   timeout=60)
             if proc.returncode != 0:
@@ -197,7 +223,7 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
                 progress("submitted", k + 1, len(plan.jobs))
         deadline = time.monotonic() + timeout_s
         while True:
-            _read_job_logs(out, times, t0)
+            _read_job_logs(xdir, times, t0)
             done = sum(1 for t in times.values() if t.end_s is not None)
             if progress:
                 progress("completed", done, len(times))
@@ -223,6 +249,10 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
                 daemon.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 daemon.kill()
+        if xdir != out:  # the chroot's exchange folder goes with the cluster: keep its files
+            for sub in ("jobs", "progress", "speed"):
+                if (xdir / sub).is_dir():
+                    shutil.copytree(xdir / sub, out / sub, dirs_exist_ok=True)
         cluster.down()
     if mode == "agent" and (out / "state" / "state.sqlite").exists():
         from slurm_marl.daemon.store import Store

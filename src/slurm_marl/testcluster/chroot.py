@@ -3,9 +3,12 @@
 Debian 12 ships Slurm 22.05; 24.11 comes with trixie and 26.05 with forky. Each is built
 once into ``/var/cache/slurm-marl/chroot-<version>`` (``SLURM_MARL_CHROOT_CACHE`` moves the
 cache): ``debootstrap --variant=minbase`` from Debian's mirror, then ``apt-get install
---no-install-recommends`` of Slurm's daemons, clients, munge, slurmdbd and MariaDB inside.
-A marker file written last says the chroot is complete; anything else found there is a
-half-built chroot and is built again.
+--no-install-recommends`` of Slurm's daemons, clients, munge, slurmdbd, MariaDB and
+python3-minimal (job scripts the harness submits, such as the replay's payload, are
+standard-library Python scripts and run inside) inside. A marker file written last says the
+chroot is complete and lists the packages it holds; anything else found there is a
+half-built chroot and is built again, and a complete chroot that lacks a package added to
+``PACKAGES`` since it was built gets just that package (``ensure_chroot``).
 
 Running it:
 
@@ -37,6 +40,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,7 +57,10 @@ DEBOOTSTRAP_SCRIPT = {"forky": "sid"}
 MIRROR = "http://deb.debian.org/debian"
 DEFAULT_CACHE = Path("/var/cache/slurm-marl")
 CACHE_ENV = "SLURM_MARL_CHROOT_CACHE"
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server")
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server",
+            "python3-minimal")
+# The interpreter job scripts find inside the chroot (python3-minimal's).
+PYTHON = "/usr/bin/python3"
 MARKER = ".slurm-marl-complete"
 # Bound in this order, unbound in the reverse order.
 BIND_MOUNTS = ("/proc", "/sys", "/dev", "/dev/pts", "/tmp")
@@ -98,6 +105,16 @@ def suite_of(version: str) -> str:
 def is_complete(root: Path) -> bool:
     """The chroot was built to the end (its marker, written last, is there)."""
     return (root / MARKER).is_file()
+
+
+def missing_packages(root: Path) -> list[str]:
+    """Packages of ``PACKAGES`` the complete chroot's marker does not list (a marker written
+    before a package was added lists fewer, or none)."""
+    try:
+        listed = json.loads((root / MARKER).read_text()).get("packages") or []
+    except (OSError, ValueError, AttributeError):
+        listed = []
+    return [p for p in PACKAGES if p not in listed]
 
 
 def resolve_in_root(root: Path, path: str, hops: int = 40) -> Path:
@@ -398,16 +415,50 @@ def ensure_chroot(version: str) -> Path:
     """The chroot of Slurm ``version`` ("24.11" or "26.05"), built when missing or left
     half-built (needs root and Debian's mirror; ~30-40 s and ~700 MB). Returns its path."""
     root = chroot_path(version)
-    if is_complete(root):
+    if is_complete(root) and not missing_packages(root):
         log.debug("chroot for Slurm %s found at %s", version, root)
         return root
     if os.geteuid() != 0:
-        raise HarnessError(f"chroot for Slurm {version} missing at {root}; building it "
+        what = "missing" if not is_complete(root) else \
+            f"lacks {', '.join(missing_packages(root))}"
+        raise HarnessError(f"chroot for Slurm {version} at {root} {what}; building it "
                            "needs root")
     with _build_lock(root):
-        if not is_complete(root):  # another process may have built it meanwhile
+        # another process may have built or completed it meanwhile
+        if not is_complete(root):
             _build(version, root)
+        elif missing_packages(root):
+            _add_packages(root, missing_packages(root))
     return root
+
+
+def _write_marker(root: Path, version: str, suite: str, slurm: str,
+                  built: float | None = None) -> None:
+    (root / MARKER).write_text(json.dumps({
+        "version": version, "suite": suite, "slurm": slurm, "packages": list(PACKAGES),
+        "built": time.time() if built is None else built}) + "\n")
+
+
+def _add_packages(root: Path, packages: list[str]) -> None:
+    """Install ``packages`` into a complete chroot (clusters may be running from it: its
+    bind mounts are held for the time, not torn down under them), then list them in the
+    marker."""
+    marker = json.loads((root / MARKER).read_text())
+    started = time.monotonic()
+    holder = Path(tempfile.mkdtemp(prefix="slurm-marl-chroot-update-"))
+    hold(root, holder)
+    try:
+        _apt(["update", "-qq"], f"apt-get update in {root}", chroot_root=root)
+        log.info("adding %s to the chroot %s", " ".join(packages), root)
+        _apt(["install", "-y", "-qq", "--no-install-recommends", *packages],
+             f"installing {' '.join(packages)} in {root}", chroot_root=root)
+        _run(["chroot", str(root), "apt-get", "clean"], f"apt-get clean in {root}")
+    finally:
+        shutil.rmtree(holder, ignore_errors=True)
+        release(root, holder)
+    _write_marker(root, marker.get("version", "?"), marker.get("suite", "?"),
+                  marker.get("slurm", "?"), marker.get("built"))
+    log.info("chroot %s brought up to date in %.0f s", root, time.monotonic() - started)
 
 
 def _build(version: str, root: Path) -> None:
@@ -432,6 +483,5 @@ def _build(version: str, root: Path) -> None:
         unmount_binds(root)
     if not slurm.split()[-1].startswith(version):
         raise HarnessError(f"the {suite} chroot at {root} has {slurm!r}, not Slurm {version}")
-    (root / MARKER).write_text(json.dumps({"version": version, "suite": suite,
-                                           "slurm": slurm, "built": time.time()}) + "\n")
+    _write_marker(root, version, suite, slurm)
     log.info("chroot for %s built in %.0f s at %s", slurm, time.monotonic() - started, root)
