@@ -28,6 +28,12 @@ _UNAVAILABLE_MARKERS = (
 )
 
 
+# What slurmctld answers when it is up but will not take the request now (EAGAIN): seen on
+# 24.11+ for job updates under load ("Resource temporarily unavailable for job N"), the
+# update not applied. Worth a retry; not a sign the controller is down.
+_BUSY_MARKERS = ("resource temporarily unavailable",)
+
+
 class SlurmError(RuntimeError):
     """A Slurm client command failed; ``message`` is Slurm's own words."""
 
@@ -65,6 +71,12 @@ class CommandResult:
 def looks_unavailable(text: str) -> bool:
     low = text.lower()
     return any(m in low for m in _UNAVAILABLE_MARKERS)
+
+
+def looks_busy(text: str) -> bool:
+    """slurmctld answered but asks to try again later (EAGAIN)."""
+    low = text.lower()
+    return any(m in low for m in _BUSY_MARKERS)
 
 
 class SlurmRunner:
@@ -116,7 +128,7 @@ class SlurmRunner:
         res = self.run(args)
         if res.ok:
             return res.stdout
-        if looks_unavailable(res.message):
+        if looks_unavailable(res.message) or looks_busy(res.message):
             raise SlurmUnavailable(args, res.returncode, res.message)
         raise SlurmError(args, res.returncode, res.message)
 

@@ -40,7 +40,8 @@ from slurm_marl.slurm_integration.marker import (Marker, parse_marker, requested
                                                  user_gpu_request, with_marker)
 from slurm_marl.slurm_text import collapse_hosts
 from slurm_marl.slurm_integration.ports import DecisionSink, WriteResult, WriteStatus
-from slurm_marl.slurm_integration.runner import CommandResult, SlurmRunner, looks_unavailable
+from slurm_marl.slurm_integration.runner import (CommandResult, SlurmRunner, looks_busy,
+                                                    looks_unavailable)
 from slurm_marl.slurm_integration.vocabulary import reservation_name
 
 log = logging.getLogger(__name__)
@@ -146,8 +147,10 @@ class CliDecisionSink(DecisionSink):
 
     # ---- plumbing -----------------------------------------------------------------------
     def _run(self, args: list[str], log_cmds: list[str]) -> CommandResult:
-        """One write, retried with backoff while the controller does not answer. Once the
-        controller is found down, the rest of this batch is not tried (each try costs ~9 s)."""
+        """One write, retried with backoff while the controller does not answer or answers
+        that it is busy (EAGAIN: not applied, try again). Once the controller is found down,
+        the rest of this batch is not tried (each try costs ~9 s); a write still refused as
+        busy after the retries is only refused."""
         if self._controller_down:
             return CommandResult(args, -1, "", "unable to contact slurm controller "
                                  "(not tried: controller down earlier in this batch)")
@@ -160,10 +163,11 @@ class CliDecisionSink(DecisionSink):
                 if "timed out" in str(exc):
                     res = CommandResult(args, -1, "", "socket timed out (client timeout)")
             log_cmds.append(" ".join(args))
-            if classify(res) is not WriteStatus.UNAVAILABLE:
+            busy = not res.ok and looks_busy(res.message)
+            if classify(res) is not WriteStatus.UNAVAILABLE and not busy:
                 return res
             if attempt == self.retries:
-                self._controller_down = True
+                self._controller_down = not busy
                 return res
             self._sleep(delay)
             delay *= 2

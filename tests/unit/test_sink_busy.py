@@ -1,0 +1,66 @@
+"""slurmctld's EAGAIN ("Resource temporarily unavailable", seen on 24.11+ for job updates
+under load, the update not applied): the sink retries the write, and a write still refused
+is that write's failure only, not a controller found down that skips the rest of the batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_marl.domain import SetPriority
+from slurm_marl.slurm_integration.ports import WriteStatus
+from slurm_marl.slurm_integration.runner import (CommandResult, SlurmRunner,
+                                                 SlurmUnavailable)
+from slurm_marl.slurm_integration.sink import CliDecisionSink
+
+BUSY = "Resource temporarily unavailable for job 1"
+DOWN = "slurm_update error: Unable to contact slurm controller (connect failure)"
+
+
+class Scripted(SlurmRunner):
+    """Answers each call for job N with the next of ``answers[N]`` (then success)."""
+
+    def __init__(self, answers: dict[int, list[str]]) -> None:
+        super().__init__("/nonexistent/slurm.conf")
+        self.answers = answers
+        self.seen: list[list[str]] = []
+
+    def run(self, args, timeout_s=None):
+        self.seen.append(list(args))
+        job = int(next(a for a in args if a.startswith("jobid=")).split("=")[1])
+        queue = self.answers.get(job) or []
+        err = queue.pop(0) if queue else ""
+        return CommandResult(list(args), 1 if err else 0, "", err)
+
+
+def _apply(runner: Scripted, retries: int = 2):
+    sink = CliDecisionSink(runner, retries=retries, sleep=lambda s: None)
+    return sink.apply([SetPriority(1, priority=100), SetPriority(2, priority=50)])
+
+
+def test_a_busy_answer_is_retried_and_the_write_lands():
+    runner = Scripted({1: [BUSY, BUSY]})
+    results = _apply(runner)
+    assert [r.status for r in results] == [WriteStatus.OK, WriteStatus.OK]
+    assert sum(1 for a in runner.seen if "jobid=1" in a) == 3
+
+
+def test_busy_to_the_end_refuses_that_write_only():
+    runner = Scripted({1: [BUSY] * 5})
+    results = _apply(runner)
+    assert [r.status for r in results] == [WriteStatus.REFUSED, WriteStatus.OK]
+    assert BUSY in results[0].message
+    assert any("jobid=2" in a for a in runner.seen)  # the batch went on
+
+
+def test_a_controller_found_down_still_stops_the_batch():
+    runner = Scripted({1: [DOWN] * 5})
+    results = _apply(runner)
+    assert [r.status for r in results] == [WriteStatus.UNAVAILABLE, WriteStatus.UNAVAILABLE]
+    assert not any("jobid=2" in a for a in runner.seen)
+
+
+def test_a_busy_read_is_a_skipped_cycle_not_a_misread():
+    runner = Scripted({})
+    runner.run = lambda args, timeout_s=None: CommandResult(list(args), 1, "", BUSY)
+    with pytest.raises(SlurmUnavailable):
+        runner.run_checked(["squeue", "--json", "jobid=1"])
