@@ -157,25 +157,18 @@ def train_model(
 ) -> None:
     """Train the GPU-time predictor on the jobs of a history that had ended by --until,
     each described as it was known at its submission."""
-    from slurm_marl.history.predictor import GpuTimeModel, replay
+    from slurm_marl.history.predictor import train
+    from slurm_marl.history.records import ModelError
     jobs = _load_jobs(history, philly, vc)
     cutoff = _when(until, "--until") if until != "now" else float("inf")
-    rows, labels = [], []
-
-    def take(job, row, _now):
-        if job.end_s is not None and job.end_s <= cutoff:
-            rows.append(row)
-            labels.append(job.gpu_time_s)
-
-    replay(jobs, take)
-    if len(rows) < 20:
-        _fail(f"only {len(rows)} ended jobs to learn from (need 20)")
-    import math
-    model = GpuTimeModel.fit(rows, [math.log1p(v) for v in labels], seed=seed)
+    try:
+        model, trained_on = train(jobs, cutoff, seed=seed)
+    except ModelError as exc:
+        _fail(str(exc))
     model.save(out)
-    summary = {"model": str(out), "trained_on": len(rows), "jobs_in_history": len(jobs)}
+    summary = {"model": str(out), "trained_on": trained_on, "jobs_in_history": len(jobs)}
     print(json.dumps(summary, indent=2) if as_json else
-          f"model trained on {len(rows)} ended jobs -> {out}")
+          f"model trained on {trained_on} ended jobs -> {out}")
 
 
 @app.command("evaluate")

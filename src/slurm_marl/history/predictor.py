@@ -153,6 +153,27 @@ def replay(jobs: Sequence[HistoryJob],
     return state
 
 
+MIN_TRAIN = 20  # fewer ended jobs than this teach a model nothing worth its risk
+
+
+def train(jobs: Sequence[HistoryJob], until_s: float = math.inf, seed: int = 0
+          ) -> tuple[GpuTimeModel, int]:
+    """A model of the jobs of a history that had ended by ``until_s``, each described as it
+    was known at its submission; (model, jobs trained on). ``ModelError`` with fewer than
+    ``MIN_TRAIN`` such jobs."""
+    rows, labels = [], []
+
+    def take(job: HistoryJob, row: dict, _now: float) -> None:
+        if job.end_s is not None and job.end_s <= until_s:
+            rows.append(row)
+            labels.append(math.log1p(job.gpu_time_s))
+
+    replay(jobs, take)
+    if len(rows) < MIN_TRAIN:
+        raise ModelError(f"only {len(rows)} ended jobs to learn from (need {MIN_TRAIN})")
+    return GpuTimeModel.fit(rows, labels, seed=seed), len(rows)
+
+
 def next_refit(due_s: float, now_s: float, every_s: float) -> float:
     """The refit after one made at ``now_s`` that was due at ``due_s``: the first of
     ``due_s + k * every_s`` later than ``now_s`` (refits keep their grid when submissions

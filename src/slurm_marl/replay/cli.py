@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -53,7 +54,7 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
                        memory_mib=64000, sched_interval_s=2, slurm_version=slurm_version)
     trace_jobs = load_trace(trace, window)
     plan = plan_replay(trace_jobs, spec, speedup, seed)
-    console.print(f"replay: {len(plan.jobs)} jobs of {trace.name} [{window}] "
+    console.print(f"replay: {len(plan.jobs)} jobs of {trace.name} {escape(f'[{window}]')} "
                   f"({len(plan.dropped)} too large dropped), speedup {speedup:g}x, "
                   f"cluster {nodes} nodes x 2 sockets x {gpus_per_socket} GPUs, "
                   f"interference {interference}, Slurm {label(spec.slurm_version)}")
