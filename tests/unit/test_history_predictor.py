@@ -206,3 +206,16 @@ def test_philly_prior_is_the_window_s_virtual_cluster_before_it(tmp_path):
     assert window[0].duration_s == 400 and window[0].submit_time_s == 0
     assert origin == prior[-1].submit_s + 10
     assert philly_prior(path, None) is None                     # no virtual cluster named
+
+
+def test_train_takes_only_jobs_ended_by_its_cutoff_and_needs_enough():
+    from slurm_marl.history.predictor import MIN_TRAIN, train
+
+    jobs = history(3, n=120)
+    ends = sorted(j.end_s for j in jobs)
+    model, n = train(jobs)
+    assert n == len(jobs) and model.predict_gpu_s([]).shape == (0,)
+    cutoff = ends[59]
+    assert train(jobs, cutoff)[1] == sum(1 for e in ends if e <= cutoff) == 60
+    with pytest.raises(ModelError, match=f"only {MIN_TRAIN - 1} ended jobs"):
+        train(jobs, ends[MIN_TRAIN - 2])
