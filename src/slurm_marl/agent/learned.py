@@ -100,6 +100,7 @@ class LearnedPlacement:
     filters = True         # only the agent's own placement is feasible
     node_specific = True   # a group's score depends on its place in the topology
     reads_host = True      # conservative; node_specific already keeps every node
+    pure = False           # keeps its observer and standing deferrals across cycles
 
     def __init__(self, observer, chooser: Callable | None, fallback: PlacePlugin,
                  fallback_key: str = DEFAULT_FALLBACK,

@@ -53,6 +53,8 @@ class AgentSection:
     # PriorityWeight* sum (above it the agent's order dominates, below it only nudges)
     site_factor_partitions: tuple[str, ...] = ()
     site_factor_max: int = 1_000_000
+    # reuse the last cycle's placements while their inputs are unchanged (policy/framework.py)
+    reuse_decisions: bool = True
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,8 @@ class Agent:
         self.sink = sink
         self.store = store
         self.policy = policy
+        if hasattr(policy, "reuse_decisions"):
+            policy.reuse_decisions = config.agent.reuse_decisions
         self.metrics = metrics
         self.clock = clock
         self._started = False

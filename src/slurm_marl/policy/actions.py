@@ -53,17 +53,18 @@ class Preemption:
     """The preemption action over one cycle's snapshot and state."""
 
     def __init__(self, policy: CyclePolicy, jobs: Iterable[Job], now_s: float,
-                 state: CycleState) -> None:
+                 state: CycleState, ranked: list[RankedJob] | None = None) -> None:
         self.policy = policy
         self.state = state
         self._jobs, self._now = jobs, now_s
         self._ranked: list[RankedJob] | None = None
+        self._given = ranked  # the running jobs, when the caller has ranked them already
         self._keys: list[tuple] = []
         self._gpus_from: list[int] = []      # GPUs held from the i-th down: a search bound
         self.preempted: set[int] = set()
 
     def _rank_running(self) -> None:
-        ranked = self._ranked = self.policy.rank(
+        ranked = self._ranked = self._given if self._given is not None else self.policy.rank(
             [j for j in self._jobs if j.state in ACTIVE_STATES], self._now)
         self._keys = [x.sort_key for x in ranked]
         self._gpus_from = [0] * (len(ranked) + 1)

@@ -20,12 +20,25 @@ What a cycle returns:
   cannot start: the GPUs it will wait for, which later jobs may not take this cycle.
 
 Decisions come in that order: priorities, then preemptions, then placements.
+
+Reuse (``Policy.reuse_decisions``, the daemon's ``agent.reuse_decisions``): priorities are
+computed every cycle (the ranking, and reasons that name attained service), but the
+preemptions and placements that follow are a function of the ranking and of the
+snapshot's jobs and nodes without what only the clock moves (``NOT_READ_BY_PLACEMENT``):
+when all place plugins declare themselves ``pure`` and neither the ranking (of pending jobs,
+and of running ones where preemption may pick victims) nor those inputs changed since the
+last cycle of the same partitions, that cycle's preemptions and placements are returned
+again instead of being searched for. On an unchanged cluster most of a cycle's work is that
+search.
 """
 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
+from operator import attrgetter
 
 from slurm_marl.domain import ClusterSnapshot, Decision, GroupAlloc, Job, Place, SetPriority
 from slurm_marl.policy.actions import Preemption, RankedJob, reserve_for_blocked
@@ -34,9 +47,18 @@ from slurm_marl.policy.plugins import (CycleAwareOrder, Delegating, OrderPlugin,
 from slurm_marl.placement_shapes import (Candidate, generate_candidates, has_candidate,
                                          job_shape)
 from slurm_marl.policy.profile import Profile, ProfileError
-from slurm_marl.policy.state import PENDING, CycleState
+from slurm_marl.policy.state import ACTIVE_STATES, PENDING, CycleState
 
 log = logging.getLogger(__name__)
+
+# Job fields that placement, preemption and reservation never read: what the clock alone
+# moves (service attained and work done, which reach decisions only through the ranking,
+# compared on its own) and what the daemon reads before deciding (Slurm's priority and
+# pending reason, the begin time a lease moves, the comments carrying its markers).
+NOT_READ_BY_PLACEMENT = frozenset({"attained_gpu_s", "progress_gpu_s", "eligible_time_s",
+                                   "priority", "pending_reason", "admin_comment", "comment"})
+_PLACEMENT_INPUTS = attrgetter(*(f.name for f in fields(Job)
+                                 if f.name not in NOT_READ_BY_PLACEMENT))
 
 
 class Policy:
@@ -62,6 +84,11 @@ class Policy:
         # "A job of size s found no room, so a larger alike job will not either" holds only
         # when no plugin filters candidates (a filter may accept a larger job's shape).
         self._monotone = not any(p.filters for p, _ in self.place)
+        # Reuse of the last cycle's preemptions and placements (module docstring).
+        self.reuse_decisions = False
+        self._pure = all(p.pure for p, _ in self.place)
+        self._reuse: dict[tuple, tuple[tuple, list[Decision]]] = {}
+        self.reused_cycles = 0
 
     # -- ordering ------------------------------------------------------------------------
     def rank(self, jobs: Sequence[Job], now_s: float) -> list[RankedJob]:
@@ -107,15 +134,39 @@ class Policy:
             for rank, r in enumerate(ranked)]
         if not pending:
             return priorities
+        running = None
+        reuse_key = inputs = None
+        if self.reuse_decisions and self._pure:
+            if profile.preemption:
+                running = self.rank([j for j in snapshot.jobs if j.state in ACTIVE_STATES],
+                                    now)
+            reuse_key = tuple(p.name for p in snapshot.partitions)
+            inputs = _placement_inputs(snapshot, ranked, running)
+            last = self._reuse.get(reuse_key)
+            if last is not None and last[0] == inputs:
+                self.reused_cycles += 1
+                return priorities + last[1]
+        placed = self._allocate(snapshot, ranked, running)
+        if reuse_key is not None:
+            if len(self._reuse) > 64:  # views of other partition sets come and go
+                self._reuse.clear()
+            self._reuse[reuse_key] = (inputs, placed)
+        return priorities + placed
 
+    def _allocate(self, snapshot: ClusterSnapshot, ranked: list[RankedJob],
+                  running: list[RankedJob] | None) -> list[Decision]:
+        """Preemptions and placements for the ranked pending jobs (``running``: the running
+        jobs ranked, when the caller has ranked them already)."""
+        now = snapshot.time_s
+        profile = self.profile
         state = CycleState(snapshot, track_colocation=self._needs_colocation,
                            track_holders=profile.preemption)
         state.dedupe_nodes = self._dedupe_nodes
         state.dedupe_host = self._dedupe_host
         # The actions: allocate (here), then for a job that cannot start, preemption, then
         # backfill (with its reservation) or a stop.
-        preemption = (Preemption(self, snapshot.jobs, now, state) if profile.preemption
-                      else None)
+        preemption = (Preemption(self, snapshot.jobs, now, state, ranked=running)
+                      if profile.preemption else None)
         preempts: list[Decision] = []
         places: list[Decision] = []
         reserved = False
@@ -157,7 +208,7 @@ class Policy:
                     reserved = True
                     failed_sizes.clear()
                     places.append(place)
-        return priorities + preempts + places
+        return preempts + places
 
     # -- placement helpers ---------------------------------------------------------------
     def score(self, job: Job, cands: list[Candidate], state: CycleState):
@@ -240,6 +291,23 @@ class Policy:
                      nodes=tuple(infos[n].name for n in cand.nodes), allocs=allocs,
                      start_now=start_now,
                      scores=tuple((k, round(v, 6)) for k, v in terms))
+
+
+def _placement_inputs(snapshot: ClusterSnapshot, ranked: list[RankedJob],
+                      running: list[RankedJob] | None) -> tuple:
+    """What a cycle's preemptions and placements are a function of (module docstring): the
+    jobs and nodes as placement reads them, the pending jobs in rank order with their queues
+    and, where preemption may pick victims, the running jobs in rank order and where each
+    pending job falls among them (the sort keys themselves may be re-encoded from one cycle
+    to the next without changing any order: Tiresias' queue lists)."""
+    cuts = None
+    if running is not None:
+        keys = [r.sort_key for r in running]
+        cuts = (tuple(r.job.job_id for r in running),
+                tuple(bisect_right(keys, r.sort_key) for r in ranked))
+    return (tuple(map(_PLACEMENT_INPUTS, snapshot.jobs)), snapshot.nodes,
+            snapshot.partitions, snapshot.switches,
+            tuple((r.job.job_id, r.queue) for r in ranked), cuts)
 
 
 def _failure_key(job: Job) -> tuple:

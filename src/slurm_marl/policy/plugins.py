@@ -69,6 +69,10 @@ class PlacePlugin(Protocol):
     reads_host: bool         # feasible()/score() read hosts' free CPUs or memory (or their
     #                          sizes), so those are part of a class of alike nodes; else
     #                          they only filter (the first fitting node of a class is kept)
+    pure: bool               # feasible()/score() read only the job, the candidate and the
+    #                          cycle state (no state kept across cycles, no clock, none of
+    #                          framework.NOT_READ_BY_PLACEMENT): a cycle's placements may be
+    #                          reused while those inputs and the ranking are unchanged
 
     def feasible(self, job: Job, cand: "Candidate", state: "CycleState") -> bool:
         """Extra filtering on top of the framework's (free GPUs, CPUs, memory, partition)."""

@@ -41,6 +41,7 @@ class Binpack:
     needs_colocation = False
     node_specific = False
     reads_host = True
+    pure = True
     filters = False
 
     def __init__(self, alignment_weight: float = 0.5) -> None:

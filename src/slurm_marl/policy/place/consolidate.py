@@ -35,6 +35,7 @@ class Consolidate:
     needs_colocation = False
     node_specific = False
     reads_host = False
+    pure = True
     filters = False
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:

@@ -42,6 +42,7 @@ class LeastInterference:
     needs_colocation = True
     node_specific = False
     reads_host = False
+    pure = True
 
     def __init__(self, estimator: InterferenceEstimator, defer_below: float = 0.0,
                  include_neighbours: bool = True) -> None:

@@ -30,6 +30,7 @@ class Spread:
     needs_colocation = False
     node_specific = False
     reads_host = False
+    pure = True
     filters = False
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:

@@ -30,6 +30,7 @@ class TiresiasSkew:
     needs_colocation = False
     node_specific = False
     reads_host = False
+    pure = True
     filters = True
 
     def __init__(self, sensitive: frozenset[str]) -> None:
