@@ -1,7 +1,7 @@
 """Benchmark: one agent cycle on a large generated snapshot, and the agent's memory.
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
-        [--profile P] [--learned-agents] [--varied-hosts]
+        [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -84,6 +84,8 @@ def main() -> None:
                     help="an untrained checkpoint with an agent per partition")
     ap.add_argument("--varied-hosts", action="store_true",
                     help="random (seeded) extra CPU and memory use on each node")
+    ap.add_argument("--no-reuse", action="store_true",
+                    help="decide every cycle from scratch (agent.reuse_decisions = false)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -103,7 +105,8 @@ def main() -> None:
                    jobs=base.jobs + tuple(pending_jobs(args.pending, partitions, now)))
     with tempfile.TemporaryDirectory() as tmp:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": partitions,
-                                      "profile": args.profile, "state_dir": tmp}})
+                                      "profile": args.profile, "state_dir": tmp,
+                                      "reuse_decisions": not args.no_reuse}})
         agent = Agent(cfg, FixedSource(snap), sink=None, store=Store(Path(tmp) / "s.sqlite"),
                       policy=build_policy(load_profile(args.profile), **context))
         times = []
@@ -119,6 +122,8 @@ def main() -> None:
         "profile": args.profile + (" (untrained agents)" if args.learned_agents else ""),
         "varied_hosts": args.varied_hosts,
         "decisions_last_cycle": len(report.decisions),
+        "reuse_decisions": not args.no_reuse,
+        "reused_partition_cycles": agent.policy.reused_cycles,
         "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
         "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,
     }

@@ -147,6 +147,25 @@ def test_shadow_mode_writes_nothing_but_records(tmp_path):
     assert [r["status"] for r in a.store.decisions(job_id=1)] == ["shadow"]
 
 
+def test_shadow_mode_records_a_decision_when_it_changes(tmp_path):
+    """Not every cycle: an unchanged queue would be a row per job and cycle. A new reason
+    alone (it may name the time) is no change; a new priority or placement is."""
+    now = 1000.0
+    snap = ClusterSnapshot(now, NODES, (pending(1, now), pending(2, now)), PARTS)
+    place = Place(2, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),))
+    a, _ = agent(tmp_path, snap, [SetPriority(1, "las", "0 s attained", 2, 0), place],
+                 shadow=True)
+    a.cycle()
+    a.policy.decisions = [SetPriority(1, "las", "9 s attained", 2, 0), place]
+    a.cycle()
+    rows = lambda job: [(r["kind"], r["reason"]) for r in a.store.decisions(job_id=job)]
+    assert rows(1) == [("SetPriority", "0 s attained")] and len(rows(2)) == 1
+    moved = Place(2, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 1, 1),))
+    a.policy.decisions = [SetPriority(1, "las", "9 s attained", 3, 1), moved]
+    a.cycle()
+    assert len(rows(1)) == 2 and len(rows(2)) == 2
+
+
 def test_requeued_job_placed_again_where_it_was_is_restarted(tmp_path):
     """Same placement as before its preemption: it must still get StartTime=now, or it waits
     behind the requeue delay (and the agent's lease) for ever."""

@@ -23,7 +23,8 @@ import gc
 import json
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 
 from slurm_marl.daemon.accounting import account
 from slurm_marl.daemon.config import Config
@@ -80,6 +81,18 @@ def partition_view(snap: ClusterSnapshot, partition: str) -> ClusterSnapshot:
                            switches=snap.switches)
 
 
+_FIELDS_BUT_REASON: dict[type, attrgetter] = {}
+
+
+def _without_reason(d: Decision) -> tuple:
+    """A decision's fields but its reason (which may name the time or service attained)."""
+    get = _FIELDS_BUT_REASON.get(type(d))
+    if get is None:
+        get = _FIELDS_BUT_REASON[type(d)] = attrgetter(
+            *(f.name for f in fields(d) if f.name != "reason"))
+    return get(d)
+
+
 class Agent:
     def __init__(self, config: Config, source: ClusterSource, sink: DecisionSink,
                  store: Store, policy, metrics=None, clock=time.time,
@@ -100,6 +113,8 @@ class Agent:
         self._history: dict[tuple[str, str], str] | None = None
         # Jobs told to start that Slurm has not started yet: job id -> (placement, when).
         self._inflight: dict[int, tuple[Place, float]] = {}
+        # shadow mode: the last decision recorded per (job, kind), but for its reason
+        self._shadow_last: dict[tuple[int, type], tuple] = {}
         # Jobs this agent requeued itself (it may restart them at once; a requeue by Slurm
         # keeps Slurm's own delay), reservations by when they were last extended, and jobs
         # already logged as left to Slurm.
@@ -203,8 +218,12 @@ class Agent:
         writes, advice = self._translate(snap, decisions, orders)
         writes += left
         if self.config.agent.shadow:
+            # What the agent would write, recorded when it changes (a decision equal but for
+            # its reason to the last one recorded for its job is not recorded again): an
+            # unchanged queue of 5,000 jobs is not 10,000 rows a cycle.
             self.store.record_decisions(report.cycle, snap.time_s,
-                                        [(d, "shadow", "") for d in writes + advice])
+                                        [(d, "shadow", "") for d in self._shadow_changes(
+                                            writes + advice, snap)])
             return
         results = self.sink.apply(writes, snap) if writes else []
         report.results = results
@@ -217,6 +236,21 @@ class Agent:
             report.cycle, snap.time_s,
             [(r.decision, r.status.value, r.message) for r in results]
             + [(d, "planned", "waits; nothing written") for d in advice])
+
+    def _shadow_changes(self, decisions: list[Decision], snap: ClusterSnapshot
+                        ) -> list[Decision]:
+        last = self._shadow_last
+        present = {j.job_id for j in snap.jobs}
+        for key in [k for k in last if k[0] not in present]:
+            del last[key]  # jobs gone from Slurm
+        changed = []
+        for d in decisions:
+            key = (d.job_id, type(d))
+            value = _without_reason(d)
+            if last.get(key) != value:
+                last[key] = value
+                changed.append(d)
+        return changed
 
     def _predicted(self, snap: ClusterSnapshot, finished_runs) -> ClusterSnapshot:
         """The snapshot with GPU-time predictions; a predictor failure costs this cycle its
