@@ -87,3 +87,17 @@ def test_records_round_trip_through_the_store(tmp_path):
     store.save_jobs(r.records)
     assert store.job_records([1])[1].attained_gpu_s == 2 * 50
     assert [rec.job_id for rec in store.unfinished_records()] == [1]
+
+
+def test_colocation_is_given_again_only_while_its_inputs_are_the_same():
+    a = running(1, 50, name="a")
+    b = running(2, 50, alloc=(("n1", (2,)),), name="b")
+    first = colocation(snap(100, a, b))
+    assert first[1]["node"] == ["b"] and first[2]["node"] == ["a"]
+    assert colocation(snap(160, a, b, pending(3))) is first       # only the clock moved
+    moved = running(2, 50, alloc=(("n2", (2,)),), name="b")
+    again = colocation(snap(170, a, moved))
+    assert again is not first and again[1]["node"] == [] and again[2]["node"] == []
+    renamed = running(2, 50, alloc=(("n2", (2,)),), name="c")
+    assert colocation(snap(180, running(1, 50, alloc=(("n2", (0,)),), name="a"),
+                           renamed))[1]["group"] == []

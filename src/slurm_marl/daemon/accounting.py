@@ -42,11 +42,23 @@ class AccountingResult:
     finished_runs: list[FinishedRun] = field(default_factory=list)
 
 
+_last_colocation: list = [None, None]  # [inputs, result] of the last call
+
+
 def colocation(snapshot: ClusterSnapshot) -> dict[int, dict[str, list[str]]]:
     """For each running job: the names of the other running jobs at each co-location level
-    (``colocation.LEVELS``, as a co-location sample lists models)."""
-    return {job_id: sample_colocated(hood) for job_id, (_, hood)
-            in snapshot_neighbourhoods(snapshot, lambda j: j.name).items()}
+    (``colocation.LEVELS``, as a co-location sample lists models). The answer of the last
+    call is given again (not to be mutated) when the running jobs' names and GPUs, the nodes
+    and the switches are the same: cycle after cycle, mostly."""
+    inputs = (tuple((j.job_id, j.name, j.gpu_alloc) for j in snapshot.jobs
+                    if j.state is JobState.RUNNING and j.gpu_alloc),
+              snapshot.nodes, snapshot.switches)
+    if _last_colocation[0] == inputs:
+        return _last_colocation[1]
+    result = {job_id: sample_colocated(hood) for job_id, (_, hood)
+              in snapshot_neighbourhoods(snapshot, lambda j: j.name).items()}
+    _last_colocation[:] = [inputs, result]
+    return result
 
 
 def _fold_run(rec: JobRecord, end_s: float, state: str, colocated: dict,
