@@ -107,3 +107,13 @@ def test_seen_times_are_written_when_they_move_a_minute(tmp_path):
     assert st.written_rows == 2 and st.job_records([1])[1].last_seen_s == 6061.0
     st.save_jobs([replace(rec, last_seen_s=6062.0, preemptions=1)])
     assert st.written_rows == 3                      # any other change is written at once
+
+
+def test_live_records_are_the_unfinished_and_the_listed_ones(tmp_path):
+    st = Store(tmp_path / "s.sqlite")
+    st.save_jobs([JobRecord(1, attained_gpu_s=1.0), JobRecord(2, finished_s=50.0),
+                  JobRecord(3, finished_s=60.0), JobRecord(4)])
+    live = st.live_records([2, 4, 9])
+    assert sorted(live) == [1, 2, 4]   # unfinished 1 and 4, finished 2 still listed
+    assert live == {**{k: v for k, v in st.job_records([2, 4]).items()},
+                    1: st.unfinished_records()[0]}

@@ -171,9 +171,7 @@ class Agent:
             self._started = True
         elif not self.config.agent.shadow:
             self.sink.repair_half_done(raw)
-        records = self.store.job_records([j.job_id for j in raw.jobs])
-        for rec in self.store.unfinished_records():
-            records.setdefault(rec.job_id, rec)
+        records = self.store.live_records(j.job_id for j in raw.jobs)
         acc = account(raw, records, self._colocated)
         snap = self._with_signatures(acc)
         self.store.save_jobs(acc.records)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, is_dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from slurm_marl.domain import Decision
@@ -119,6 +120,7 @@ def decision_payload(d: Decision) -> dict:
 
 
 JOB_COLUMNS = tuple(f.name for f in fields(JobRecord))
+_COLUMN_LIST = ",".join(JOB_COLUMNS)
 _SAVED_CACHE_MAX = 200_000
 # Times every cycle moves (when a job was last seen / seen running) are written when they
 # move by SEEN_STEP_S: they only date a run that ended unseen (daemon down, job gone),
@@ -126,6 +128,7 @@ _SAVED_CACHE_MAX = 200_000
 # store cost at 15,000 jobs.
 SEEN_STEP_S = 60.0
 _SEEN_COLUMNS = tuple(JOB_COLUMNS.index(c) for c in ("last_seen_s", "last_running_s"))
+_ROW = attrgetter(*JOB_COLUMNS)
 
 
 def _change_key(row: tuple) -> tuple:
@@ -265,6 +268,21 @@ class Store:
             rec.last_seen_s, rec.last_running_s = seen
         return rec
 
+    def live_records(self, job_ids: Iterable[int]) -> dict[int, JobRecord]:
+        """Every unfinished record and the records of ``job_ids`` (the jobs Slurm lists):
+        what a cycle folds its snapshot into, in one read of the unfinished rows plus one
+        for the few listed jobs that are finished."""
+        rows = self.db.execute(f"SELECT {_COLUMN_LIST} FROM jobs WHERE finished_s IS NULL"
+                               ).fetchall()
+        out = {r[0]: self._exact(JobRecord(*r)) for r in rows}
+        missing = [i for i in job_ids if i not in out]
+        for i in range(0, len(missing), 500):
+            chunk = missing[i:i + 500]
+            for r in self.db.execute(f"SELECT {_COLUMN_LIST} FROM jobs WHERE job_id IN "
+                                     f"({','.join('?' * len(chunk))})", chunk).fetchall():
+                out[r[0]] = self._exact(JobRecord(*r))
+        return out
+
     def unfinished_records(self) -> list[JobRecord]:
         rows = self.db.execute("SELECT * FROM jobs WHERE finished_s IS NULL").fetchall()
         return [self._exact(JobRecord(**dict(r))) for r in rows]
@@ -284,7 +302,7 @@ class Store:
         seen = {}
         for r in records:
             seen[r.job_id] = (r.last_seen_s, r.last_running_s)
-            row = tuple(getattr(r, c) for c in JOB_COLUMNS)
+            row = _ROW(r)
             key = _change_key(row)
             if saved.get(r.job_id) != key:
                 rows.append(row)
