@@ -54,3 +54,43 @@ def test_replay_completes_every_job(mode, tmp_path, monkeypatch):
             check_sample(sample, "stored sample")
             assert model_family(sample["model_type"]) in names and 0 < sample["speed"] <= 1.0
             assert sample["duration_s"] >= 1.0
+
+
+def test_replay_history_from_sacct_trains_the_agent_s_predictor(tmp_path):
+    """A site's loop, through real Slurm: a replay with accounting is read back with sacct
+    into a history, a predictor is trained on it, and the agent of the next replay orders
+    by that predictor's predictions (learned-order)."""
+    from dataclasses import replace
+
+    from slurm_marl.daemon.store import Store
+    from slurm_marl.history.predictor import train
+    from slurm_marl.history.records import read_history, write_history
+
+    plan = plan_replay(TRACE, SPEC, speedup=50, seed=0)
+    history = tmp_path / "history.csv"
+    res = run_replay(plan, SPEC, "slurm", tmp_path / "alone", interference="none",
+                     timeout_s=120, history_out=history)
+    assert res.summary()["completed"] == 6
+    jobs = read_history(history)
+    assert sorted(int(j.job_id) for j in jobs) == sorted(t.job_id for t in res.jobs)
+    gpus = {p.name: p.gpus_per_node * p.node_count for p in plan.jobs}
+    for j in jobs:
+        assert j.state == "COMPLETED" and j.gpus == gpus[j.name]
+        assert j.start_s is not None and j.end_s >= j.start_s >= j.submit_s
+    # six jobs teach nothing: the same jobs again, a day apart, make the 20 training needs
+    more = [replace(j, job_id=f"{j.job_id}{k}", submit_s=j.submit_s - 86400 * k,
+                    start_s=j.start_s - 86400 * k, end_s=j.end_s - 86400 * k)
+            for k in range(1, 5) for j in jobs]
+    write_history(history, more + jobs)
+    model, n = train(read_history(history))
+    assert n == 30
+    model_dir = model.save(tmp_path / "model")
+    out = tmp_path / "learned"
+    res = run_replay(plan, SPEC, "agent", out, profile="learned-order", interference="none",
+                     timeout_s=120, gpu_time_model=model_dir, history=history)
+    assert res.summary()["completed"] == 6
+    assert "GPU-time predictor: model" in (out / "daemon.log").read_text()
+    store = Store(out / "state" / "state.sqlite")
+    reasons = [d["reason"] for d in store.decisions(kind="SetPriority", limit=500)]
+    store.close()
+    assert any(r and r.startswith("predicted ") for r in reasons), reasons[:5]

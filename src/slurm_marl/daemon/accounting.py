@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from slurm_marl.colocation import sample_colocated, snapshot_neighbourhoods
 from slurm_marl.daemon.store import JobRecord
@@ -40,6 +41,18 @@ class AccountingResult:
     snapshot: ClusterSnapshot
     records: list[JobRecord]
     finished_runs: list[FinishedRun] = field(default_factory=list)
+
+
+@lru_cache(maxsize=1 << 16)
+def _joined(nodes: tuple[str, ...]) -> str:
+    return ",".join(nodes)
+
+
+@lru_cache(maxsize=1 << 16)
+def _alloc_text(gpu_alloc: tuple) -> str:
+    """A running job's GPUs as the store keeps them (JSON): the same few thousand
+    allocations, cycle after cycle."""
+    return json.dumps(gpu_alloc)
 
 
 _last_colocation: list = [None, None]  # [inputs, result] of the last call
@@ -112,8 +125,8 @@ def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
             if rec.run_start_s is None:
                 rec.run_start_s = job.start_time_s or now
             rec.last_running_s = now
-            rec.nodes = ",".join(job.nodes)
-            rec.gpu_alloc = json.dumps(job.gpu_alloc)
+            rec.nodes = _joined(job.nodes)
+            rec.gpu_alloc = _alloc_text(job.gpu_alloc)
             seen_levels = colocated_seen.setdefault(job.job_id, {})
             for lvl, names in colo_now.get(job.job_id, {}).items():
                 seen_levels[lvl] = sorted(set(seen_levels.get(lvl, [])) | set(names))

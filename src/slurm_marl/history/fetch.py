@@ -17,8 +17,10 @@ from slurm_marl.slurm_integration.runner import SlurmRunner
 DAY_S = 86400.0
 
 
-def sacct_runner(slurm_conf: str | Path | None, timeout_s: float = 120.0) -> SlurmRunner:
-    return SlurmRunner(slurm_conf, timeout_s=timeout_s, extra_env={"SLURM_TIME_FORMAT": "%s"})
+def sacct_runner(slurm_conf: str | Path | None, timeout_s: float = 120.0,
+                 bin_dir: str | Path | None = None) -> SlurmRunner:
+    return SlurmRunner(slurm_conf, timeout_s=timeout_s, bin_dir=bin_dir,
+                       extra_env={"SLURM_TIME_FORMAT": "%s"})
 
 
 def slices(start_s: float, end_s: float, slice_s: float) -> list[tuple[float, float]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -33,25 +34,68 @@ def _fmt(v, digits=0):
     return "-" if v is None else f"{v:,.{digits}f}"
 
 
+@dataclass(frozen=True)
+class ReplayRun:
+    """One run of a comparison: Slurm alone (``mode`` "slurm"; the simulator stands it in
+    with ``fifo-backfill``) or the agent with ``profile`` and, for orders that read
+    predictions, its GPU-time model and history."""
+
+    key: str
+    label: str
+    mode: str = "agent"
+    profile: str = "fifo-backfill"
+    gpu_time_model: Path | None = None
+    history: Path | None = None
+
+
+def default_runs(modes: tuple[str, ...], profile: str, gpu_time_model: Path | None = None,
+                 history: Path | None = None) -> list[ReplayRun]:
+    runs = {"slurm": ReplayRun("slurm", "Slurm alone", "slurm"),
+            "agent": ReplayRun("agent", f"agent ({profile})", "agent", profile,
+                               gpu_time_model, history)}
+    return [runs[m] for m in modes]
+
+
+def replay_spec(nodes: int, gpus_per_socket: int, slurm_version: str | None = None):
+    from slurm_marl.testcluster import ClusterSpec
+
+    return ClusterSpec(nodes=nodes, sockets=2, cores_per_socket=max(4, 2 * gpus_per_socket),
+                       gpus_per_socket=gpus_per_socket, nodes_per_leaf=max(1, nodes // 2),
+                       memory_mib=64000, sched_interval_s=2, slurm_version=slurm_version)
+
+
+def run_with_bar(label: str, total: int, console: Console, fn):
+    """``fn(progress)`` under a progress bar named ``label``."""
+    with Progress(TextColumn(f"[bold]{escape(label)}[/] {{task.description}}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("submitted", total=total)
+
+        def progress(what, done, total, task=task):
+            bar.update(task, description=what, completed=done, total=total)
+
+        return fn(progress)
+
+
 def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_per_socket: int,
                    profile: str, interference: str, out: Path, seed: int,
                    modes: tuple[str, ...] = ("slurm", "agent"), console: Console | None = None,
                    timeout_s: float = 3600.0, interference_model: Path | None = None,
-                   slurm_version: str | None = None) -> dict:
-    """Run the window in each mode on a fresh cluster, plus the simulator's prediction."""
+                   slurm_version: str | None = None,
+                   runs: list[ReplayRun] | None = None,
+                   gpu_time_model: Path | None = None, history: Path | None = None) -> dict:
+    """Run the window once per run (``runs``, default: ``modes`` with ``profile``) on a
+    fresh cluster each, plus the simulator's prediction of each."""
     from slurm_marl.replay.plan import plan_replay, sim_cluster_spec
     from slurm_marl.replay.runner import run_replay
     from slurm_marl.sim.metrics import plot_jct_cdf
     from slurm_marl.sim.run import simulate
     from slurm_marl.sim.traces import load_trace
-    from slurm_marl.testcluster import ClusterSpec
     from slurm_marl.testcluster.versions import label
 
     console = console or Console(stderr=True)
+    runs = runs or default_runs(modes, profile, gpu_time_model, history)
     _stop_cleanly_on_sigterm()
-    spec = ClusterSpec(nodes=nodes, sockets=2, cores_per_socket=max(4, 2 * gpus_per_socket),
-                       gpus_per_socket=gpus_per_socket, nodes_per_leaf=max(1, nodes // 2),
-                       memory_mib=64000, sched_interval_s=2, slurm_version=slurm_version)
+    spec = replay_spec(nodes, gpus_per_socket, slurm_version)
     trace_jobs = load_trace(trace, window)
     plan = plan_replay(trace_jobs, spec, speedup, seed)
     console.print(f"replay: {len(plan.jobs)} jobs of {trace.name} {escape(f'[{window}]')} "
@@ -59,20 +103,16 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
                   f"cluster {nodes} nodes x 2 sockets x {gpus_per_socket} GPUs, "
                   f"interference {interference}, Slurm {label(spec.slurm_version)}")
     results, series = {}, {}
-    for mode in modes:
-        label = "Slurm alone" if mode == "slurm" else f"agent ({profile})"
-        with Progress(TextColumn(f"[bold]{label}[/] {{task.description}}"), BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
-            task = bar.add_task("submitted", total=len(plan.jobs))
-
-            def progress(what, done, total, task=task):
-                bar.update(task, description=what, completed=done, total=total)
-
-            res = run_replay(plan, spec, mode, out / mode, profile=profile,
-                             interference=interference, progress=progress,
-                             timeout_s=timeout_s, interference_model=interference_model)
-        results[mode] = res.summary()
-        series[label] = res.jct_trace_s()
+    for run in runs:
+        res = run_with_bar(run.label, len(plan.jobs), console, lambda progress, run=run:
+                           run_replay(plan, spec, run.mode, out / run.key, profile=run.profile,
+                                      interference=interference, progress=progress,
+                                      timeout_s=timeout_s,
+                                      interference_model=interference_model,
+                                      gpu_time_model=run.gpu_time_model,
+                                      history=run.history))
+        results[run.key] = res.summary()
+        series[run.label] = res.jct_trace_s()
     cluster = sim_cluster_spec(spec)
     # The simulator predicts with what the agent has: the given model, else (like a daemon
     # whose profile names no model) the neutral estimator, not a pilot run's fitted one.
@@ -82,25 +122,33 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
         from slurm_marl.models.interference import InterferenceModel
         estimator = InterferenceModel.load(interference_model)
     predicted = {}
-    for mode, prof in (("slurm", "fifo-backfill"), ("agent", profile)):
-        if mode not in modes:
-            continue
-        run = simulate(list(plan.sim_trace), cluster, prof, interference=interference,
-                       seed=seed, estimator=estimator if mode == "agent" else None)
-        predicted[mode] = run.summary
-    report = {"slurm_version": label(spec.slurm_version), "trace": str(trace), "window": window, "speedup": speedup, "jobs": len(plan.jobs),
+    for run in runs:
+        # orders that read predictions learn them in the simulated run, from the window's
+        # own history before it where the trace has one (sim.run.simulate)
+        sim = simulate(list(plan.sim_trace), cluster,
+                       run.profile if run.mode == "agent" else "fifo-backfill",
+                       interference=interference, seed=seed,
+                       estimator=estimator if run.mode == "agent" else None,
+                       trace_source=(trace, window))
+        predicted[run.key] = sim.summary
+    report = {"slurm_version": label(spec.slurm_version), "trace": str(trace), "window": window,
+              "speedup": speedup, "jobs": len(plan.jobs),
               "dropped": list(plan.dropped), "cluster": cluster, "interference": interference,
               "interference_model": str(interference_model) if interference_model else None,
+              "runs": {r.key: r.label for r in runs},
               "measured": results, "simulated": predicted}
-    if "slurm" in results and "agent" in results:
-        m_s, m_a = results["slurm"]["avg_jct_s"], results["agent"]["avg_jct_s"]
-        p_s = predicted["slurm"].get("avg_jct_s")
-        p_a = predicted["agent"].get("avg_jct_s")
-        report["measured_ratio"] = m_a / m_s if m_s else None
-        report["simulated_ratio"] = p_a / p_s if p_s else None
+    if "slurm" in results:
+        m_s, p_s = results["slurm"]["avg_jct_s"], predicted["slurm"].get("avg_jct_s")
+        report["ratios_to_slurm"] = {
+            key: {"measured": results[key]["avg_jct_s"] / m_s if m_s else None,
+                  "simulated": predicted[key].get("avg_jct_s") / p_s if p_s else None}
+            for key in results if key != "slurm"}
+        if "agent" in results:
+            report["measured_ratio"] = report["ratios_to_slurm"]["agent"]["measured"]
+            report["simulated_ratio"] = report["ratios_to_slurm"]["agent"]["simulated"]
     out.mkdir(parents=True, exist_ok=True)
     plot_jct_cdf(out / "jct_cdf.png", series, f"JCT on real Slurm, {trace.name} [{window}]")
-    (out / "replay.json").write_text(json.dumps(report, indent=2))
+    (out / "replay.json").write_text(json.dumps(report, indent=2, default=str))
     return report
 
 
@@ -110,16 +158,19 @@ def render(report: dict, console: Console) -> None:
     for col in ("run", "completed", "avg JCT", "p95 JCT", "avg queueing", "makespan",
                 "preemptions", "sim avg JCT"):
         table.add_column(col, justify="right")
-    for mode, res in report["measured"].items():
-        sim = report["simulated"].get(mode, {})
-        table.add_row("Slurm alone" if mode == "slurm" else f"agent ({res['profile']})",
+    labels = report.get("runs") or {}
+    for key, res in report["measured"].items():
+        sim = report["simulated"].get(key, {})
+        table.add_row(escape(labels.get(key, key)),
                       f"{res['completed']}/{res['jobs']}", _fmt(res["avg_jct_s"]),
                       _fmt(res["p95_jct_s"]), _fmt(res["avg_queue_s"]), _fmt(res["makespan_s"]),
                       str(res["preemptions"]), _fmt(sim.get("avg_jct_s")))
     console.print(table)
-    if report.get("measured_ratio") is not None:
-        console.print(f"agent / Slurm avg JCT: measured {report['measured_ratio']:.2f}, "
-                      f"simulator predicts {report['simulated_ratio']:.2f}")
+    for key, ratio in (report.get("ratios_to_slurm") or {}).items():
+        if ratio["measured"] is not None and ratio["simulated"] is not None:
+            console.print(f"{escape(labels.get(key, key))} / Slurm alone avg JCT: measured "
+                          f"{ratio['measured']:.2f}, simulator predicts "
+                          f"{ratio['simulated']:.2f}")
     late = [r["submit_late_max_s"] for r in report["measured"].values()]
     console.print(f"submissions late by at most {max(late):.2f} s wall")
 
@@ -139,6 +190,12 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
                help="interference model (`slurm-marl train interference`) for the profile's "
                     "least_interference placement, e.g. one refreshed with --from-store")
            ] = None,
+           gpu_time_model: Annotated[Optional[Path], typer.Option(
+               help="the agent's GPU-time predictor (`slurm-marl history train`), for "
+                    "profiles that order by predictions (learned-order)")] = None,
+           history: Annotated[Optional[Path], typer.Option(
+               help="the history CSV the predictor continues from (`slurm-marl history "
+                    "import`)")] = None,
            slurm_version: Optional[str] = typer.Option(
                None, "--slurm-version",
                help="22.05 (the host's, default: $SLURM_MARL_SLURM_VERSION or 22.05), or "
@@ -150,9 +207,11 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
     trace = trace or data_file("traces/philly.csv")
     modes = ("slurm", "agent") if mode == "both" else (mode,)
     console = Console(stderr=json_output)
-    if interference_model is not None and not interference_model.exists():
-        console.print(f"[red]error:[/] interference model {interference_model} does not exist")
-        raise typer.Exit(2)
+    for what, path in (("interference model", interference_model),
+                       ("GPU-time model", gpu_time_model), ("history", history)):
+        if path is not None and not path.exists():
+            console.print(f"[red]error:[/] {what} {path} does not exist")
+            raise typer.Exit(2)
     from slurm_marl.testcluster import HarnessError, default_version
     from slurm_marl.testcluster.versions import normalise
 
@@ -163,7 +222,8 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
         raise typer.Exit(2) from None
     report = compare_replay(trace, window, speedup, nodes, gpus_per_socket, profile,
                             interference, out, seed, modes, console,
-                            interference_model=interference_model, slurm_version=version)
+                            interference_model=interference_model, slurm_version=version,
+                            gpu_time_model=gpu_time_model, history=history)
     if json_output:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -113,10 +113,43 @@ def _job_side(cluster: LocalCluster, out: Path) -> tuple[Path, str]:
     return xdir, python
 
 
+def _save_history(cluster: LocalCluster, job_ids: set[int], t0: float, path: Path,
+                  wait_s: float = 60.0) -> None:
+    """The replay's jobs as ``sacct`` knows them, written as a history CSV. slurmctld
+    reports a job's end to slurmdbd a moment after it ends: read until every job of the
+    replay is there as ended (at most ``wait_s``)."""
+    from slurm_marl.history.fetch import DAY_S, fetch, sacct_runner
+    from slurm_marl.history.records import write_history
+
+    runner = sacct_runner(cluster.slurm_conf, bin_dir=cluster.bin_dir)
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = fetch(runner, t0 - 3600, time.time() + 3600, slice_s=DAY_S)
+        ended = {j.job_id for j in found.jobs if j.end_s is not None}
+        missing = sorted(j for j in job_ids if str(j) not in ended)
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise ReplayError(f"sacct still lacks the end of {len(missing)} of the replay's "
+                              f"{len(job_ids)} jobs after {wait_s:.0f} s (first: "
+                              f"{missing[0]}); slurmdbd log: {cluster.root}/log")
+        time.sleep(1.0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_history(path, [j for j in found.jobs if j.job_id.isdigit()
+                         and int(j.job_id) in job_ids])
+    log.info("history of %d jobs from sacct written to %s (%s)", len(job_ids), path,
+             found.summary())
+
+
 def _agent_config(cluster: LocalCluster, out: Path, xdir: Path, profile: str, grace_s: int,
-                  preempt: bool, sample_min_s: float) -> Path:
+                  preempt: bool, sample_min_s: float, gpu_time_model: Path | None = None,
+                  history: Path | None = None) -> Path:
     cfg = out / "agent.toml"
     preempt_line = f'preempt_partitions = ["{cluster.spec.partition}"]' if preempt else ""
+    predictor_lines = "\n".join(
+        f'{key} = "{Path(value).resolve()}"'
+        for key, value in (("gpu_time_model", gpu_time_model), ("history", history))
+        if value is not None)
     cfg.write_text(f"""
 [slurm]
 slurm_conf = "{cluster.slurm_conf}"
@@ -131,6 +164,7 @@ grace_s = {grace_s}
 state_dir = "{out / 'state'}"
 progress_dir = "{xdir / 'progress'}"
 sample_min_s = {sample_min_s}
+{predictor_lines}
 [metrics]
 enabled = false
 [log]
@@ -162,7 +196,16 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
                profile: str = "las-consolidate", interference: str = "medium",
                grace_s: int = 2, preempt: bool = True, timeout_s: float = 1800.0,
                interference_model: Path | None = None, sample_min_s: float = 3.0,
-               progress: Callable[[str, int, int], None] | None = None) -> ReplayResult:
+               progress: Callable[[str, int, int], None] | None = None,
+               history_out: Path | None = None,
+               gpu_time_model: Path | None = None, history: Path | None = None
+               ) -> ReplayResult:
+    """Replay ``plan`` on a fresh cluster of ``spec`` in ``mode`` and collect every job's
+    times. ``history_out``: the cluster also runs slurmdbd, and the replay's jobs as
+    ``sacct`` reports them once all ended are written there (a history CSV, as
+    ``slurm-marl history import`` writes). ``gpu_time_model`` / ``history``: the agent's
+    GPU-time predictor and the history it continues from (``agent.gpu_time_model``,
+    ``agent.history``), for profiles whose order reads predictions."""
     if mode not in ("slurm", "agent"):
         raise ValueError("mode is 'slurm' or 'agent'")
     out = Path(out).resolve()  # job payloads run in another working directory
@@ -176,7 +219,8 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
     if mode == "agent":
         lua = out / "job_submit.lua"
         lua.write_text(render_job_submit_lua([spec.partition], grace_s, []))
-    spec = ClusterSpec(**{**spec.__dict__, "job_submit_lua": str(lua) if lua else None})
+    spec = ClusterSpec(**{**spec.__dict__, "job_submit_lua": str(lua) if lua else None,
+                          "accounting": spec.accounting or history_out is not None})
     result = ReplayResult(mode=mode, profile=profile if mode == "agent" else "slurm",
                           speedup=plan.speedup)
     cluster = LocalCluster(spec=spec).up()
@@ -195,7 +239,7 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
                      if interference_model else None)
             scaled = time_scaled_profile(profile, plan.speedup, out, extra)
             cfg = _agent_config(cluster, out, xdir, str(scaled), grace_s, preempt,
-                                sample_min_s)
+                                sample_min_s, gpu_time_model, history)
             daemon = subprocess.Popen([sys.executable, "-m", "slurm_marl.cli", "run",
                                        "--config", str(cfg)], env=cluster.env,
                                       stdout=(out / "daemon.log").open("w"),
@@ -238,6 +282,10 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
             time.sleep(0.5)
         result.jobs = sorted(times.values(), key=lambda t: t.index)
         result.wall_s = time.time() - t0
+        if history_out is not None:
+            if progress:
+                progress("reading sacct", 0, 1)
+            _save_history(cluster, set(times), t0, Path(history_out))
         if oracle.speed_n:
             result.oracle_mean_speed = oracle.speed_sum / oracle.speed_n
     finally:
