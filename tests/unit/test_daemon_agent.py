@@ -227,3 +227,20 @@ def test_fifo_inside_a_queue_keeps_the_first_submit_time_across_a_requeue(tmp_pa
     a.source = FakeClusterSource(ClusterSnapshot(now + 100, NODES, (requeued,), PARTS))
     a.cycle()
     assert a.policy.seen[-1].job(1).submit_time_s == now - 5
+
+
+def test_an_order_that_needs_no_write_is_recorded_when_its_queue_changes(tmp_path):
+    """Slurm's order already agrees: nothing is written, but `explain` still needs the
+    order's reason (queue, prediction): recorded as planned once per queue."""
+    now = 1000.0
+    snap = ClusterSnapshot(now, NODES, (pending(1, now, priority=1_000_002),), PARTS)
+    a, sink = agent(tmp_path, snap, [SetPriority(1, "las", "predicted 50 GPU-s", 1, 1)])
+    a.cycle()
+    a.cycle()
+    rows = lambda: [(r["status"], r["reason"]) for r in a.store.decisions(job_id=1)
+                    if r["kind"] == "SetPriority"]
+    assert not any(isinstance(d, SetPriority) for c in sink.calls for d in c)
+    assert rows() == [("planned", "predicted 50 GPU-s")]
+    a.policy.decisions = [SetPriority(1, "las", "outlived its prediction", 1, 2)]
+    a.cycle()
+    assert rows()[0] == ("planned", "outlived its prediction") and len(rows()) == 2

@@ -211,6 +211,7 @@ class Agent:
             orders.append((part, order))
             decided_jobs |= {d.job_id for d in decisions}
         report.decisions = decisions
+        queue_was = {r.job_id: r.queue for r in acc.records}
         self.store.set_queues((d.job_id, d.queue) for d in decisions
                               if isinstance(d, SetPriority))
         writes, advice = self._translate(snap, decisions, orders)
@@ -230,10 +231,17 @@ class Agent:
         # so `slurm-marl explain` can say what a waiting job waits for.
         self.store.mark_written([(d.job_id, "place", place_key(d)) for d in advice],
                                 snap.time_s)
+        # An order that needed no write (Slurm's order already agrees) is recorded when the
+        # job's queue changes, so `explain` still says why a job sits where it does (its
+        # queue, the service attained, a prediction).
+        written = {r.decision.job_id for r in results if isinstance(r.decision, SetPriority)}
+        kept = [d for d in decisions if isinstance(d, SetPriority)
+                and d.job_id not in written and queue_was.get(d.job_id, -1) != d.queue]
         self.store.record_decisions(
             report.cycle, snap.time_s,
             [(r.decision, r.status.value, r.message) for r in results]
-            + [(d, "planned", "waits; nothing written") for d in advice])
+            + [(d, "planned", "waits; nothing written") for d in advice]
+            + [(d, "planned", "order kept; no write needed") for d in kept])
 
     def _shadow_changes(self, decisions: list[Decision], snap: ClusterSnapshot
                         ) -> list[Decision]:
