@@ -286,6 +286,8 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
             if progress:
                 progress("reading sacct", 0, 1)
             _save_history(cluster, set(times), t0, Path(history_out))
+            if progress:
+                progress("history read from sacct", 1, 1)
         if oracle.speed_n:
             result.oracle_mean_speed = oracle.speed_sum / oracle.speed_n
     finally:
