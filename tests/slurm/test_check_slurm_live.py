@@ -22,3 +22,17 @@ def test_check_slurm_reads_the_live_cluster(cluster, tmp_path):
     assert checks["Slurm version"]["found"] == version
     assert checks["GPU groups per socket"]["level"] == "ok"
     assert checks["network topology"]["found"] == "topology/tree"
+
+
+def test_install_plugin_asks_the_live_slurm_whether_to_force_enforce_binding(cluster, tmp_path):
+    """On 22.05 the gate forces GRES enforce-binding; from 24.11 on that flag takes a job's
+    whole socket, so the gate rendered for that Slurm leaves it off."""
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(f'[slurm]\nslurm_conf = "{cluster.local.slurm_conf}"\n'
+                   '[agent]\nmanaged_partitions = ["gpu"]\n')
+    proc = subprocess.run([*SLURM_MARL, "install-plugin", "--config", str(cfg), "--print"],
+                          capture_output=True, text=True, timeout=60, env=cluster.local.env)
+    assert proc.returncode == 0, proc.stderr
+    version = cluster.run("scontrol", "--version").stdout.split()[-1]
+    expected = "true" if version.startswith("22.") else "false"
+    assert f"ENFORCE_BINDING = {expected}" in proc.stdout

@@ -64,6 +64,21 @@ def test_agent_decision_starts_gated_job_before_grace_ends(gated):
     assert ran.gpu_alloc == (("n2", (2,)),)
 
 
+def test_jobs_placed_on_one_gpu_group_run_side_by_side(gated):
+    """Two 1-GPU jobs the agent puts on one socket's GPUs both run at once, each on its own
+    GPU. (With GRES enforce-binding forced, 24.11+ gave the first job the whole socket's
+    cores and the second waited "Resources": the gate forces it on 22.05 only.)"""
+    c = gated
+    jobs = [c.sbatch("--gres=gpu:1", "-J", f"side{k}", gated=False) for k in range(2)]
+    snap = c.source.snapshot()
+    res = c.sink.apply([Place(j, nodes=("n2",), allocs=(GroupAlloc("n2", 1, 1),))
+                        for j in jobs], snap)
+    assert all(r.ok for r in res), res
+    ran = [c.wait_state(j, "RUNNING", timeout_s=GRACE_S) for j in jobs]
+    assert sorted(r.gpu_alloc for r in ran) == [(("n2", (2,)),), (("n2", (3,)),)]
+    assert all(r.cpus == 1 for r in ran)
+
+
 def test_not_gated_cpu_jobs_other_partitions_and_later_begin(gated):
     c = gated
     cpu_only = c.sbatch("-J", "cpu", gated=False)

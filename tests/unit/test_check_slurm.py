@@ -89,3 +89,19 @@ def test_each_supported_version_reads_as_ready_but_for_gate_and_accounting(versi
     assert got["Slurm version"] == got["GPU-aware node selection"] == "ok"
     assert got["GPU groups per socket"] == got["network topology"] == "ok"
     assert got["job_submit gate"] == got["accounting (slurmdbd)"] == "warn"
+
+
+def test_a_gate_rendered_for_another_slurm_is_named():
+    """A gate that forces GRES enforce-binding on 24.11+ gives each job its GPUs' whole
+    socket (measured): check-slurm says to render it again for this Slurm."""
+    cfg = dict(parse_show_config(CONFIG), JobSubmitPlugins="lua")
+    newer = dict(cfg, SLURM_VERSION="24.11.5")
+    forcing = GATE + "local ENFORCE_BINDING = true\n"
+    lenient = GATE + "local ENFORCE_BINDING = false\n"
+    got = {c.name: c for c in check(newer, NODES, forcing, "root", None)}
+    assert got["job_submit gate"].level == "warn"
+    assert "whole socket" in got["job_submit gate"].advice
+    assert levels(check(newer, NODES, lenient, "root", None))["job_submit gate"] == "ok"
+    assert levels(check(newer, NODES, GATE, "root", None))["job_submit gate"] == "warn"
+    assert levels(check(cfg, NODES, forcing, "root", None))["job_submit gate"] == "ok"
+    assert levels(check(cfg, NODES, lenient, "root", None))["job_submit gate"] == "warn"

@@ -175,3 +175,19 @@ def test_real_entry_point_prints_one_line_for_a_bad_profile(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         proc.stderr.strip()] and "invalid TOML" in proc.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_install_plugin_forces_enforce_binding_on_22_05_only(runner, tmp_path):
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(f'[slurm]\nslurm_conf = "{tmp_path / "slurm.conf"}"\n'
+                   '[agent]\nmanaged_partitions = ["gpu"]\n')
+    for version, flag in (("24.11.5", "false"), ("22.05.8", "true")):
+        res = runner.invoke(app, ["install-plugin", "--config", str(cfg), "--print",
+                                  "--slurm-version", version])
+        assert res.exit_code == 0 and f"ENFORCE_BINDING = {flag}" in res.stdout
+    # without --slurm-version scontrol is asked, which needs the site's slurm.conf
+    # (tests/slurm/test_check_slurm_live.py asks a live cluster's)
+    one_line_error(runner.invoke(app, ["install-plugin", "--config", str(cfg), "--print"]),
+                   "does not exist", "--slurm-version")
+    one_line_error(runner.invoke(app, ["install-plugin", "--config", str(cfg), "--print",
+                                       "--slurm-version", "new"]), "cannot tell")

@@ -55,15 +55,29 @@ def test_notifier_sends_datagrams(tmp_path, monkeypatch):
 
 
 def test_job_submit_lua_rendering():
-    text = render_job_submit_lua(["gpu", "a100"], 30, [1234])
+    text = render_job_submit_lua(["gpu", "a100"], 30, [1234], enforce_binding=True)
     assert '["gpu"] = true, ["a100"] = true' in text
     assert "GRACE_S = 30" in text and "[0] = true, [1234] = true" in text
+    assert "ENFORCE_BINDING = true" in text
     assert "@" not in text.split("--]]", 1)[1]
+    assert "ENFORCE_BINDING = false" in render_job_submit_lua(["gpu"], 30, [],
+                                                              enforce_binding=False)
     for bad in ([], ["gpu; os.exit()"]):
         with pytest.raises(PluginError):
-            render_job_submit_lua(bad, 30, [])
+            render_job_submit_lua(bad, 30, [], enforce_binding=True)
     with pytest.raises(PluginError):
-        render_job_submit_lua(["gpu"], 0, [])
+        render_job_submit_lua(["gpu"], 0, [], enforce_binding=True)
+
+
+def test_enforce_binding_only_on_22_05():
+    """From 24.11 on the flag makes every job take its GPUs' whole socket (measured)."""
+    from slurm_marl.slurm_integration.plugin import enforce_binding_for
+
+    assert enforce_binding_for("slurm 22.05.8") and enforce_binding_for("22.05")
+    for later in ("slurm-wlm 24.11.5", "26.05.5", "23.02.7", "slurm 25.11.0"):
+        assert not enforce_binding_for(later)
+    with pytest.raises(PluginError, match="cannot tell"):
+        enforce_binding_for("unknown")
 
 
 def test_opening_the_store_while_another_process_creates_it_waits(tmp_path):

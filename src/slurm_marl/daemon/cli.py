@@ -231,22 +231,46 @@ def status(config: ConfigOpt = None, store: StoreOpt = None,
         typer.echo(f"  cycle {c['cycle']} at {format_time(c['time_s'])}: {c['error']}")
 
 
+def _scontrol_version(slurm_conf: Path) -> str:
+    """``scontrol --version`` ("slurm 24.11.5"); a PluginError saying how to give it."""
+    from slurm_marl.slurm_integration.plugin import PluginError
+    from slurm_marl.slurm_integration.runner import SlurmRunner, SlurmUnavailable
+
+    if not slurm_conf.exists():  # scontrol would retry reading it for a minute
+        raise PluginError(f"{slurm_conf} does not exist, so scontrol cannot tell the Slurm "
+                          "version; give --slurm-version")
+    try:
+        res = SlurmRunner(slurm_conf, timeout_s=15).run(["scontrol", "--version"])
+    except SlurmUnavailable as exc:
+        raise PluginError(f"cannot run scontrol --version ({exc.message}); give "
+                          "--slurm-version") from None
+    if not res.ok:
+        raise PluginError(f"scontrol --version failed ({res.message}); give --slurm-version")
+    return res.stdout.strip()
+
+
 def install_plugin(config: ConfigOpt = None,
                    slurm_conf: Annotated[Optional[Path], typer.Option(
                        help="slurm.conf (default: from the config)")] = None,
                    agent_uid: list[int] = typer.Option([], help="uid the agent runs as "
                                                        "(may move start times)"),
                    print_only: bool = typer.Option(False, "--print",
-                                                   help="print the script, write nothing")
+                                                   help="print the script, write nothing"),
+                   slurm_version: Annotated[Optional[str], typer.Option(
+                       help="the site's Slurm version, e.g. 24.11.5 (default: "
+                            "`scontrol --version`); it decides whether the gate forces "
+                            "GRES enforce-binding (22.05 only)")] = None
                    ) -> None:
     """Write the fail-open gate (job_submit.lua) beside slurm.conf."""
-    from slurm_marl.slurm_integration.plugin import (PluginError, install_job_submit_lua,
+    from slurm_marl.slurm_integration.plugin import (PluginError, enforce_binding_for,
+                                                     install_job_submit_lua,
                                                      render_job_submit_lua)
 
     cfg = _load(config)
     try:
+        version = slurm_version or _scontrol_version(slurm_conf or Path(cfg.slurm.slurm_conf))
         text = render_job_submit_lua(list(cfg.agent.managed_partitions), cfg.agent.grace_s,
-                                     agent_uid)
+                                     agent_uid, enforce_binding=enforce_binding_for(version))
         if print_only:
             typer.echo(text)
             return

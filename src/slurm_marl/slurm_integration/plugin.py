@@ -13,8 +13,24 @@ class PluginError(ValueError):
     """The gate cannot be rendered or installed as asked."""
 
 
+def enforce_binding_for(slurm_version: str) -> bool:
+    """Whether the gate forces ``--gres-flags=enforce-binding`` on this Slurm.
+
+    On 22.05 it keeps a job's CPUs on the socket of its GPUs (gres.conf ``Cores=``). From
+    24.11 on (measured on 24.11.5 and 26.05.5) the flag makes every job take *all* the
+    cores of its GPUs' socket: a 1-CPU, 1-GPU job got CPU_IDs=0-7, so one job ran per socket
+    and the others waited ("Resources", "ReqNodeNotAvail, May be reserved for other job").
+    Without it those versions still take the CPUs from the bound socket (CPU_IDs=0, then 1).
+    23.x was not measured; it is treated as the later versions."""
+    m = re.search(r"(\d+)\.(\d+)", slurm_version or "")
+    if m is None:
+        raise PluginError(f"cannot tell the Slurm version from {slurm_version!r}")
+    return (int(m[1]), int(m[2])) < (23, 0)
+
+
 def render_job_submit_lua(managed_partitions: list[str], grace_s: int,
-                          agent_uids: list[int]) -> str:
+                          agent_uids: list[int], *, enforce_binding: bool) -> str:
+    """The gate for these partitions; ``enforce_binding`` from ``enforce_binding_for``."""
     if not managed_partitions:
         raise PluginError("no managed partitions: the gate would do nothing")
     for name in managed_partitions:
@@ -28,7 +44,8 @@ def render_job_submit_lua(managed_partitions: list[str], grace_s: int,
     return (template
             .replace("@MANAGED@", ", ".join(f'["{p}"] = true' for p in managed_partitions))
             .replace("@GRACE_S@", str(int(grace_s)))
-            .replace("@AGENT_UIDS@", ", ".join(f"[{u}] = true" for u in uids)))
+            .replace("@AGENT_UIDS@", ", ".join(f"[{u}] = true" for u in uids))
+            .replace("@ENFORCE_BINDING@", "true" if enforce_binding else "false"))
 
 
 def install_job_submit_lua(slurm_conf: Path, text: str) -> tuple[Path, list[str]]:

@@ -24,6 +24,7 @@ from typing import Annotated, Optional
 import typer
 
 from slurm_marl.slurm_gres import parse_node_gres
+from slurm_marl.slurm_integration.plugin import PluginError, enforce_binding_for
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
 from slurm_marl.slurm_text import parse_kv_line
 
@@ -111,7 +112,24 @@ def check(cfg: dict[str, str], node_lines: str, gate_text: str | None,
     plugins = [p.strip().split("/")[-1] for p in cfg.get("JobSubmitPlugins", "").split(",")]
     has_lua = "lua" in plugins
     gate_ok = gate_text is not None and GATE_MARK in gate_text
-    if has_lua and gate_ok:
+    forces = None if gate_text is None else (
+        "ENFORCE_BINDING = false" not in gate_text)  # gates before it always forced it
+    wants = None
+    if version:
+        try:
+            wants = enforce_binding_for(version)
+        except PluginError:
+            wants = None
+    if has_lua and gate_ok and wants is not None and forces != wants:
+        out.append(Check(
+            "job_submit gate", "warn",
+            f"installed gate {'forces' if forces else 'does not force'} GRES "
+            f"enforce-binding, rendered for another Slurm than {version}",
+            "re-run `slurm-marl install-plugin` for this Slurm: "
+            + ("from 24.11 on enforce-binding gives every job its GPUs' whole socket "
+               "(one job per socket)" if forces else
+               "on 22.05 the gate forces it so a job's CPUs stay on its GPUs' socket")))
+    elif has_lua and gate_ok:
         out.append(Check("job_submit gate", "ok", "JobSubmitPlugins=lua, slurm-marl gate "
                          "installed"))
     else:
