@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -83,6 +84,10 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
          speedup: float = typer.Option(180.0, min=1.0, help="time compression factor"),
          interference: str = typer.Option("medium", help="none, low, medium, high"),
          out: Path = typer.Option(Path("out/demo"), help="results folder"),
+         slurm_version: Optional[str] = typer.Option(
+             None, "--slurm-version",
+             help="22.05 (the host's, default: $SLURM_MARL_SLURM_VERSION or 22.05), or "
+                  "24.11 / 26.05 from a Debian chroot (built on first use)"),
          json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a short Philly window on a real local Slurm cluster: Slurm alone vs Tiresias
     vs the full agent, whose GPU-time predictor learned from the cluster's own sacct."""
@@ -95,16 +100,20 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
     from slurm_marl.shared_data import DataNotFound, data_file
     from slurm_marl.sim.traces import TraceError, load_trace
 
+    from slurm_marl.testcluster import HarnessError, default_version
+    from slurm_marl.testcluster.versions import normalise
+
     console = Console(stderr=json_output)
     try:
+        version = default_version() if slurm_version is None else normalise(slurm_version)
         trace = data_file("traces/philly.csv")
         past = history_window(window, history_rows)
         past_jobs = load_trace(trace, past)
-    except (DataNotFound, TraceError) as exc:
+    except (DataNotFound, TraceError, HarnessError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     # 1. a history of the cluster's own, from sacct, and the predictor trained on it
-    spec = replay_spec(nodes=8, gpus_per_socket=4)
+    spec = replay_spec(nodes=8, gpus_per_socket=4, slurm_version=version)
     plan = plan_replay(past_jobs, spec, speedup, seed=0)
     console.print(f"history: {len(plan.jobs)} earlier jobs {escape(f'[{past}]')} with Slurm "
                   f"alone, accounting on; read back with sacct")
@@ -127,7 +136,8 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
                       gpu_time_model=model_dir, history=history_csv)]
     report = compare_replay(trace, window, speedup, nodes=8, gpus_per_socket=4,
                             profile="las-consolidate", interference=interference, out=out,
-                            seed=0, console=console, timeout_s=900, runs=runs)
+                            seed=0, console=console, timeout_s=900, runs=runs,
+                            slurm_version=version)
     report["history"] = {"window": past, "jobs": len(plan.jobs), "csv": str(history_csv),
                          "trained_on": trained_on, "model": str(model_dir)}
     (out / "replay.json").write_text(json.dumps(report, indent=2, default=str))
