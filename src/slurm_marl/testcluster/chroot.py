@@ -439,6 +439,15 @@ def _write_marker(root: Path, version: str, suite: str, slurm: str,
         "built": time.time() if built is None else built}) + "\n")
 
 
+def _install(root: Path, packages: list[str]) -> None:
+    """apt-get update, install ``packages`` (no recommends), clean: inside the chroot, whose
+    bind mounts must be up."""
+    _apt(["update", "-qq"], f"apt-get update in {root}", chroot_root=root)
+    _apt(["install", "-y", "-qq", "--no-install-recommends", *packages],
+         f"installing {' '.join(packages)} in {root}", chroot_root=root)
+    _run(["chroot", str(root), "apt-get", "clean"], f"apt-get clean in {root}")
+
+
 def _add_packages(root: Path, packages: list[str]) -> None:
     """Install ``packages`` into a complete chroot (clusters may be running from it: its
     bind mounts are held for the time, not torn down under them), then list them in the
@@ -448,11 +457,8 @@ def _add_packages(root: Path, packages: list[str]) -> None:
     holder = Path(tempfile.mkdtemp(prefix="slurm-marl-chroot-update-"))
     hold(root, holder)
     try:
-        _apt(["update", "-qq"], f"apt-get update in {root}", chroot_root=root)
         log.info("adding %s to the chroot %s", " ".join(packages), root)
-        _apt(["install", "-y", "-qq", "--no-install-recommends", *packages],
-             f"installing {' '.join(packages)} in {root}", chroot_root=root)
-        _run(["chroot", str(root), "apt-get", "clean"], f"apt-get clean in {root}")
+        _install(root, packages)
     finally:
         shutil.rmtree(holder, ignore_errors=True)
         release(root, holder)
@@ -473,11 +479,8 @@ def _build(version: str, root: Path) -> None:
     _prepare_root(root)
     mount_binds(root)
     try:
-        _apt(["update", "-qq"], f"apt-get update in {root}", chroot_root=root)
         log.info("installing %s in the %s chroot", " ".join(PACKAGES), suite)
-        _apt(["install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-             f"installing Slurm in {root}", chroot_root=root)
-        _run(["chroot", str(root), "apt-get", "clean"], f"apt-get clean in {root}")
+        _install(root, list(PACKAGES))
         slurm = _installed_version(root)
     finally:
         unmount_binds(root)
