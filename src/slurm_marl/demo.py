@@ -36,6 +36,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from slurm_marl.testcluster.versions import OPTION_HELP as VERSION_HELP
+
 DEMO_WINDOW = "vc=6214e9,rows=8870:8950"
 HISTORY_ROWS = 80
 
@@ -86,8 +88,7 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
          out: Path = typer.Option(Path("out/demo"), help="results folder"),
          slurm_version: Optional[str] = typer.Option(
              None, "--slurm-version",
-             help="22.05 (the host's, default: $SLURM_MARL_SLURM_VERSION or 22.05), or "
-                  "24.11 / 26.05 from a Debian chroot (built on first use)"),
+             help=VERSION_HELP),
          json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a short Philly window on a real local Slurm cluster: Slurm alone vs Tiresias
     vs the full agent, whose GPU-time predictor learned from the cluster's own sacct."""
@@ -100,12 +101,12 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
     from slurm_marl.shared_data import DataNotFound, data_file
     from slurm_marl.sim.traces import TraceError, load_trace
 
-    from slurm_marl.testcluster import HarnessError, default_version
-    from slurm_marl.testcluster.versions import normalise
+    from slurm_marl.testcluster import HarnessError
+    from slurm_marl.testcluster.versions import requested
 
     console = Console(stderr=json_output)
     try:
-        version = default_version() if slurm_version is None else normalise(slurm_version)
+        version = requested(slurm_version)
         trace = data_file("traces/philly.csv")
         past = history_window(window, history_rows)
         past_jobs = load_trace(trace, past)
@@ -134,10 +135,9 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
             ReplayRun("tiresias", "Tiresias (las-consolidate)", "agent", "las-consolidate"),
             ReplayRun("learned", "full agent (learned-order)", "agent", "learned-order",
                       gpu_time_model=model_dir, history=history_csv)]
-    report = compare_replay(trace, window, speedup, nodes=8, gpus_per_socket=4,
-                            profile="las-consolidate", interference=interference, out=out,
-                            seed=0, console=console, timeout_s=900, runs=runs,
-                            slurm_version=version)
+    report = compare_replay(trace, window, speedup, nodes=8, gpus_per_socket=4, runs=runs,
+                            interference=interference, out=out, seed=0, console=console,
+                            timeout_s=900, slurm_version=version)
     report["history"] = {"window": past, "jobs": len(plan.jobs), "csv": str(history_csv),
                          "trained_on": trained_on, "model": str(model_dir)}
     (out / "replay.json").write_text(json.dumps(report, indent=2, default=str))

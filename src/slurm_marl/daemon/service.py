@@ -211,7 +211,6 @@ class Agent:
             orders.append((part, order))
             decided_jobs |= {d.job_id for d in decisions}
         report.decisions = decisions
-        queue_was = {r.job_id: r.queue for r in acc.records}
         self.store.set_queues((d.job_id, d.queue) for d in decisions
                               if isinstance(d, SetPriority))
         writes, advice = self._translate(snap, decisions, orders)
@@ -235,8 +234,9 @@ class Agent:
         # job's queue changes, so `explain` still says why a job sits where it does (its
         # queue, the service attained, a prediction).
         written = {r.decision.job_id for r in results if isinstance(r.decision, SetPriority)}
-        kept = [d for d in decisions if isinstance(d, SetPriority)
-                and d.job_id not in written and queue_was.get(d.job_id, -1) != d.queue]
+        # (``records``: the jobs' records as read this cycle, with last cycle's queues)
+        kept = [d for d in decisions if isinstance(d, SetPriority) and d.job_id not in written
+                and (d.job_id not in records or records[d.job_id].queue != d.queue)]
         self.store.record_decisions(
             report.cycle, snap.time_s,
             [(r.decision, r.status.value, r.message) for r in results]

@@ -247,17 +247,18 @@ class Store:
 
     # ---- jobs ---------------------------------------------------------------------------
     def job_records(self, job_ids: Iterable[int] | None = None) -> dict[int, JobRecord]:
-        if job_ids is None:
-            rows = self.db.execute("SELECT * FROM jobs").fetchall()
-        else:
-            ids = list(job_ids)
-            rows = []
-            for i in range(0, len(ids), 500):
-                chunk = ids[i:i + 500]
-                rows += self.db.execute(
-                    f"SELECT * FROM jobs WHERE job_id IN ({','.join('?' * len(chunk))})",
-                    chunk).fetchall()
-        return {r["job_id"]: self._exact(JobRecord(**dict(r))) for r in rows}
+        rows = (self.db.execute(f"SELECT {_COLUMN_LIST} FROM jobs").fetchall()
+                if job_ids is None else self._rows_of(list(job_ids)))
+        return {r[0]: self._exact(JobRecord(*r)) for r in rows}
+
+    def _rows_of(self, job_ids: list[int]) -> list:
+        """The rows of these jobs (``JOB_COLUMNS``), 500 ids a query."""
+        rows = []
+        for i in range(0, len(job_ids), 500):
+            chunk = job_ids[i:i + 500]
+            rows += self.db.execute(f"SELECT {_COLUMN_LIST} FROM jobs WHERE job_id IN "
+                                    f"({','.join('?' * len(chunk))})", chunk).fetchall()
+        return rows
 
     def _exact(self, rec: JobRecord) -> JobRecord:
         """The record with the seen times this store object last saved, which the file
@@ -272,20 +273,15 @@ class Store:
         """Every unfinished record and the records of ``job_ids`` (the jobs Slurm lists):
         what a cycle folds its snapshot into, in one read of the unfinished rows plus one
         for the few listed jobs that are finished."""
-        rows = self.db.execute(f"SELECT {_COLUMN_LIST} FROM jobs WHERE finished_s IS NULL"
-                               ).fetchall()
-        out = {r[0]: self._exact(JobRecord(*r)) for r in rows}
-        missing = [i for i in job_ids if i not in out]
-        for i in range(0, len(missing), 500):
-            chunk = missing[i:i + 500]
-            for r in self.db.execute(f"SELECT {_COLUMN_LIST} FROM jobs WHERE job_id IN "
-                                     f"({','.join('?' * len(chunk))})", chunk).fetchall():
-                out[r[0]] = self._exact(JobRecord(*r))
+        out = {rec.job_id: rec for rec in self.unfinished_records()}
+        for r in self._rows_of([i for i in job_ids if i not in out]):
+            out[r[0]] = self._exact(JobRecord(*r))
         return out
 
     def unfinished_records(self) -> list[JobRecord]:
-        rows = self.db.execute("SELECT * FROM jobs WHERE finished_s IS NULL").fetchall()
-        return [self._exact(JobRecord(**dict(r))) for r in rows]
+        rows = self.db.execute(f"SELECT {_COLUMN_LIST} FROM jobs WHERE finished_s IS NULL"
+                               ).fetchall()
+        return [self._exact(JobRecord(*r)) for r in rows]
 
     def signature_history(self) -> dict[tuple[str, str], str]:
         """(user, job name) -> model type, newest job first wins."""

@@ -15,6 +15,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from slurm_marl.testcluster.versions import OPTION_HELP as VERSION_HELP
+
 DEFAULT_WINDOW = "vc=6214e9,rows=8750:8950"
 
 
@@ -77,13 +79,11 @@ def run_with_bar(label: str, total: int, console: Console, fn):
 
 
 def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_per_socket: int,
-                   profile: str, interference: str, out: Path, seed: int,
-                   modes: tuple[str, ...] = ("slurm", "agent"), console: Console | None = None,
-                   timeout_s: float = 3600.0, interference_model: Path | None = None,
-                   slurm_version: str | None = None,
-                   runs: list[ReplayRun] | None = None,
-                   gpu_time_model: Path | None = None, history: Path | None = None) -> dict:
-    """Run the window once per run (``runs``, default: ``modes`` with ``profile``) on a
+                   runs: list[ReplayRun], interference: str, out: Path, seed: int,
+                   console: Console | None = None, timeout_s: float = 3600.0,
+                   interference_model: Path | None = None,
+                   slurm_version: str | None = None) -> dict:
+    """Run the window once per run (``default_runs`` for Slurm alone vs one profile) on a
     fresh cluster each, plus the simulator's prediction of each."""
     from slurm_marl.replay.plan import plan_replay, sim_cluster_spec
     from slurm_marl.replay.runner import run_replay
@@ -93,7 +93,6 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
     from slurm_marl.testcluster.versions import label
 
     console = console or Console(stderr=True)
-    runs = runs or default_runs(modes, profile, gpu_time_model, history)
     _stop_cleanly_on_sigterm()
     spec = replay_spec(nodes, gpus_per_socket, slurm_version)
     trace_jobs = load_trace(trace, window)
@@ -198,8 +197,7 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
                     "import`)")] = None,
            slurm_version: Optional[str] = typer.Option(
                None, "--slurm-version",
-               help="22.05 (the host's, default: $SLURM_MARL_SLURM_VERSION or 22.05), or "
-                    "24.11 / 26.05 from a Debian chroot (built on first use)"),
+               help=VERSION_HELP),
            json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a trace window on a fresh local Slurm cluster: Slurm alone vs the agent."""
     from slurm_marl.shared_data import data_file
@@ -212,18 +210,18 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
         if path is not None and not path.exists():
             console.print(f"[red]error:[/] {what} {path} does not exist")
             raise typer.Exit(2)
-    from slurm_marl.testcluster import HarnessError, default_version
-    from slurm_marl.testcluster.versions import normalise
+    from slurm_marl.testcluster import HarnessError
+    from slurm_marl.testcluster.versions import requested
 
     try:
-        version = default_version() if slurm_version is None else normalise(slurm_version)
+        version = requested(slurm_version)
     except HarnessError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
-    report = compare_replay(trace, window, speedup, nodes, gpus_per_socket, profile,
-                            interference, out, seed, modes, console,
-                            interference_model=interference_model, slurm_version=version,
-                            gpu_time_model=gpu_time_model, history=history)
+    report = compare_replay(trace, window, speedup, nodes, gpus_per_socket,
+                            default_runs(modes, profile, gpu_time_model, history),
+                            interference, out, seed, console,
+                            interference_model=interference_model, slurm_version=version)
     if json_output:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -215,7 +215,6 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
     # in this folder would be read as this run's.
     for sub in ("jobs", "progress", "speed", "state"):
         shutil.rmtree(out / sub, ignore_errors=True)
-    (out / "progress").mkdir()  # the payloads' progress reports, the agent's speed samples
     lua = None
     if mode == "agent":
         lua = out / "job_submit.lua"

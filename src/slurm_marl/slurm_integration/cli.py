@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from slurm_marl.domain import ClusterSnapshot
+from slurm_marl.testcluster.versions import OPTION_HELP as VERSION_HELP
 
 app = typer.Typer(no_args_is_help=True, help="A real local Slurm cluster on this host "
                   "(munged, slurmctld, one slurmd per node, fake GPUs) for tests and demos.")
@@ -31,11 +32,11 @@ def up(root: RootOpt = DEFAULT_ROOT,
        nodes_per_leaf: int = typer.Option(2, min=1),
        slurm_version: Optional[str] = typer.Option(
            None, "--slurm-version",
-           help="22.05 (the host's, default: $SLURM_MARL_SLURM_VERSION or 22.05), or 24.11 / "
-                "26.05 from a Debian chroot (built on first use; the root must be under /tmp)"),
+           help=VERSION_HELP + "; the root must be under /tmp"),
        json_output: bool = typer.Option(False, "--json")) -> None:
     """Start a local cluster (installs Debian's Slurm and munge first if missing)."""
-    from slurm_marl.testcluster import ClusterSpec, HarnessError, LocalCluster, default_version
+    from slurm_marl.testcluster import ClusterSpec, HarnessError, LocalCluster
+    from slurm_marl.testcluster.versions import requested
 
     if (root / "cluster.json").exists() and LocalCluster.attach(root).pids():
         typer.echo(f"a cluster is already running under {root}; `slurm-marl cluster down "
@@ -44,8 +45,7 @@ def up(root: RootOpt = DEFAULT_ROOT,
     try:
         spec = ClusterSpec(nodes=nodes, sockets=sockets, cores_per_socket=cores_per_socket,
                            gpus_per_socket=gpus_per_socket, nodes_per_leaf=nodes_per_leaf,
-                           slurm_version=(default_version() if slurm_version is None
-                                          else slurm_version))
+                           slurm_version=requested(slurm_version))
         cluster = LocalCluster(spec=spec, root=root).up()
     except HarnessError as exc:
         typer.echo(f"error: {exc}", err=True)

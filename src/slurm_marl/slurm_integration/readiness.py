@@ -112,14 +112,11 @@ def check(cfg: dict[str, str], node_lines: str, gate_text: str | None,
     plugins = [p.strip().split("/")[-1] for p in cfg.get("JobSubmitPlugins", "").split(",")]
     has_lua = "lua" in plugins
     gate_ok = gate_text is not None and GATE_MARK in gate_text
-    forces = None if gate_text is None else (
-        "ENFORCE_BINDING = false" not in gate_text)  # gates before it always forced it
-    wants = None
-    if version:
-        try:
-            wants = enforce_binding_for(version)
-        except PluginError:
-            wants = None
+    forces = "ENFORCE_BINDING = false" not in (gate_text or "")  # older gates always forced it
+    try:
+        wants = enforce_binding_for(version)
+    except PluginError:  # version unknown: nothing to compare against
+        wants = None
     if has_lua and gate_ok and wants is not None and forces != wants:
         out.append(Check(
             "job_submit gate", "warn",

@@ -50,6 +50,17 @@ def default_version() -> str | None:
     return normalise(os.environ.get(VERSION_ENV))
 
 
+# --slurm-version's help, for every command that starts a local cluster
+OPTION_HELP = ("22.05 (the host's, default: $SLURM_MARL_SLURM_VERSION or 22.05), or 24.11 / "
+               "26.05 from a Debian chroot (built on first use)")
+
+
+def requested(version: str | None) -> str | None:
+    """A command's ``--slurm-version``: as given (normalised), else ``default_version()``;
+    a HarnessError for a version there is no recipe for."""
+    return default_version() if version is None else normalise(version)
+
+
 def label(version: str | None) -> str:
     """The version as people write it ("22.05" for the host's)."""
     return version or HOST_VERSION
