@@ -100,7 +100,6 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
     from slurm_marl.replay.runner import run_replay
     from slurm_marl.shared_data import DataNotFound, data_file
     from slurm_marl.sim.traces import TraceError, load_trace
-
     from slurm_marl.testcluster import HarnessError
     from slurm_marl.testcluster.versions import requested
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.store import Store
-from slurm_marl.slurm_integration.plugin import enforce_binding_for, render_job_submit_lua
+from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
@@ -35,8 +35,8 @@ def gated_cluster(folder: Path, grace_s: int, **spec) -> Iterator["Cluster"]:
     """A local cluster behind the project's job_submit.lua gate (partition gpu managed,
     ``grace_s``), scheduling every 2 s; ``spec``: more ClusterSpec fields."""
     lua = folder / "job_submit.lua"
-    lua.write_text(render_job_submit_lua(["gpu"], grace_s, [], enforce_binding=enforce_binding_for(
-        label(SLURM_VERSION))))
+    lua.write_text(render_job_submit_lua(["gpu"], grace_s, [],
+                                         slurm_version=label(SLURM_VERSION)))
     local = LocalCluster(spec=cluster_spec(job_submit_lua=str(lua), sched_interval_s=2,
                                            **spec)).up()
     try:

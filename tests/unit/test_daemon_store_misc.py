@@ -55,18 +55,18 @@ def test_notifier_sends_datagrams(tmp_path, monkeypatch):
 
 
 def test_job_submit_lua_rendering():
-    text = render_job_submit_lua(["gpu", "a100"], 30, [1234], enforce_binding=True)
+    text = render_job_submit_lua(["gpu", "a100"], 30, [1234], slurm_version="22.05.8")
     assert '["gpu"] = true, ["a100"] = true' in text
     assert "GRACE_S = 30" in text and "[0] = true, [1234] = true" in text
     assert "ENFORCE_BINDING = true" in text
     assert "@" not in text.split("--]]", 1)[1]
     assert "ENFORCE_BINDING = false" in render_job_submit_lua(["gpu"], 30, [],
-                                                              enforce_binding=False)
+                                                              slurm_version="24.11.5")
     for bad in ([], ["gpu; os.exit()"]):
         with pytest.raises(PluginError):
-            render_job_submit_lua(bad, 30, [], enforce_binding=True)
+            render_job_submit_lua(bad, 30, [], slurm_version="22.05")
     with pytest.raises(PluginError):
-        render_job_submit_lua(["gpu"], 0, [], enforce_binding=True)
+        render_job_submit_lua(["gpu"], 0, [], slurm_version="22.05")
 
 
 def test_enforce_binding_only_on_22_05():

@@ -262,15 +262,14 @@ def install_plugin(config: ConfigOpt = None,
                             "GRES enforce-binding (22.05 only)")] = None
                    ) -> None:
     """Write the fail-open gate (job_submit.lua) beside slurm.conf."""
-    from slurm_marl.slurm_integration.plugin import (PluginError, enforce_binding_for,
-                                                     install_job_submit_lua,
+    from slurm_marl.slurm_integration.plugin import (PluginError, install_job_submit_lua,
                                                      render_job_submit_lua)
 
     cfg = _load(config)
     try:
         version = slurm_version or _scontrol_version(slurm_conf or Path(cfg.slurm.slurm_conf))
         text = render_job_submit_lua(list(cfg.agent.managed_partitions), cfg.agent.grace_s,
-                                     agent_uid, enforce_binding=enforce_binding_for(version))
+                                     agent_uid, slurm_version=version)
         if print_only:
             typer.echo(text)
             return

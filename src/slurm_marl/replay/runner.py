@@ -26,7 +26,7 @@ from slurm_marl.replay.oracle import Oracle
 from slurm_marl.replay.plan import ReplayPlan
 from slurm_marl.replay.timescale import time_scaled_profile
 from slurm_marl.sim.perf import PerfParams
-from slurm_marl.slurm_integration.plugin import enforce_binding_for, render_job_submit_lua
+from slurm_marl.slurm_integration.plugin import render_job_submit_lua
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.source import CliClusterSource
 from slurm_marl.testcluster import ClusterSpec, LocalCluster
@@ -220,7 +220,7 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
         lua = out / "job_submit.lua"
         lua.write_text(render_job_submit_lua(
             [spec.partition], grace_s, [],
-            enforce_binding=enforce_binding_for(label(spec.slurm_version))))
+            slurm_version=label(spec.slurm_version)))
     spec = ClusterSpec(**{**spec.__dict__, "job_submit_lua": str(lua) if lua else None,
                           "accounting": spec.accounting or history_out is not None})
     result = ReplayResult(mode=mode, profile=profile if mode == "agent" else "slurm",

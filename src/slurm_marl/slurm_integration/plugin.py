@@ -29,13 +29,14 @@ def enforce_binding_for(slurm_version: str) -> bool:
 
 
 def render_job_submit_lua(managed_partitions: list[str], grace_s: int,
-                          agent_uids: list[int], *, enforce_binding: bool) -> str:
-    """The gate for these partitions; ``enforce_binding`` from ``enforce_binding_for``."""
+                          agent_uids: list[int], *, slurm_version: str) -> str:
+    """The gate for these partitions on this Slurm (``enforce_binding_for``)."""
     if not managed_partitions:
         raise PluginError("no managed partitions: the gate would do nothing")
     for name in managed_partitions:
         if not _NAME_RE.match(name):
             raise PluginError(f"partition name {name!r} is not a plain Slurm name")
+    enforce_binding = enforce_binding_for(slurm_version)
     if not 0 < grace_s <= 3600:
         raise PluginError(f"grace_s must be 1..3600 seconds, got {grace_s}")
     template = resources.files("slurm_marl.slurm_integration").joinpath(
