@@ -14,6 +14,7 @@ Pure functions, no I/O; nothing of the project is imported but ``slurm_marl.slur
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -82,9 +83,11 @@ def _parse_paren(annotation: str) -> tuple[tuple[int, ...], tuple[int, ...]] | N
     return sockets, indices
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_gres_item(item: str) -> GresSpec | None:
     """One ``name[:type][:no_consume][:count][(S:..)][(IDX:..)]`` item; None when it does not
-    parse. The one reader of a GRES item: every other GRES reader here goes through it."""
+    parse. The one reader of a GRES item: every other GRES reader here goes through it.
+    Cached (a snapshot repeats the same few items thousands of times; the result is frozen)."""
     m = re.fullmatch(r"([^()\s]+)((?:\([^()]*\))*)", item.strip())
     if not m:
         return None
@@ -153,10 +156,12 @@ class GpuRequest:
     gpu_type: str | None = None
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_gpu_request(text: str | None) -> tuple[tuple[GpuRequest, ...], str | None]:
     """GPU parts of a TRES request (``tres_per_node``, ``TresPerJob=``): ``gres:gpu:2``,
     ``gres:gpu:s1:2``, ``gres/gpu:4``, ``gres:gpu`` (one), ``gres:gpu:a100`` (one of type
-    a100), mixed with other GRES. Returns (requests, problem or None)."""
+    a100), mixed with other GRES. Returns (requests, problem or None). Cached, as
+    ``parse_gres_item``."""
     if not text:
         return (), None
     specs, problem = _gpu_specs(text, "")
@@ -201,9 +206,11 @@ def format_gpu_request(counts_by_type: dict[str | None, int]) -> str:
     return ",".join(parts)
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_gres_indices(text: str | None) -> tuple[int, ...]:
     """GPU indices held, from ``gres_detail`` / ``gres_used`` / ``GRES=`` strings
-    (``gpu:s0:2(IDX:0-1),gpu:s1:0(IDX:N/A)`` -> (0, 1)); an unreadable item holds none."""
+    (``gpu:s0:2(IDX:0-1),gpu:s1:0(IDX:N/A)`` -> (0, 1)); an unreadable item holds none.
+    Cached, as ``parse_gres_item``."""
     if not text:
         return ()
     held: set[int] = set()

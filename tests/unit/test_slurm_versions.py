@@ -6,6 +6,7 @@ the job ids by name. A layout the reader does not know must be refused, not read
 """
 
 import copy
+import io
 import json
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from slurm_marl.domain import JobState
 from slurm_marl.slurm_gres import GpuRequest, parse_gpu_request
 from slurm_marl.slurm_integration import parse as P
+from slurm_marl.slurm_integration.json_stream import stream_object
 from slurm_marl.slurm_integration.runner import CommandResult, SlurmError, SlurmOutputError
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
@@ -369,6 +371,9 @@ class RecordedRunner:
 
     def run_json(self, args):
         return json.loads(self._answer(args))
+
+    def run_json_streamed(self, args, items):   # the real streaming parser on the recording
+        return stream_object(io.StringIO(self._answer(args)).read, items, chunk=4096)
 
 
 def test_source_on_22_05_makes_the_same_four_calls_as_always():

@@ -1,8 +1,10 @@
 """CliClusterSource hands out the same Node object for a node that did not change, so the
 learned placement's featuriser can take its incremental path in the daemon too."""
 
+import io
 import json
 
+from slurm_marl.slurm_integration.json_stream import stream_object
 from slurm_marl.slurm_integration.source import CliClusterSource
 
 
@@ -26,6 +28,9 @@ class FakeRunner:
         if argv[0] == "sinfo":
             return {"nodes": self.nodes}
         return {"jobs": []}
+
+    def run_json_streamed(self, argv, items):
+        return stream_object(io.StringIO(json.dumps(self.run_json(argv))).read, items)
 
     def run_checked(self, argv):
         return "PartitionName=gpu Nodes=n[1-2] State=UP Default=YES\n"

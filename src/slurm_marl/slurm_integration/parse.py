@@ -13,16 +13,18 @@ from __future__ import annotations
 from slurm_marl.domain import Job, JobState
 from slurm_marl.slurm_gres import parse_gpu_request, parse_gres_indices, single_type, total_gpus
 from slurm_marl.slurm_integration.parse_layout import Layout, job_state_text, layout_of, num
-from slurm_marl.slurm_integration.parse_nodes import (gpu_groups_from_gres, node_from_json,
+from slurm_marl.slurm_integration.parse_nodes import (SCONTROL_NODES, SINFO, NodesReader,
+                                                      gpu_groups_from_gres, node_from_json,
                                                       nodes_from_scontrol, nodes_from_sinfo,
                                                       partitions_from_scontrol,
                                                       switches_from_scontrol)
 from slurm_marl.slurm_integration.runner import SlurmOutputError
 from slurm_marl.slurm_text import SlurmTextError, expand_host_field
 
-__all__ = ["Layout", "gpu_groups_from_gres", "job_from_json", "job_state", "jobs_from_squeue",
-           "layout_of", "node_from_json", "nodes_from_scontrol", "nodes_from_sinfo", "num",
-           "partitions_from_scontrol", "switches_from_scontrol", "unmodelable_reason"]
+__all__ = ["JobsReader", "Layout", "NodesReader", "SCONTROL_NODES", "SINFO",
+           "gpu_groups_from_gres", "job_from_json", "job_state", "jobs_from_squeue", "layout_of", "node_from_json", "nodes_from_scontrol",
+           "nodes_from_sinfo", "num", "partitions_from_scontrol", "switches_from_scontrol",
+           "unmodelable_reason"]
 
 SQUEUE = "squeue --json"
 
@@ -162,35 +164,58 @@ def job_state(value: object) -> tuple[JobState, str | None]:
     return JobState.parse(text), None
 
 
-def jobs_from_squeue(data: dict) -> tuple[list[Job], list[str]]:
-    """Jobs of ``squeue --json`` (22.05: also finished ones; later versions list those only
-    with ``--states=all``). Refused: an unknown layout, a 'jobs' that is not a list, and a
-    non-empty list none of whose jobs has a readable id or state."""
-    layout_of(data, SQUEUE)
-    jobs, problems = [], []
-    raws = data.get("jobs") or []
-    if not isinstance(raws, list):
-        raise SlurmOutputError(["squeue", "--json"], 0,
-                               f"'jobs' is a {type(raws).__name__}, not a list")
-    for raw in raws:
+class JobsReader:
+    """The jobs of one ``squeue --json`` answer, read one job record at a time (``add``) so
+    that a streamed answer (``SlurmRunner.run_json_streamed``) never holds every record;
+    ``finish`` with the rest of the answer refuses what ``jobs_from_squeue`` refuses."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self.problems: list[str] = []
+        self.records = 0
+        self.with_state = 0
+
+    def add(self, raw: object) -> None:
+        self.records += 1
         if not isinstance(raw, dict):
-            problems.append(f"unexpected job entry {raw!r:.80}")
-            continue
+            self.problems.append(f"unexpected job entry {raw!r:.80}")
+            return
+        if job_state_text(raw.get("job_state")) is not None:
+            self.with_state += 1
         try:
             job, probs = job_from_json(raw)
         except Exception as exc:  # one strange job must not spoil the snapshot
-            problems.append(f"job {raw.get('job_id')!r}: unreadable ({exc!r})")
-            continue
-        problems.extend(probs)
+            self.problems.append(f"job {raw.get('job_id')!r}: unreadable ({exc!r})")
+            return
+        self.problems.extend(probs)
         if job is not None:
-            jobs.append(job)
-    if raws and not any(isinstance(r, dict) and job_state_text(r.get("job_state")) is not None
-                        for r in raws):
-        raise SlurmOutputError(SQUEUE.split(), 0, (
-            f"none of {len(raws)} jobs has a Slurm job state (unknown layout?): "
-            f"{'; '.join(problems[:3])}"))
-    if raws and not jobs:
-        raise SlurmOutputError(SQUEUE.split(), 0, (
-            f"{len(raws)} job records but none readable (unknown layout?): "
-            f"{'; '.join(problems[:3])}"))
-    return jobs, problems
+            self.jobs.append(job)
+
+    def finish(self, rest: dict) -> tuple[list[Job], list[str]]:
+        """Refused: an unknown layout (``rest`` holds ``meta``), a 'jobs' that is not a
+        list (left in ``rest``), and records none of which has a readable id or state."""
+        layout_of(rest, SQUEUE)
+        if rest.get("jobs"):
+            raise SlurmOutputError(SQUEUE.split(), 0,
+                                   f"'jobs' is a {type(rest['jobs']).__name__}, not a list")
+        if self.records and not self.with_state:
+            raise SlurmOutputError(SQUEUE.split(), 0, (
+                f"none of {self.records} jobs has a Slurm job state (unknown layout?): "
+                f"{'; '.join(self.problems[:3])}"))
+        if self.records and not self.jobs:
+            raise SlurmOutputError(SQUEUE.split(), 0, (
+                f"{self.records} job records but none readable (unknown layout?): "
+                f"{'; '.join(self.problems[:3])}"))
+        return self.jobs, self.problems
+
+
+def jobs_from_squeue(data: dict) -> tuple[list[Job], list[str]]:
+    """Jobs of a whole ``squeue --json`` answer (22.05: also finished ones; later versions
+    list those only with ``--states=all``); refused as ``JobsReader.finish`` says."""
+    layout_of(data, SQUEUE)
+    reader = JobsReader()
+    raws = data.get("jobs") or []
+    rest = {k: v for k, v in data.items() if k != "jobs" or not isinstance(v, list)}
+    for raw in raws if isinstance(raws, list) else ():
+        reader.add(raw)
+    return reader.finish(rest)

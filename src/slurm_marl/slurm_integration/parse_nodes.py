@@ -84,32 +84,73 @@ def node_from_json(raw: dict, leaf_of: dict[str, str] | None = None
     return node, problems
 
 
+class NodesReader:
+    """Nodes of per-node records read one at a time (``add``), so a streamed answer is
+    never held whole; a node listed twice (sinfo lists it once per partition) is kept once.
+    ``finish`` refuses a non-empty list none of which reads."""
+
+    def __init__(self, what: str, leaf_of: dict[str, str] | None = None) -> None:
+        self.what = what
+        self.leaf_of = leaf_of
+        self.nodes: list[Node] = []
+        self.problems: list[str] = []
+        self.records = 0
+        self._seen: set[str] = set()
+
+    def add(self, raw: object) -> None:
+        self.records += 1
+        if not isinstance(raw, dict):
+            self.problems.append(f"unexpected node entry {raw!r:.80}")
+            return
+        try:
+            node, probs = node_from_json(raw, self.leaf_of)
+        except Exception as exc:  # one strange node must not spoil the snapshot
+            self.problems.append(f"node {raw.get('name')!r}: unreadable ({exc!r})")
+            return
+        self.problems.extend(probs)
+        if node is not None and node.name not in self._seen:
+            self._seen.add(node.name)
+            self.nodes.append(node)
+
+    def finish(self) -> tuple[list[Node], list[str]]:
+        if self.records and not self.nodes:
+            raise SlurmOutputError(self.what.split(), 0, (
+                f"{self.records} node records but none readable (unknown layout?): "
+                f"{'; '.join(self.problems[:3])}"))
+        return self.nodes, self.problems
+
+    def finish_answer(self, rest: dict, streamed: bool) -> tuple[list[Node], list[str]]:
+        """``finish`` for a streamed answer: ``rest`` is the answer without the streamed
+        'nodes' array; refused as ``nodes_from_sinfo`` / ``nodes_from_scontrol`` refuse."""
+        layout = layout_of(rest, self.what)
+        if self.what == SINFO and not layout.nodes_from_sinfo:
+            raise _no_nodes_in_sinfo(layout)
+        if not streamed:
+            if "nodes" in rest:
+                raise SlurmOutputError(self.what.split(), 0, (
+                    f"'nodes' is a {type(rest['nodes']).__name__}, not a list"))
+            raise SlurmOutputError(self.what.split(), 0, (
+                f"no 'nodes' in {self.what} of Slurm {layout.release} ({layout.parser}): "
+                "unknown layout"))
+        return self.finish()
+
+
 def nodes_from_records(raws: object, what: str, leaf_of: dict[str, str] | None = None
                        ) -> tuple[list[Node], list[str]]:
-    """Nodes of a list of per-node records (a node listed twice, as sinfo does once per
-    partition, is kept once). A non-empty list none of which reads is refused."""
+    """Nodes of a list of per-node records (``NodesReader``)."""
     if not isinstance(raws, list):
         raise SlurmOutputError(what.split(), 0, f"'nodes' is a {type(raws).__name__}, "
                                "not a list")
-    nodes, problems, seen = [], [], set()
+    reader = NodesReader(what, leaf_of)
     for raw in raws:
-        if not isinstance(raw, dict):
-            problems.append(f"unexpected node entry {raw!r:.80}")
-            continue
-        try:
-            node, probs = node_from_json(raw, leaf_of)
-        except Exception as exc:  # one strange node must not spoil the snapshot
-            problems.append(f"node {raw.get('name')!r}: unreadable ({exc!r})")
-            continue
-        problems.extend(probs)
-        if node is not None and node.name not in seen:
-            seen.add(node.name)
-            nodes.append(node)
-    if raws and not nodes:
-        raise SlurmOutputError(what.split(), 0, (
-            f"{len(raws)} node records but none readable (unknown layout?): "
-            f"{'; '.join(problems[:3])}"))
-    return nodes, problems
+        reader.add(raw)
+    return reader.finish()
+
+
+def _no_nodes_in_sinfo(layout) -> SlurmOutputError:
+    return SlurmOutputError(SINFO.split(), 0, (
+        f"Slurm {layout.release} ({layout.parser}) lists no per-node records in "
+        f"sinfo --json; read nodes from scontrol show node --json"))
 
 
 def nodes_from_sinfo(data: dict, leaf_of: dict[str, str] | None = None
@@ -118,9 +159,7 @@ def nodes_from_sinfo(data: dict, leaf_of: dict[str, str] | None = None
     their answer is refused with a pointer to ``scontrol show node --json``."""
     layout = layout_of(data, SINFO)
     if not layout.nodes_from_sinfo:
-        raise SlurmOutputError(SINFO.split(), 0, (
-            f"Slurm {layout.release} ({layout.parser}) lists no per-node records in "
-            f"sinfo --json; read nodes from scontrol show node --json"))
+        raise _no_nodes_in_sinfo(layout)
     if "nodes" not in data:
         raise SlurmOutputError(SINFO.split(), 0, (
             f"no 'nodes' in sinfo --json of Slurm {layout.release} ({layout.parser}): "

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
+
+from slurm_marl.slurm_integration.json_stream import JsonStreamError, stream_object
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +146,82 @@ class SlurmRunner:
             raise SlurmOutputError(args, 0, f"not JSON ({exc}): {out[:200]!r}") from exc
         if not isinstance(data, dict):
             raise SlurmOutputError(args, 0, "JSON answer is not an object")
+        self._raise_json_errors(args, data)
+        return data
+
+    def run_json_streamed(self, args: list[str],
+                          items: dict[str, Callable[[Any], None] | None]
+                          ) -> tuple[dict, dict[str, int]]:
+        """``run_json`` for a large answer: the top-level arrays named in ``items`` are
+        handed over element by element as the client prints them (``json_stream``), never
+        held whole. Returns (the rest of the answer, {key: elements handed over}).
+
+        The elements are handed over before the client's exit status is known: a caller
+        must drop what it gathered when this raises. Raises as ``run_json`` does: a failed
+        or timed-out client, an answer that is not one JSON object, or JSON ``errors``."""
+        cmd = [self._exe(args[0]), *args[1:]]
+        self.calls += 1
+        started = time.monotonic()
+        timeout = self.timeout_s
+        with tempfile.TemporaryFile() as err:
+            try:
+                proc = subprocess.Popen(cmd, env=self._env, stdout=subprocess.PIPE,
+                                        stderr=err)
+            except FileNotFoundError as exc:
+                raise SlurmUnavailable(args, 127, f"Slurm client not found: {exc}") from exc
+            timed_out = threading.Event()
+
+            def kill() -> None:
+                timed_out.set()
+                proc.kill()
+
+            timer = threading.Timer(timeout, kill)
+            timer.start()
+            parsed: tuple[dict, dict[str, int]] | None = None
+            problem: JsonStreamError | None = None
+            try:
+                with io.TextIOWrapper(proc.stdout, encoding="utf-8",
+                                      errors="replace") as text:
+                    try:
+                        parsed = stream_object(text.read, items)
+                    except JsonStreamError as exc:
+                        problem = exc
+                rc = proc.wait()
+            finally:
+                timer.cancel()
+                if proc.poll() is None:     # a caller's item handler raised
+                    proc.kill()
+                    proc.wait()
+            err.seek(0)
+            stderr = err.read().decode("utf-8", errors="replace")
+        log.debug("%s -> rc %d in %.3f s (streamed)", " ".join(args), rc,
+                  time.monotonic() - started)
+        if timed_out.is_set():
+            raise SlurmUnavailable(args, -1, f"timed out after {timeout:.0f} s")
+        if rc != 0:
+            message = stderr.strip() or (_errors_text(parsed[0]) if parsed else "") \
+                or f"exit status {rc}"
+            if looks_unavailable(message) or looks_busy(message):
+                raise SlurmUnavailable(args, rc, message)
+            raise SlurmError(args, rc, message)
+        if problem is not None or parsed is None:
+            raise SlurmOutputError(args, 0, f"not one JSON object: {problem}")
+        self._raise_json_errors(args, parsed[0])
+        return parsed
+
+    @staticmethod
+    def _raise_json_errors(args: list[str], data: dict) -> None:
         errors = data.get("errors") or []
         if errors:
-            text = "; ".join(str(e.get("error", e)) if isinstance(e, dict) else str(e)
-                             for e in errors)
+            text = _errors_text(data)
             if looks_unavailable(text):
                 raise SlurmUnavailable(args, 0, text)
             raise SlurmError(args, 0, text)
-        return data
+
+
+def _errors_text(data: dict) -> str:
+    errors = data.get("errors") or []
+    if not isinstance(errors, list):
+        errors = [errors]
+    return "; ".join(str(e.get("error", e)) if isinstance(e, dict) else str(e)
+                     for e in errors)

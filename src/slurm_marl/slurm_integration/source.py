@@ -60,24 +60,30 @@ class CliClusterSource(ClusterSource):
 
     def _nodes(self, leaf_of: dict[str, str]) -> tuple[list, list[str]]:
         """Per-node records: from ``sinfo --json`` on 22.05 (one call, as always), from
-        ``scontrol show node --json`` on later versions; the first call tells which."""
+        ``scontrol show node --json`` on later versions; the first call tells which. Both
+        answers are streamed, record by record (``run_json_streamed``)."""
         if self.layout is None or self.layout.nodes_from_sinfo:
-            data = self.runner.run_json(["sinfo", "--json"])
-            layout = P.layout_of(data, "sinfo --json")
+            reader = P.NodesReader(P.SINFO, leaf_of)
+            # later versions' "sinfo" array (per partition and state) is not needed: dropped
+            rest, counts = self.runner.run_json_streamed(
+                ["sinfo", "--json"], {"nodes": reader.add, "sinfo": None})
+            layout = P.layout_of(rest, "sinfo --json")
             if layout != self.layout:
                 log.info("Slurm %s (%s): nodes from %s", layout.release, layout.parser,
                          "sinfo --json" if layout.nodes_from_sinfo
                          else "scontrol show node --json")
                 self.layout = layout
             if layout.nodes_from_sinfo:
-                return P.nodes_from_sinfo(data, leaf_of)
+                return reader.finish_answer(rest, "nodes" in counts)
+        reader = P.NodesReader(P.SCONTROL_NODES, leaf_of)
         try:
-            data = self.runner.run_json(["scontrol", "show", "node", "--json"])
+            rest, counts = self.runner.run_json_streamed(
+                ["scontrol", "show", "node", "--json"], {"nodes": reader.add})
         except Exception:
             self.layout = None  # e.g. Slurm downgraded: tell the version again next time
             raise
-        self._check_layout(data, "scontrol show node --json")
-        return P.nodes_from_scontrol(data, leaf_of)
+        self._check_layout(rest, "scontrol show node --json")
+        return reader.finish_answer(rest, "nodes" in counts)
 
     def _check_layout(self, data: dict, what: str) -> None:
         """Follow an answer that names another known layout than the one kept (Slurm
@@ -104,9 +110,10 @@ class CliClusterSource(ClusterSource):
         nodes = [old if (old := last.get(n.name)) == n else n for n in nodes]
         self._last_nodes = {n.name: n for n in nodes}
         args = self._squeue_args()
-        data = self.runner.run_json(args)
-        self._check_layout(data, " ".join(args))
-        jobs, probs = P.jobs_from_squeue(data)
+        reader = P.JobsReader()     # the answer is streamed: no copy of every job record
+        rest, _ = self.runner.run_json_streamed(args, {"jobs": reader.add})
+        self._check_layout(rest, " ".join(args))
+        jobs, probs = reader.finish(rest)
         problems += probs
         for p in problems:
             log.warning("snapshot: %s", p)
