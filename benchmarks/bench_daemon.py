@@ -1,7 +1,7 @@
 """Benchmark: one agent cycle on a large generated snapshot, and the agent's memory.
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
-        [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse]
+        [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -67,10 +67,18 @@ def varied_hosts(snap: ClusterSnapshot, seed: int = 7) -> ClusterSnapshot:
 
 
 class FixedSource:
-    def __init__(self, snap: ClusterSnapshot) -> None:
+    """The same snapshot every cycle, the clock moving. With ``fresh_jobs`` its jobs are new
+    (equal) objects each cycle, as parsing Slurm's answer gives (the daemon's source keeps
+    equal nodes the same objects, not jobs)."""
+
+    def __init__(self, snap: ClusterSnapshot, fresh_jobs: bool = False) -> None:
         self.snap = snap
+        self.fresh_jobs = fresh_jobs
 
     def snapshot(self) -> ClusterSnapshot:
+        if self.fresh_jobs:
+            return replace(self.snap, time_s=time.time(),
+                           jobs=tuple(j.with_() for j in self.snap.jobs))
         return replace(self.snap, time_s=time.time())
 
 
@@ -86,6 +94,8 @@ def main() -> None:
                     help="random (seeded) extra CPU and memory use on each node")
     ap.add_argument("--no-reuse", action="store_true",
                     help="decide every cycle from scratch (agent.reuse_decisions = false)")
+    ap.add_argument("--fresh-jobs", action="store_true",
+                    help="new (equal) job objects every cycle, as the daemon's source gives")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -107,7 +117,8 @@ def main() -> None:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": partitions,
                                       "profile": args.profile, "state_dir": tmp,
                                       "reuse_decisions": not args.no_reuse}})
-        agent = Agent(cfg, FixedSource(snap), sink=None, store=Store(Path(tmp) / "s.sqlite"),
+        agent = Agent(cfg, FixedSource(snap, args.fresh_jobs), sink=None,
+                      store=Store(Path(tmp) / "s.sqlite"),
                       policy=build_policy(load_profile(args.profile), **context))
         times = []
         for _ in range(args.cycles):
@@ -123,6 +134,7 @@ def main() -> None:
         "varied_hosts": args.varied_hosts,
         "decisions_last_cycle": len(report.decisions),
         "reuse_decisions": not args.no_reuse,
+        "fresh_jobs": args.fresh_jobs,
         "reused_partition_cycles": agent.policy.reused_cycles,
         "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
         "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,

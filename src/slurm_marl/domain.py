@@ -258,11 +258,17 @@ class ClusterSnapshot:
 
     @property
     def pending(self) -> tuple[Job, ...]:
-        return tuple(j for j in self.jobs if j.is_pending)
+        got = self.__dict__.get("_pending")
+        if got is None:     # built on first use, kept: a cycle asks many times
+            got = self.__dict__["_pending"] = tuple(j for j in self.jobs if j.is_pending)
+        return got
 
     @property
     def running(self) -> tuple[Job, ...]:
-        return tuple(j for j in self.jobs if j.is_running)
+        got = self.__dict__.get("_running")
+        if got is None:
+            got = self.__dict__["_running"] = tuple(j for j in self.jobs if j.is_running)
+        return got
 
     def node(self, name: str) -> Node | None:
         return self._node_index.get(name)

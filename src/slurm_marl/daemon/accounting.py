@@ -43,16 +43,31 @@ class AccountingResult:
     finished_runs: list[FinishedRun] = field(default_factory=list)
 
 
+@dataclass
+class AccountMemo:
+    """What one daemon's accounting keeps from cycle to cycle to skip work whose inputs did
+    not change (issue 17: an unchanged cycle of 15,000 jobs): for each running job the
+    co-location entry last merged into what it has seen (``colocation`` hands out the same
+    entry while the running jobs are the same; merging it again changes nothing), and for
+    each job not running its enriched copy with the job and values it was made from."""
+
+    merged: dict[int, dict] = field(default_factory=dict)
+    enriched: dict[int, tuple] = field(default_factory=dict)
+
+
 @lru_cache(maxsize=1 << 16)
 def _joined(nodes: tuple[str, ...]) -> str:
     return ",".join(nodes)
 
 
 @lru_cache(maxsize=1 << 16)
-def _alloc_text(gpu_alloc: tuple) -> str:
-    """A running job's GPUs as the store keeps them (JSON): the same few thousand
-    allocations, cycle after cycle."""
-    return json.dumps(gpu_alloc)
+def _alloc(gpu_alloc: tuple) -> tuple[str, int]:
+    """A running job's GPUs as the store keeps them (JSON), and how many: the same few
+    thousand allocations, cycle after cycle."""
+    return json.dumps(gpu_alloc), sum(len(i) for _, i in gpu_alloc)
+
+
+_STATE_TEXT = {s: s.value for s in JobState}
 
 
 _last_colocation: list = [None, None]  # [inputs, result] of the last call
@@ -94,71 +109,94 @@ def _run_end(rec: JobRecord, now: float) -> float:
 
 
 def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
-            colocated_seen: dict[int, dict] | None = None) -> AccountingResult:
-    """Fold ``snapshot`` into ``records`` (mutated and returned) and enrich its jobs."""
+            colocated_seen: dict[int, dict] | None = None,
+            memo: AccountMemo | None = None) -> AccountingResult:
+    """Fold ``snapshot`` into ``records`` (mutated and returned) and enrich its jobs.
+    ``memo`` (kept by the caller from cycle to cycle) only saves work: the result is the
+    same without it."""
     now = snapshot.time_s
     colo_now = colocation(snapshot)
     colocated_seen = colocated_seen if colocated_seen is not None else {}
     runs: list[FinishedRun] = []
     enriched: list[Job] = []
     seen: set[int] = set()
+    last_merged = memo.merged if memo is not None else {}
+    last_enriched = memo.enriched if memo is not None else {}
+    merged: dict[int, dict] = {}
+    kept: dict[int, tuple] = {}
+    running_state, pending_state = JobState.RUNNING, JobState.PENDING
     for job in snapshot.jobs:
-        seen.add(job.job_id)
-        rec = records.get(job.job_id)
+        job_id = job.job_id
+        state = job.state
+        running = state is running_state    # holds GPUs (not COMPLETING / SUSPENDED)
+        pending = state is pending_state
+        seen.add(job_id)
+        rec = records.get(job_id)
         if rec is None:
-            rec = JobRecord(job_id=job.job_id, user=job.user, name=job.name,
+            rec = JobRecord(job_id=job_id, user=job.user, name=job.name,
                             partition=job.partition, num_gpus=job.num_gpus,
                             submit_time_s=job.submit_time_s,
                             queue_since_s=job.submit_time_s, restart_count=job.restart_count)
-            records[job.job_id] = rec
-        if job.state is JobState.RUNNING:
+            records[job_id] = rec
+        if running:
             # GPUs actually held (a COMPLETING job reports only the nodes still cleaning up)
-            rec.num_gpus = sum(len(i) for _, i in job.gpu_alloc) or job.num_gpus
-        elif job.is_pending:
-            rec.num_gpus = job.num_gpus or rec.num_gpus
-        if job.state is JobState.RUNNING:
+            alloc_text, held = _alloc(job.gpu_alloc)
+            rec.num_gpus = held or job.num_gpus
             if rec.run_start_s is not None and job.restart_count > rec.restart_count:
                 # requeued and restarted between two cycles: close the earlier run
                 _fold_run(rec, _run_end(rec, now), "REQUEUED",
-                          colocated_seen.pop(job.job_id, {}), runs)
+                          colocated_seen.pop(job_id, {}), runs)
                 rec.preemptions += 1
             if rec.run_start_s is None:
                 rec.run_start_s = job.start_time_s or now
             rec.last_running_s = now
             rec.nodes = _joined(job.nodes)
-            rec.gpu_alloc = _alloc_text(job.gpu_alloc)
-            seen_levels = colocated_seen.setdefault(job.job_id, {})
-            for lvl, names in colo_now.get(job.job_id, {}).items():
-                seen_levels[lvl] = sorted(set(seen_levels.get(lvl, [])) | set(names))
-        elif job.is_running:
-            pass  # COMPLETING / SUSPENDED: the run is closed when the job moves on
-        elif job.is_pending:
+            rec.gpu_alloc = alloc_text
+            entry = colo_now.get(job_id, {})
+            if job_id not in colocated_seen or last_merged.get(job_id) is not entry:
+                seen_levels = colocated_seen.setdefault(job_id, {})
+                for lvl, names in entry.items():
+                    seen_levels[lvl] = sorted(set(seen_levels.get(lvl, [])) | set(names))
+            merged[job_id] = entry
+        elif pending:
+            rec.num_gpus = job.num_gpus or rec.num_gpus
             if rec.run_start_s is not None:  # it ran and came back: requeued / preempted
                 _fold_run(rec, _run_end(rec, now), "REQUEUED",
-                          colocated_seen.pop(job.job_id, {}), runs)
+                          colocated_seen.pop(job_id, {}), runs)
                 rec.preemptions += 1
                 rec.queue_since_s = now
+        elif state.is_active:
+            pass  # COMPLETING / SUSPENDED: the run is closed when the job moves on
         else:  # finished
             if rec.run_start_s is not None:
                 end = job.end_time_s if job.end_time_s and job.end_time_s <= now else \
                     _run_end(rec, now)
-                _fold_run(rec, end, job.state.value, colocated_seen.pop(job.job_id, {}), runs)
+                _fold_run(rec, end, _STATE_TEXT[state], colocated_seen.pop(job_id, {}), runs)
             if rec.finished_s is None:
                 rec.finished_s = job.end_time_s or now
         rec.restart_count = job.restart_count
-        rec.last_state = job.state.value
+        rec.last_state = _STATE_TEXT[state]
         rec.last_seen_s = now
 
         attained = rec.attained_gpu_s
-        if job.state is JobState.RUNNING and rec.run_start_s is not None:
+        if running and rec.run_start_s is not None:
             attained += rec.num_gpus * max(0.0, now - rec.run_start_s)
         # Slurm resets SubmitTime when it requeues a job; Tiresias' FIFO inside a queue is
         # by arrival, so the first submit time seen is kept.
-        enriched.append(job.with_(attained_gpu_s=attained, last_run_s=rec.last_run_s,
-                                  submit_time_s=rec.submit_time_s or job.submit_time_s,
-                                  queue_since_s=rec.queue_since_s,
-                                  preemptions=rec.preemptions,
-                                  model_type=job.model_type or rec.model_type))
+        values = (attained, rec.last_run_s, rec.submit_time_s or job.submit_time_s,
+                  rec.queue_since_s, rec.preemptions, job.model_type or rec.model_type)
+        last = last_enriched.get(job_id)
+        if last is not None and last[0] is job and last[1] == values:
+            out = last[2]
+        else:
+            out = job.with_(attained_gpu_s=values[0], last_run_s=values[1],
+                            submit_time_s=values[2], queue_since_s=values[3],
+                            preemptions=values[4], model_type=values[5])
+        if not running:     # a running job's service moves every cycle: not kept
+            kept[job_id] = (job, values, out)
+        enriched.append(out)
+    if memo is not None:
+        memo.merged, memo.enriched = merged, kept
     # Jobs that left squeue while we thought they ran (MinJobAge passed, slurmctld restart).
     for job_id, rec in records.items():
         if job_id in seen or rec.finished_s is not None:

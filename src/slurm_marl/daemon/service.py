@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 
-from slurm_marl.daemon.accounting import account
+from slurm_marl.daemon.accounting import AccountMemo, account
 from slurm_marl.daemon.config import Config
 from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
@@ -67,18 +67,41 @@ class CycleReport:
 def partition_view(snap: ClusterSnapshot, partition: str) -> ClusterSnapshot:
     """The part of the cluster one agent decides for: its nodes and the jobs that may run
     there (a job submitted to several partitions is seen by each)."""
-    nodes = tuple(n for n in snap.nodes if partition in n.partitions)
-    names = {n.name for n in nodes}
+    return partition_views(snap, [partition])[partition]
 
-    def in_partition(j: Job) -> bool:
+
+def partition_views(snap: ClusterSnapshot, partitions: list[str]
+                    ) -> dict[str, ClusterSnapshot]:
+    """``partition_view`` of each partition, in one pass over the jobs: a running job is in
+    the partitions of its nodes, any other job in those it was submitted to."""
+    wanted = set(partitions)
+    nodes: dict[str, list] = {p: [] for p in partitions}
+    parts_of_node: dict[str, tuple[str, ...]] = {}
+    for n in snap.nodes:
+        parts_of_node[n.name] = n.partitions
+        for p in n.partitions:
+            if p in wanted:
+                nodes[p].append(n)
+    jobs: dict[str, list] = {p: [] for p in partitions}
+    by_nodes: dict[tuple[str, ...], tuple[str, ...]] = {}     # memo: alike jobs abound
+    by_request: dict[str, tuple[str, ...]] = {}
+    for j in snap.jobs:
         if j.is_running:
-            return any(n in names for n in j.nodes)
-        return partition in j.partition.split(",")
-
-    return ClusterSnapshot(time_s=snap.time_s, nodes=nodes,
-                           jobs=tuple(j for j in snap.jobs if in_partition(j)),
-                           partitions=tuple(p for p in snap.partitions if p.name == partition),
-                           switches=snap.switches)
+            parts = by_nodes.get(j.nodes)
+            if parts is None:
+                parts = by_nodes[j.nodes] = tuple(sorted(
+                    {p for n in j.nodes for p in parts_of_node.get(n, ()) if p in wanted}))
+        else:
+            parts = by_request.get(j.partition)
+            if parts is None:
+                parts = by_request[j.partition] = tuple(
+                    p for p in dict.fromkeys(j.partition.split(",")) if p in wanted)
+        for p in parts:
+            jobs[p].append(j)
+    return {p: ClusterSnapshot(time_s=snap.time_s, nodes=tuple(nodes[p]), jobs=tuple(jobs[p]),
+                               partitions=tuple(x for x in snap.partitions if x.name == p),
+                               switches=snap.switches)
+            for p in partitions}
 
 
 _FIELDS_BUT_REASON: dict[type, attrgetter] = {}
@@ -110,6 +133,7 @@ class Agent:
         self.clock = clock
         self._started = False
         self._colocated: dict[int, dict] = {}
+        self._account_memo = AccountMemo()
         self._history: dict[tuple[str, str], str] | None = None
         # Jobs told to start that Slurm has not started yet: job id -> (placement, when).
         self._inflight: dict[int, tuple[Place, float]] = {}
@@ -142,10 +166,12 @@ class Agent:
         try:
             self._cycle(report)
         except SlurmError as exc:
+            self.store.forget_live()    # records may be folded but not saved
             report.error = f"slurm: {exc.message or exc}"
             log.warning("cycle %d: Slurm did not answer (%s); retrying next tick",
                         report.cycle, exc.message or exc)
         except Exception as exc:  # one bad cycle must not end the agent
+            self.store.forget_live()
             report.error = f"internal: {exc!r}"
             log.exception("cycle %d failed", report.cycle)
         finally:
@@ -172,7 +198,7 @@ class Agent:
         elif not self.config.agent.shadow:
             self.sink.repair_half_done(raw)
         records = self.store.live_records(j.job_id for j in raw.jobs)
-        acc = account(raw, records, self._colocated)
+        acc = account(raw, records, self._colocated, self._account_memo)
         snap = self._with_signatures(acc)
         self.store.save_jobs(acc.records)
         self._sample_speeds(snap)
@@ -195,8 +221,9 @@ class Agent:
         held = self._hold_inflight(snap)  # for deciding only; writes see the real state
         # each partition's order, planned apart
         orders: list[tuple[str, list[SetPriority]]] = []
+        views = partition_views(held, managed)
         for part in managed:
-            view = self._decidable(partition_view(held, part))
+            view = self._decidable(views[part])
             report.pending += len(view.pending)
             report.running += len(view.running)
             order: list[SetPriority] = []
@@ -211,6 +238,9 @@ class Agent:
             orders.append((part, order))
             decided_jobs |= {d.job_id for d in decisions}
         report.decisions = decisions
+        # each ordered job's queue of the last cycle, before this cycle's are stored
+        last_queue = {d.job_id: records[d.job_id].queue for d in decisions
+                      if isinstance(d, SetPriority) and d.job_id in records}
         self.store.set_queues((d.job_id, d.queue) for d in decisions
                               if isinstance(d, SetPriority))
         writes, advice = self._translate(snap, decisions, orders)
@@ -234,9 +264,8 @@ class Agent:
         # job's queue changes, so `explain` still says why a job sits where it does (its
         # queue, the service attained, a prediction).
         written = {r.decision.job_id for r in results if isinstance(r.decision, SetPriority)}
-        # (``records``: the jobs' records as read this cycle, with last cycle's queues)
         kept = [d for d in decisions if isinstance(d, SetPriority) and d.job_id not in written
-                and (d.job_id not in records or records[d.job_id].queue != d.queue)]
+                and last_queue.get(d.job_id) != d.queue]
         self.store.record_decisions(
             report.cycle, snap.time_s,
             [(r.decision, r.status.value, r.message) for r in results]
