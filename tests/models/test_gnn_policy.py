@@ -142,3 +142,45 @@ def test_single_agent_has_no_partner_message():
 def test_config_roundtrip():
     cfg = _config(("a", "b"))
     assert PolicyConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_actor_from_cached_group_terms_equals_the_concatenated_actor():
+    """``heads(..., terms=group_terms(groups))`` (inference: the group part of the actor's
+    first layer once per snapshot) computes the logits of the concatenated actor to float
+    rounding; the defer logit and the value do not change at all."""
+    torch.manual_seed(3)
+    policy = PlacementPolicy(_config(("a", "b"))).eval()
+    net = policy.agents[0]
+    g = 50
+    groups, own, others = torch.randn(g, 16), torch.randn(16), torch.randn(16)
+    mask = torch.rand(g + 1) < 0.6
+    inp = AgentInput(x=None, parent=None, job=torch.randn(9 + 4), live=torch.randn(g, 15),
+                     mask=mask)
+    with torch.no_grad():
+        want_logits, want_value = net.heads(groups, own, others, inp)
+        got_logits, got_value = net.heads(groups, own, others, inp, net.group_terms(groups))
+        assert torch.allclose(got_logits, want_logits, atol=1e-5, rtol=0)
+        assert not torch.equal(net.group_terms(groups), torch.zeros(g, 32))
+        assert torch.equal(got_logits[-1], want_logits[-1]) and torch.equal(got_value,
+                                                                            want_value)
+        # batched, and through ``act`` with rows picked
+        batch = AgentInput(x=None, parent=None, job=torch.randn(3, 9 + 4),
+                           live=torch.randn(3, g, 15), mask=torch.rand(3, g + 1) < 0.6)
+        encoded = ({"a": torch.randn(5, g, 16)}, {"a": torch.randn(5, 16),
+                                                   "b": torch.randn(5, 16)})
+        rows = torch.tensor([4, 0, 2])
+        want = policy.act("a", encoded, batch, rows=rows)
+        got = policy.act("a", encoded, batch, rows=rows,
+                         terms=net.group_terms(encoded[0]["a"]))
+        assert torch.allclose(got.logits, want.logits, atol=1e-5, rtol=0)
+
+
+def test_best_offer_of_one_observation_equals_the_masked_batch_form():
+    from slurm_marl.models.policy import best_offer
+    torch.manual_seed(4)
+    live = torch.randn(6, 15)
+    live[:, 3] = -2e4                        # below the masked form's fill value
+    for valid in ([1, 0, 1, 1, 0, 0], [1] * 6, [0] * 6, [0, 0, 0, 0, 0, 1]):
+        mask = torch.tensor(valid + [1], dtype=torch.bool)
+        want = best_offer(live.unsqueeze(0), mask.unsqueeze(0))[0]   # batched: torch.where
+        assert torch.equal(best_offer(live, mask), want), valid

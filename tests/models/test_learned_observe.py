@@ -167,3 +167,47 @@ def test_valid_actions_are_exactly_the_frameworks_candidates(data):
     assert offered == {c.allocs for c in cands}
     for c in cands:
         assert obs.allocs_for(obs.group_for(c.allocs)) == c.allocs
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_predictions_once_per_distinct_candidate_row_equal_once_per_candidate(data):
+    """Random busy states and job shapes: the interference model run once per distinct
+    neighbourhood (``Predictor.dedupe``) gives every candidate the prediction it gets run
+    once per candidate, so the observation is the same."""
+    cluster = parse_cluster("4x2x2:leaf=2:name=a+3x1x4:name=b")
+    rng = random.Random(data.draw(st.integers(0, 10_000)))
+    running, job_id = [], 1
+    for node in cluster.nodes:
+        for grp in node.gpu_groups:
+            take = [g for g in grp.gpu_indices if rng.random() < 0.4]
+            if take:
+                running.append((job_id, rng.choice(["lm", "a3c", "resnet18"]),
+                                ((node.name, tuple(take)),)))
+                job_id += 1
+    gpus = data.draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
+    job = Job(job_id=99, partition=data.draw(st.sampled_from(["a", "b"])), gpus_per_job=gpus,
+              cpus=1, model_type=data.draw(st.sampled_from(["lm", "a3c"])))
+    model = InterferenceModel.new(Vocabulary.fit(["lm", "a3c", "resnet18"]), seed=1)
+    state = cycle_state(snapshot_with(cluster, running=running, pending=[job]))
+    fast = Observer(model, ("a", "b"))
+    reference = Observer(model, ("a", "b"))
+    reference.predictor.dedupe = False
+    got, want = fast.observe(job, state), reference.observe(job, state)
+    assert torch.equal(got.mask, want.mask)
+    assert torch.allclose(got.live, want.live, atol=1e-6, rtol=0)
+    assert torch.allclose(got.job, want.job, atol=1e-6, rtol=0)
+
+
+def test_distinct_rows_finds_first_occurrences_exactly():
+    import numpy as np
+    from slurm_marl.agent.predict import distinct_rows
+    rng = np.random.default_rng(0)
+    counts = rng.integers(0, 3, size=(300, 2, 5)).astype(np.float32)
+    for rows in (counts, counts * 10.0, counts + 0.5, counts * 1e6, counts[:1]):
+        first, inverse = distinct_rows(rows)
+        assert np.array_equal(rows[first][inverse], rows)       # every row recovered
+        assert len(first) == len(np.unique(rows.reshape(len(rows), -1), axis=0))
+        for i, f in enumerate(first):                            # the first of each
+            same = np.flatnonzero((rows == rows[f]).all(axis=(1, 2)))
+            assert same[0] == f and inverse[f] == i

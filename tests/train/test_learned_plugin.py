@@ -355,3 +355,43 @@ def test_an_agent_placement_that_is_not_free_is_refused_not_claimed(tiny_cluster
         got = places(policy.run_cycle(snap))
     assert got == {}
     assert "is not a free placement; the job waits" in caplog.text
+
+
+def test_fast_inference_decides_every_job_as_the_reference_path():
+    """The shipped (trained) checkpoint through a busy simulation on its cluster: at every
+    agent decision, the inference path (actor terms cached per snapshot, predictions once
+    per distinct candidate row) takes the action the reference path (concatenated actor,
+    a prediction per candidate) takes on the same state, with the same probability to
+    float rounding. Also holds for every decision of the run it steers."""
+    from slurm_marl.agent.checkpoint import shipped_checkpoint
+    from slurm_marl.agent.learned import ModelChooser
+    from slurm_marl.sim.cluster import parse_cluster
+    from slurm_marl.sim.engine import Simulator
+
+    policy = build_policy(learned_profile(shipped_checkpoint()))
+    plugin = policy.place[0][0]
+    fast = plugin.chooser
+    reference = ModelChooser(fast.checkpoint, fast.observer, fast.allow_defer)
+    reference.split_actor = False
+    predictor = plugin.observer.predictor
+    seen = {"n": 0, "defer": 0}
+
+    def choose(obs, state):
+        predictor.dedupe = False
+        ref_obs = plugin.observer.observe(state.snapshot.job(obs.job_id), state)
+        predictor.dedupe = True
+        want = reference(ref_obs, state)
+        got = fast(obs, state)
+        assert torch.equal(obs.mask, ref_obs.mask)
+        assert torch.allclose(obs.live, ref_obs.live, atol=1e-6, rtol=0)
+        assert (got.action, got.defer, got.allocs) == (want.action, want.defer, want.allocs)
+        assert abs(got.score - want.score) < 1e-5
+        seen["n"] += 1
+        seen["defer"] += got.defer
+        return got
+
+    plugin.chooser = choose
+    Simulator(parse_cluster("4x2x2:name=gpu"),
+              tiny_workload(80, 5, partitions=("gpu",), mean_gap_s=60.0), policy,
+              interference="high").run()
+    assert seen["n"] >= 80

@@ -245,7 +245,12 @@ class LearnedPlacement:
 
 
 class ModelChooser:
-    """Greedy decisions of a loaded checkpoint; GNN embeddings computed once per snapshot."""
+    """Greedy decisions of a loaded checkpoint; GNN embeddings, and the actor's terms that
+    depend on them alone, computed once per snapshot (``split_actor``; False: the actor on
+    the concatenated inputs, the reference tests/train/test_learned_plugin.py compares
+    decisions with)."""
+
+    split_actor = True
 
     def __init__(self, checkpoint, observer, allow_defer: bool = True) -> None:
         self.checkpoint = checkpoint
@@ -254,6 +259,7 @@ class ModelChooser:
         self.allow_defer = allow_defer
         self._snapshot = None
         self._groups: dict = {}
+        self._terms: dict = {}     # per agent: its actor's group terms (AgentNet.heads)
         # Each agent's latest summary. The simulator shows every partition in one snapshot;
         # the daemon decides one partition at a time, so an agent there hears the others'
         # summaries from their latest cycle (this one, or the one before for the
@@ -272,6 +278,8 @@ class ModelChooser:
                   if name in self.policy.index}
         self._groups, summaries = self.policy.encode(inputs)
         self._summaries.update(summaries)
+        self._terms = {name: self.policy.agents[self.policy.index[name]].group_terms(groups)
+                       for name, groups in self._groups.items()}
         self._snapshot = cyc.snapshot
 
     @torch.no_grad()
@@ -280,7 +288,8 @@ class ModelChooser:
         self._embed(state)
         inp = AgentInput(x=obs.x, parent=obs.parent, job=obs.job, live=obs.live,
                          mask=obs.mask)
-        out = self.policy.act(obs.agent, (self._groups, self._summaries), inp)
+        out = self.policy.act(obs.agent, (self._groups, self._summaries), inp,
+                              terms=self._terms[obs.agent] if self.split_actor else None)
         return choice_from_probs(out.probs(), obs, self.allow_defer)
 
 

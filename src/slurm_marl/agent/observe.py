@@ -375,8 +375,14 @@ class Observer:
             job, state, free[top.flat_state_rows], top.flat_state_node,
             state.allowed_nodes(job), need, total)
         single = top.flat_state_rows[fits]
-        splits = [tuple((n, g, k) for g, k in split_on_node(state.view[n], need))
-                  for n in split_nodes.tolist()]
+        by_free: dict[tuple, tuple] = {}   # nodes alike in free GPUs split alike
+        splits = []
+        for n in split_nodes.tolist():
+            row = tuple(state.view[n])
+            split = by_free.get(row)
+            if split is None:
+                split = by_free[row] = split_on_node(row, need)
+            splits.append(tuple((n, g, k) for g, k in split))
         if not len(single) and not splits and per_node == 0:
             return none, [], [c.allocs for c in generate_candidates(job, state, state.view)]
         return single, splits, []
