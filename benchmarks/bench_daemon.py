@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
         [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
+        [--max-agent-jobs N]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -94,6 +95,8 @@ def main() -> None:
                     help="random (seeded) extra CPU and memory use on each node")
     ap.add_argument("--no-reuse", action="store_true",
                     help="decide every cycle from scratch (agent.reuse_decisions = false)")
+    ap.add_argument("--max-agent-jobs", type=int, default=None,
+                    help="the learned plugin's max_agent_jobs (per agent and cycle)")
     ap.add_argument("--fresh-jobs", action="store_true",
                     help="new (equal) job objects every cycle, as the daemon's source gives")
     ap.add_argument("--json", action="store_true")
@@ -113,13 +116,18 @@ def main() -> None:
         context["learned_checkpoint"] = model_parts(tuple(partitions))
     snap = replace(base, time_s=now,
                    jobs=base.jobs + tuple(pending_jobs(args.pending, partitions, now)))
+    profile = load_profile(args.profile)
+    if args.max_agent_jobs is not None:
+        params = {k: dict(v) for k, v in profile.place_params.items()}
+        params.setdefault("learned", {})["max_agent_jobs"] = args.max_agent_jobs
+        profile = replace(profile, place_params=params)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": partitions,
                                       "profile": args.profile, "state_dir": tmp,
                                       "reuse_decisions": not args.no_reuse}})
         agent = Agent(cfg, FixedSource(snap, args.fresh_jobs), sink=None,
                       store=Store(Path(tmp) / "s.sqlite"),
-                      policy=build_policy(load_profile(args.profile), **context))
+                      policy=build_policy(profile, **context))
         times = []
         for _ in range(args.cycles):
             t0 = time.perf_counter()
@@ -131,6 +139,7 @@ def main() -> None:
         "nodes": args.nodes, "gpus": sum(n.gpu_count for n in snap.nodes),
         "running_jobs": len(base.jobs), "pending_jobs": args.pending,
         "profile": args.profile + (" (untrained agents)" if args.learned_agents else ""),
+        "max_agent_jobs": args.max_agent_jobs,
         "varied_hosts": args.varied_hosts,
         "decisions_last_cycle": len(report.decisions),
         "reuse_decisions": not args.no_reuse,

@@ -395,3 +395,39 @@ def test_fast_inference_decides_every_job_as_the_reference_path():
               tiny_workload(80, 5, partitions=("gpu",), mean_gap_s=60.0), policy,
               interference="high").run()
     assert seen["n"] >= 80
+
+
+def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tiny_interference):
+    """``max_agent_jobs``: each agent looks at the first jobs with room in the queue's order
+    (a job with no room does not count), the what-if heuristic places the rest in the same
+    cycle, and every job still starts; 0 is no bound."""
+    from slurm_marl.agent.learned import Choice, LearnedPlacement
+    from slurm_marl.agent.observe import Observer
+    from slurm_marl.policy.framework import Policy
+    from slurm_marl.policy.plugins import build_plugin
+
+    def run(depth):
+        asked = []
+
+        def choose(obs, state):
+            asked.append(obs.job_id)
+            group = obs.valid_groups()[0]
+            return Choice(allocs=obs.allocs_for(group), action=group)
+
+        plugin = LearnedPlacement(Observer(tiny_interference, ("a", "b")), choose,
+                                  build_plugin("place", "consolidate"), "consolidate",
+                                  what_if=build_plugin("place", "spread"),
+                                  max_agent_jobs=depth)
+        profile = load_profile("las-consolidate")
+        policy = Policy(profile, build_plugin("order", profile.order, profile.order_params),
+                        [(plugin, 1.0)])
+        # job 1 asks for more GPUs than partition a has: no room, never looked at
+        jobs = [pending(1, 64, "a", queued_s=-10.0)] + [
+            pending(i, 1, "a" if i % 2 else "b", queued_s=float(i)) for i in range(2, 10)]
+        return asked, places(policy.run_cycle(snapshot_with_pending(tiny_cluster, jobs)))
+
+    asked, got = run(2)
+    assert sorted(asked) == [2, 3, 4, 5]        # two per agent, the head of each queue
+    assert set(got) == set(range(2, 10))
+    asked, got = run(0)
+    assert sorted(asked) == list(range(2, 10)) and set(got) == set(range(2, 10))

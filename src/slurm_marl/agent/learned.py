@@ -21,9 +21,11 @@ than the copy with these rules (29,350 s).
 Parameters: ``checkpoint`` (default: the one shipped in ``slurm_marl/data``), ``fallback``
 (a heuristic's key, default ``consolidate``), ``what_if`` (a heuristic's key, default
 ``least_interference``) and ``what_if_defer_below`` (default 0.8; for
-``least_interference``), ``allow_defer`` (default true) and ``max_defer_s`` (how long a job
+``least_interference``), ``allow_defer`` (default true), ``max_defer_s`` (how long a job
 may be deferred while placements exist, counted from its first deferral, 0 for no bound;
-default: what the checkpoint was trained with). A deferral stands, without asking the agent
+default: what the checkpoint was trained with) and ``max_agent_jobs`` (per agent and cycle,
+the jobs its agent decides, the first the framework asks about, i.e. the head of the queue;
+the fallback places the rest in the same cycle; default 0: no bound). A deferral stands, without asking the agent
 again, until the job's options (its live features and mask) change. The checkpoint is
 loaded with ``weights_only=True``. If it is missing, unreadable or made for other features,
 or a job's partition has no agent, the plugin falls back to a named heuristic
@@ -66,6 +68,7 @@ class Choice:
 
 
 _FALLBACK = Choice()   # sentinel: this job is placed by the fallback heuristic
+_PAST_DEPTH = Choice()  # sentinel: past the cycle's agent depth, the what-if heuristic's
 
 
 def choice_from_probs(probs: torch.Tensor, obs, allow_defer: bool = True) -> Choice:
@@ -104,15 +107,22 @@ class LearnedPlacement:
 
     def __init__(self, observer, chooser: Callable | None, fallback: PlacePlugin,
                  fallback_key: str = DEFAULT_FALLBACK,
-                 what_if: PlacePlugin | None = None) -> None:
+                 what_if: PlacePlugin | None = None, max_agent_jobs: int = 0) -> None:
         self.observer = observer
         self.chooser = chooser
         self.fallback = fallback
         self.fallback_key = fallback_key
         self.what_if = what_if if what_if is not None else fallback
+        # At most this many jobs per agent per cycle are looked at by the agent (0: all):
+        # the first that can start, in the queue's order (the framework asks only when
+        # there is room); the fallback places the others in the same cycle. Bounds a
+        # cycle's cost, as Slurm bounds its own (default_queue_depth), when a burst of
+        # jobs can all start at once.
+        self.max_agent_jobs = max_agent_jobs
         self._state: CycleState | None = None
         self._choices: dict[int, Choice] = {}
         self._deferred: set[int] = set()
+        self._owned: dict[str, int] = {}        # this cycle: agent -> jobs it looked at
         # Across cycles: when the agent first deferred a job (for max_defer_s), and what the
         # job's options looked like then; a deferral stands, without asking the agent
         # again, until those options change (a new free group, a neighbour gone, ...).
@@ -129,6 +139,7 @@ class LearnedPlacement:
             self._state = state
             self._choices = {}
             self._deferred = set()
+            self._owned = {}
             if len(self._deferred_since) > 4 * max(64, len(state.snapshot.jobs)):
                 alive = {j.job_id for j in state.snapshot.jobs}
                 for table in (self._deferred_since, self._standing):
@@ -137,7 +148,7 @@ class LearnedPlacement:
 
     def _what_if_for(self, job: Job, state: CycleState) -> PlacePlugin:
         """What-if answers: ``what_if`` for jobs an agent owns, else the fallback."""
-        return self.what_if if self.plugin_for(job, state) is self else self.fallback
+        return self.fallback if self.plugin_for(job, state) is self.fallback else self.what_if
 
     @staticmethod
     def _options(obs) -> bytes:
@@ -147,6 +158,12 @@ class LearnedPlacement:
         hit = self._choices.get(job.job_id)
         if hit is not None:
             return hit
+        if self.max_agent_jobs:
+            if self.plugin_for(job, state) is not self:
+                self._choices[job.job_id] = _PAST_DEPTH
+                return _PAST_DEPTH
+            agent = self._agent_of(job, state)
+            self._owned[agent] = self._owned.get(agent, 0) + 1
         obs = self.observer.observe(job, state, self._deferred_since.get(job.job_id))
         if obs is None:
             if job.partition not in self._warned:
@@ -177,10 +194,27 @@ class LearnedPlacement:
         costs what the fallback costs)."""
         if not self.active:
             return self.fallback
-        top = self.observer.topology_for(state.snapshot)
-        if top.agent_for(job.partition, self.observer.mode) is None:
+        agent = self._agent_of(job, state)
+        if agent is None:
             return self.fallback
-        return self
+        if not self.max_agent_jobs:
+            return self
+        # Past this cycle's depth (``max_agent_jobs`` jobs its agent has looked at): the
+        # fallback's, unless the agent has already looked at this job this cycle.
+        self._sync(state)
+        choice = self._choices.get(job.job_id)
+        if choice is not None:
+            return self._delegate(choice)
+        return self if self._owned.get(agent, 0) < self.max_agent_jobs else self.what_if
+
+    def _delegate(self, choice: Choice) -> PlacePlugin | LearnedPlacement:
+        if choice is _FALLBACK:
+            return self.fallback
+        return self.what_if if choice is _PAST_DEPTH else self
+
+    def _agent_of(self, job: Job, state: CycleState) -> str | None:
+        top = self.observer.topology_for(state.snapshot)
+        return top.agent_for(job.partition, self.observer.mode)
 
     def propose(self, job: Job, state: CycleState) -> list[Candidate] | None:
         """The agent's placement as the only candidate on free GPUs ([] if it defers);
@@ -192,7 +226,7 @@ class LearnedPlacement:
         if job.job_id in self._deferred:
             return []
         choice = self._choice(job, state)
-        if choice is _FALLBACK:
+        if choice is _FALLBACK or choice is _PAST_DEPTH:
             return None
         if choice.defer:
             return []
@@ -226,8 +260,8 @@ class LearnedPlacement:
         if job.job_id in self._deferred:
             return False
         choice = self._choice(job, state)
-        if choice is _FALLBACK:
-            return self.fallback.feasible(job, cand, state)
+        if choice is _FALLBACK or choice is _PAST_DEPTH:
+            return self._delegate(choice).feasible(job, cand, state)
         if choice.defer:
             return False
         return cand.allocs == choice.allocs
@@ -239,8 +273,8 @@ class LearnedPlacement:
         if state.what_if:
             return self._what_if_for(job, state).score(job, cand, state)
         choice = self._choice(job, state)
-        if choice is _FALLBACK:
-            return self.fallback.score(job, cand, state)
+        if choice is _FALLBACK or choice is _PAST_DEPTH:
+            return self._delegate(choice).score(job, cand, state)
         return choice.score if cand.allocs == choice.allocs else 0.0
 
 
@@ -313,7 +347,9 @@ def validate(params: Mapping) -> None:
 def _settings(params: Mapping) -> tuple[str, str, float]:
     check_params(KEY, params, {"checkpoint": str, "fallback": str, "allow_defer": bool,
                                "max_defer_s": (int, float), "what_if": str,
-                               "what_if_defer_below": (int, float)})
+                               "what_if_defer_below": (int, float), "max_agent_jobs": int})
+    if params.get("max_agent_jobs", 0) < 0:
+        raise PluginError(f"plugin {KEY!r}: max_agent_jobs must be >= 0 (0: no bound)")
     fallback_key = params.get("fallback", DEFAULT_FALLBACK)
     what_if_key = params.get("what_if", DEFAULT_WHAT_IF)
     for name, key in (("fallback", fallback_key), ("what_if", what_if_key)):
@@ -352,7 +388,7 @@ def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlaceme
                                                 DEFAULT_DEFER_ONLY_BELOW)))
     what_if = build_what_if(what_if_key, ckpt.interference, what_if_defer, context)
     return LearnedPlacement(observer, ModelChooser(ckpt, observer, allow_defer), fallback,
-                            fallback_key, what_if)
+                            fallback_key, what_if, int(params.get("max_agent_jobs", 0)))
 
 
 def build_what_if(key: str, interference, defer_below: float = DEFAULT_WHAT_IF_DEFER_BELOW,
