@@ -135,6 +135,18 @@ def test_a_new_layout_rebuilds_the_topology(two_partitions, model):
     assert observer.topology is not first and observer.topology.n_groups == 6
 
 
+def random_running(cluster, rng, models):
+    """Running jobs on about 40% of the GPUs, one job per group, of random models."""
+    running, job_id = [], 1
+    for node in cluster.nodes:
+        for grp in node.gpu_groups:
+            take = [g for g in grp.gpu_indices if rng.random() < 0.4]
+            if take:
+                running.append((job_id, rng.choice(models), ((node.name, tuple(take)),)))
+                job_id += 1
+    return running
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_valid_actions_are_exactly_the_frameworks_candidates(data):
@@ -142,14 +154,8 @@ def test_valid_actions_are_exactly_the_frameworks_candidates(data):
     ``single_node_fits``' nodes, or others' allocs) stand for the same placements
     ``generate_candidates`` offers."""
     cluster = parse_cluster("3x2x2:leaf=2:name=a+2x1x4:name=b")
-    rng = random.Random(data.draw(st.integers(0, 10_000)))
-    running, job_id = [], 1
-    for node in cluster.nodes:
-        for grp in node.gpu_groups:
-            take = [g for g in grp.gpu_indices if rng.random() < 0.4]
-            if take:
-                running.append((job_id, rng.choice(["lm", "a3c"]), ((node.name, tuple(take)),)))
-                job_id += 1
+    running = random_running(cluster, random.Random(data.draw(st.integers(0, 10_000))),
+                             ["lm", "a3c"])
     gpus = data.draw(st.sampled_from([1, 2, 3, 4, 6, 8]))
     per_node = data.draw(st.sampled_from([0, 0, 1, 2]))
     partition = data.draw(st.sampled_from(["a", "b"]))
@@ -176,15 +182,8 @@ def test_predictions_once_per_distinct_candidate_row_equal_once_per_candidate(da
     neighbourhood (``Predictor.dedupe``) gives every candidate the prediction it gets run
     once per candidate, so the observation is the same."""
     cluster = parse_cluster("4x2x2:leaf=2:name=a+3x1x4:name=b")
-    rng = random.Random(data.draw(st.integers(0, 10_000)))
-    running, job_id = [], 1
-    for node in cluster.nodes:
-        for grp in node.gpu_groups:
-            take = [g for g in grp.gpu_indices if rng.random() < 0.4]
-            if take:
-                running.append((job_id, rng.choice(["lm", "a3c", "resnet18"]),
-                                ((node.name, tuple(take)),)))
-                job_id += 1
+    running = random_running(cluster, random.Random(data.draw(st.integers(0, 10_000))),
+                             ["lm", "a3c", "resnet18"])
     gpus = data.draw(st.sampled_from([1, 1, 2, 3, 4, 8]))
     job = Job(job_id=99, partition=data.draw(st.sampled_from(["a", "b"])), gpus_per_job=gpus,
               cpus=1, model_type=data.draw(st.sampled_from(["lm", "a3c"])))
