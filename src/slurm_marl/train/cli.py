@@ -1,4 +1,4 @@
-"""`slurm-marl train interference|marl` and `slurm-marl evaluate`.
+"""`slurm-marl train interference|marl|thresholds` and `slurm-marl evaluate`.
 
 Training code lives here and in the modules beside it; the daemon never imports them (it
 loads a ``state_dict`` through ``agent/learned.py``).
@@ -20,7 +20,8 @@ from rich.table import Table
 from slurm_marl.colocation import POOR_VS_IDEAL
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Train the interference (reward) model and the placement agents.")
+                  help="Train the interference (reward) model, the placement agents and "
+                       "2D-LAS knobs.")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -280,6 +281,82 @@ def marl(
         table.add_row(key, str(doc[key]))
     Console().print(table)
     Console().print(f"wrote {out}/policy.pt, policy.json, train_log.csv, training_curve.png")
+
+
+@app.command("thresholds")
+def thresholds(
+    trace: Annotated[Path, typer.Option("--trace", help="Philly trace CSV.")],
+    vc: Annotated[str, typer.Option("--vc", help="Virtual cluster whose past to learn from.")],
+    before_row: Annotated[int, typer.Option(
+        "--before-row", min=0, help="Learn only from the VC's rows before this one (the first "
+        "row of the window you will run).")],
+    out: Annotated[Path, typer.Option("--out", help="Profile TOML to write (for `slurm-marl "
+                                      "simulate --profile`).")],
+    cluster: Annotated[str, typer.Option("--cluster", help="Cluster spec.")] =
+        "4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b",
+    interference: Annotated[str, typer.Option(
+        "--interference", help="Simulated interference strength.")] = "none",
+    exclude: Annotated[Optional[list[str]], typer.Option(
+        "--exclude", help="A window never to train on, e.g. vc=6214e9,rows=10000:10800 "
+        "(repeatable).")] = None,
+    train_windows: Annotated[int, typer.Option("--train-windows", min=1)] = 2,
+    train_rows: Annotated[int, typer.Option("--train-rows", min=2)] = 500,
+    min_load: Annotated[float, typer.Option(
+        "--min-load", min=0.0, help="Prefer training windows at least this busy.")] = 0.9,
+    population: Annotated[int, typer.Option("--population", min=2)] = 8,
+    iterations: Annotated[int, typer.Option("--iterations", min=1)] = 4,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    name: Annotated[str, typer.Option("--name", help="Profile name.")] =
+        "las-learned-thresholds",
+    as_json: JsonOpt = False,
+) -> None:
+    """Learn 2D-LAS knobs (queues, thresholds, starve limit, preemption) by CEM policy
+    search in the simulator on a virtual cluster's past; write a tiresias_las profile."""
+    from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
+    from slurm_marl.sim.traces import TraceError, Window
+    from slurm_marl.train.thresholds import (CemConfig, cem_search, history_windows,
+                                             simulator_evaluator)
+
+    strength = _strength(interference)
+    if len(strength) != 1:
+        _fail("train thresholds takes one --interference strength")
+    try:
+        sim_cluster = parse_cluster(cluster)
+        for w in exclude or []:
+            Window.parse(w)
+        windows = history_windows(str(trace), vc, before_row, sim_cluster, rows=train_rows,
+                                  count=train_windows, min_load=min_load,
+                                  exclude=exclude or [])
+    except (TraceError, ClusterSpecError, OSError) as exc:
+        _fail(str(exc))
+    if not windows:
+        _fail(f"{trace}: virtual cluster {vc!r} has no {train_rows} rows before row "
+              f"{before_row} outside --exclude: nothing to learn from")
+    cfg = CemConfig(population=population, iterations=iterations, seed=seed)
+    with _progress("CEM over 2D-LAS knobs") as bar:
+        task = bar.add_task("search", total=population * iterations, status="")
+        result = cem_search(
+            simulator_evaluator(windows, sim_cluster, strength[0]), cfg,
+            progress=lambda d, n, b: bar.update(task, completed=d, total=n,
+                                                status=f"best reward {b:.4f}"))
+    knobs = result.best.knobs
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(knobs.to_toml(name), encoding="utf-8")
+    doc = {"profile": str(out), "learned": knobs.as_dict(), "description": knobs.describe(),
+           "train_windows": [{"window": w.window, "load": round(w.load, 3)} for w in windows],
+           "interference": strength[0], **result.as_dict()}
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    table = Table(title=f"2D-LAS knobs learned on {vc}'s rows before {before_row}")
+    table.add_column("policy")
+    for w in windows:
+        table.add_column(f"avg JCT {w.window}", justify="right")
+    for label, c in (("fixed (start)", result.start), ("learned", result.best)):
+        table.add_row(f"{label}: {escape(c.knobs.describe())}",
+                      *[f"{j:,.0f}" for j in c.jct_s])
+    Console().print(table)
+    Console().print(f"wrote {out}")
 
 
 def evaluate(
