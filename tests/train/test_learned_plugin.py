@@ -406,7 +406,20 @@ def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tin
     from slurm_marl.policy.framework import Policy
     from slurm_marl.policy.plugins import build_plugin
 
-    def run(depth):
+    class Spy:
+        """A heuristic that notes the jobs it scores."""
+
+        def __init__(self, key):
+            self.inner, self.scored = build_plugin("place", key), set()
+
+        def score(self, job, cand, state):
+            self.scored.add(job.job_id)
+            return self.inner.score(job, cand, state)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    def run(depth, agents=("a", "b")):
         asked = []
 
         def choose(obs, state):
@@ -414,10 +427,10 @@ def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tin
             group = obs.valid_groups()[0]
             return Choice(allocs=obs.allocs_for(group), action=group)
 
-        plugin = LearnedPlacement(Observer(tiny_interference, ("a", "b")), choose,
-                                  build_plugin("place", "consolidate"), "consolidate",
-                                  what_if=build_plugin("place", "spread"),
-                                  max_agent_jobs=depth)
+        fallback, what_if = Spy("consolidate"), Spy("spread")
+        plugin = LearnedPlacement(Observer(tiny_interference, agents), choose, fallback,
+                                  "consolidate", what_if=what_if, max_agent_jobs=depth)
+        run.fallback, run.what_if = fallback.scored, what_if.scored
         profile = load_profile("las-consolidate")
         policy = Policy(profile, build_plugin("order", profile.order, profile.order_params),
                         [(plugin, 1.0)])
@@ -429,5 +442,10 @@ def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tin
     asked, got = run(2)
     assert sorted(asked) == [2, 3, 4, 5]        # two per agent, the head of each queue
     assert set(got) == set(range(2, 10))
+    assert run.what_if >= {6, 7, 8, 9} and not run.what_if & {2, 3, 4, 5}
     asked, got = run(0)
     assert sorted(asked) == list(range(2, 10)) and set(got) == set(range(2, 10))
+    # a partition without an agent is the fallback's, whatever the depth
+    asked, got = run(2, agents=("a",))
+    assert sorted(asked) == [3, 5] and set(got) == set(range(2, 10))
+    assert {2, 4, 6, 8} <= run.fallback and not {2, 4, 6, 8} & run.what_if

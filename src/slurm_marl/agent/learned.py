@@ -158,12 +158,13 @@ class LearnedPlacement:
         hit = self._choices.get(job.job_id)
         if hit is not None:
             return hit
-        if self.max_agent_jobs:
-            if self.plugin_for(job, state) is not self:
+        agent = self._agent_of(job, state) if self.max_agent_jobs else None
+        if agent is not None:   # (a job no agent owns is the fallback's, below)
+            looked = self._owned.get(agent, 0)
+            if looked >= self.max_agent_jobs:
                 self._choices[job.job_id] = _PAST_DEPTH
                 return _PAST_DEPTH
-            agent = self._agent_of(job, state)
-            self._owned[agent] = self._owned.get(agent, 0) + 1
+            self._owned[agent] = looked + 1
         obs = self.observer.observe(job, state, self._deferred_since.get(job.job_id))
         if obs is None:
             if job.partition not in self._warned:
@@ -200,7 +201,7 @@ class LearnedPlacement:
         if not self.max_agent_jobs:
             return self
         # Past this cycle's depth (``max_agent_jobs`` jobs its agent has looked at): the
-        # fallback's, unless the agent has already looked at this job this cycle.
+        # what-if heuristic's, unless the agent has already looked at this job this cycle.
         self._sync(state)
         choice = self._choices.get(job.job_id)
         if choice is not None:
