@@ -57,10 +57,14 @@ class _Text:
             if self.pos < len(self.buf) or not self.more():
                 return self.buf[self.pos:self.pos + 1]
 
-    def expect(self, char: str) -> None:
-        if self.peek() != char:
-            raise self.error(f"expected {char!r}")
+    def take(self, allowed: str) -> str:
+        """The next character that is not white space, consumed; it must be one of
+        ``allowed``."""
+        char = self.peek()
+        if not char or char not in allowed:
+            raise self.error("expected " + " or ".join(repr(c) for c in allowed))
         self.pos += 1
+        return char
 
     def value(self) -> Any:
         """The next JSON value. A value cut by the end of the buffer is decoded again with
@@ -100,7 +104,7 @@ def stream_object(read: Callable[[int], str],
     text = _Text(read, chunk)
     top: dict = {}
     counts: dict[str, int] = {}
-    text.expect("{")
+    text.take("{")
     if text.peek() == "}":
         text.pos += 1
     else:
@@ -108,19 +112,14 @@ def stream_object(read: Callable[[int], str],
             if text.peek() != '"':
                 raise text.error("expected a member name")
             name = text.value()
-            text.expect(":")
+            text.take(":")
             if name in items and text.peek() == "[":
                 text.pos += 1
                 counts[name] = counts.get(name, 0) + _stream_array(text, items[name])
             else:
                 top[name] = text.value()
-            char = text.peek()
-            text.pos += 1
-            if char == "}":
+            if text.take(",}") == "}":
                 break
-            if char != ",":
-                text.pos -= 1
-                raise text.error("expected ',' or '}'")
     if text.peek() != "":
         raise text.error("text after the JSON object")
     return top, counts
@@ -137,10 +136,5 @@ def _stream_array(text: _Text, take: Callable[[Any], None] | None) -> int:
         if take is not None:
             take(item)
         del item
-        char = text.peek()
-        text.pos += 1
-        if char == "]":
+        if text.take(",]") == "]":
             return count
-        if char != ",":
-            text.pos -= 1
-            raise text.error("expected ',' or ']'")

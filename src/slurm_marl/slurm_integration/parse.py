@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from slurm_marl.domain import Job, JobState
 from slurm_marl.slurm_gres import parse_gpu_request, parse_gres_indices, single_type, total_gpus
-from slurm_marl.slurm_integration.parse_layout import Layout, job_state_text, layout_of, num
+from slurm_marl.slurm_integration.parse_layout import (Layout, job_state_text, layout_of, num,
+                                                       read_record)
 from slurm_marl.slurm_integration.parse_nodes import (SCONTROL_NODES, SINFO, NodesReader,
                                                       gpu_groups_from_gres, node_from_json,
                                                       nodes_from_scontrol, nodes_from_sinfo,
@@ -22,9 +23,9 @@ from slurm_marl.slurm_integration.runner import SlurmOutputError
 from slurm_marl.slurm_text import SlurmTextError, expand_host_field
 
 __all__ = ["JobsReader", "Layout", "NodesReader", "SCONTROL_NODES", "SINFO",
-           "gpu_groups_from_gres", "job_from_json", "job_state", "jobs_from_squeue", "layout_of", "node_from_json", "nodes_from_scontrol",
-           "nodes_from_sinfo", "num", "partitions_from_scontrol", "switches_from_scontrol",
-           "unmodelable_reason"]
+           "gpu_groups_from_gres", "job_from_json", "job_state", "jobs_from_squeue",
+           "layout_of", "node_from_json", "nodes_from_scontrol", "nodes_from_sinfo", "num",
+           "partitions_from_scontrol", "switches_from_scontrol", "unmodelable_reason"]
 
 SQUEUE = "squeue --json"
 
@@ -177,17 +178,9 @@ class JobsReader:
 
     def add(self, raw: object) -> None:
         self.records += 1
-        if not isinstance(raw, dict):
-            self.problems.append(f"unexpected job entry {raw!r:.80}")
-            return
-        if job_state_text(raw.get("job_state")) is not None:
+        if isinstance(raw, dict) and job_state_text(raw.get("job_state")) is not None:
             self.with_state += 1
-        try:
-            job, probs = job_from_json(raw)
-        except Exception as exc:  # one strange job must not spoil the snapshot
-            self.problems.append(f"job {raw.get('job_id')!r}: unreadable ({exc!r})")
-            return
-        self.problems.extend(probs)
+        job = read_record(raw, "job", "job_id", job_from_json, self.problems)
         if job is not None:
             self.jobs.append(job)
 

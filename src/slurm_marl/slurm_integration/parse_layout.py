@@ -20,7 +20,7 @@ an unknown layout would hand the scheduler an empty or wrong cluster without a w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from slurm_marl.slurm_integration.runner import SlurmOutputError
 
@@ -145,3 +145,19 @@ def text_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, list):
         return tuple(str(v).strip() for v in value if str(v).strip())
     return tuple(f for f in str(value or "").split(",") if f)
+
+
+def read_record(raw: object, kind: str, id_key: str,
+                convert: Callable[[dict], tuple[Any, list[str]]], problems: list[str]) -> Any:
+    """One record of a JSON list converted, or None with the reason added to ``problems``:
+    not an object, or ``convert`` failing (one strange job or node never spoils a snapshot)."""
+    if not isinstance(raw, dict):
+        problems.append(f"unexpected {kind} entry {raw!r:.80}")
+        return None
+    try:
+        value, probs = convert(raw)
+    except Exception as exc:
+        problems.append(f"{kind} {raw.get(id_key)!r}: unreadable ({exc!r})")
+        return None
+    problems.extend(probs)
+    return value

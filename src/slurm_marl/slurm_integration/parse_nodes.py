@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from slurm_marl.domain import GpuGroup, Node, Partition, Switch
 from slurm_marl.slurm_gres import parse_gres_indices, parse_node_gres
-from slurm_marl.slurm_integration.parse_layout import layout_of, node_state_text, num, text_list
+from slurm_marl.slurm_integration.parse_layout import (layout_of, node_state_text, num,
+                                                       read_record, text_list)
 from slurm_marl.slurm_integration.runner import SlurmOutputError
 from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, parse_kv_line,
                                    parse_switch_line, parse_time_limit_s)
@@ -87,7 +88,7 @@ def node_from_json(raw: dict, leaf_of: dict[str, str] | None = None
 class NodesReader:
     """Nodes of per-node records read one at a time (``add``), so a streamed answer is
     never held whole; a node listed twice (sinfo lists it once per partition) is kept once.
-    ``finish`` refuses a non-empty list none of which reads."""
+    ``finish`` refuses what ``nodes_from_sinfo`` / ``nodes_from_scontrol`` refuse."""
 
     def __init__(self, what: str, leaf_of: dict[str, str] | None = None) -> None:
         self.what = what
@@ -99,83 +100,57 @@ class NodesReader:
 
     def add(self, raw: object) -> None:
         self.records += 1
-        if not isinstance(raw, dict):
-            self.problems.append(f"unexpected node entry {raw!r:.80}")
-            return
-        try:
-            node, probs = node_from_json(raw, self.leaf_of)
-        except Exception as exc:  # one strange node must not spoil the snapshot
-            self.problems.append(f"node {raw.get('name')!r}: unreadable ({exc!r})")
-            return
-        self.problems.extend(probs)
+        node = read_record(raw, "node", "name", lambda r: node_from_json(r, self.leaf_of),
+                           self.problems)
         if node is not None and node.name not in self._seen:
             self._seen.add(node.name)
             self.nodes.append(node)
 
-    def finish(self) -> tuple[list[Node], list[str]]:
-        if self.records and not self.nodes:
-            raise SlurmOutputError(self.what.split(), 0, (
-                f"{self.records} node records but none readable (unknown layout?): "
-                f"{'; '.join(self.problems[:3])}"))
-        return self.nodes, self.problems
-
-    def finish_answer(self, rest: dict, streamed: bool) -> tuple[list[Node], list[str]]:
-        """``finish`` for a streamed answer: ``rest`` is the answer without the streamed
-        'nodes' array; refused as ``nodes_from_sinfo`` / ``nodes_from_scontrol`` refuse."""
+    def finish(self, rest: dict, listed: bool) -> tuple[list[Node], list[str]]:
+        """The nodes, with ``rest`` the answer without the 'nodes' array read (``listed``:
+        there was one). Refused: an unknown layout, a 22.05-style sinfo read of a later
+        Slurm (no per-node records there), no 'nodes' array, and records none of which
+        reads."""
         layout = layout_of(rest, self.what)
         if self.what == SINFO and not layout.nodes_from_sinfo:
-            raise _no_nodes_in_sinfo(layout)
-        if not streamed:
+            raise SlurmOutputError(SINFO.split(), 0, (
+                f"Slurm {layout.release} ({layout.parser}) lists no per-node records in "
+                f"sinfo --json; read nodes from scontrol show node --json"))
+        if not listed:
             if "nodes" in rest:
                 raise SlurmOutputError(self.what.split(), 0, (
                     f"'nodes' is a {type(rest['nodes']).__name__}, not a list"))
             raise SlurmOutputError(self.what.split(), 0, (
                 f"no 'nodes' in {self.what} of Slurm {layout.release} ({layout.parser}): "
                 "unknown layout"))
-        return self.finish()
+        if self.records and not self.nodes:
+            raise SlurmOutputError(self.what.split(), 0, (
+                f"{self.records} node records but none readable (unknown layout?): "
+                f"{'; '.join(self.problems[:3])}"))
+        return self.nodes, self.problems
 
 
-def nodes_from_records(raws: object, what: str, leaf_of: dict[str, str] | None = None
-                       ) -> tuple[list[Node], list[str]]:
-    """Nodes of a list of per-node records (``NodesReader``)."""
-    if not isinstance(raws, list):
-        raise SlurmOutputError(what.split(), 0, f"'nodes' is a {type(raws).__name__}, "
-                               "not a list")
+def _nodes_of_answer(data: dict, what: str, leaf_of: dict[str, str] | None
+                     ) -> tuple[list[Node], list[str]]:
     reader = NodesReader(what, leaf_of)
-    for raw in raws:
+    raws = data.get("nodes")
+    listed = isinstance(raws, list)
+    for raw in raws if listed else ():
         reader.add(raw)
-    return reader.finish()
-
-
-def _no_nodes_in_sinfo(layout) -> SlurmOutputError:
-    return SlurmOutputError(SINFO.split(), 0, (
-        f"Slurm {layout.release} ({layout.parser}) lists no per-node records in "
-        f"sinfo --json; read nodes from scontrol show node --json"))
+    return reader.finish({k: v for k, v in data.items() if k != "nodes" or not listed}, listed)
 
 
 def nodes_from_sinfo(data: dict, leaf_of: dict[str, str] | None = None
                      ) -> tuple[list[Node], list[str]]:
-    """Nodes of 22.05's ``sinfo --json``. Later versions print no per-node records there:
-    their answer is refused with a pointer to ``scontrol show node --json``."""
-    layout = layout_of(data, SINFO)
-    if not layout.nodes_from_sinfo:
-        raise _no_nodes_in_sinfo(layout)
-    if "nodes" not in data:
-        raise SlurmOutputError(SINFO.split(), 0, (
-            f"no 'nodes' in sinfo --json of Slurm {layout.release} ({layout.parser}): "
-            "unknown layout"))
-    return nodes_from_records(data["nodes"], SINFO, leaf_of)
+    """Nodes of a whole 22.05 ``sinfo --json`` answer. Later versions print no per-node
+    records there: their answer is refused with a pointer to ``scontrol show node --json``."""
+    return _nodes_of_answer(data, SINFO, leaf_of)
 
 
 def nodes_from_scontrol(data: dict, leaf_of: dict[str, str] | None = None
                         ) -> tuple[list[Node], list[str]]:
-    """Nodes of ``scontrol show node --json`` (Slurm 24.11 and later)."""
-    layout = layout_of(data, SCONTROL_NODES)
-    if "nodes" not in data:
-        raise SlurmOutputError(SCONTROL_NODES.split(), 0, (
-            f"no 'nodes' in scontrol show node --json of Slurm {layout.release} "
-            f"({layout.parser}): unknown layout"))
-    return nodes_from_records(data["nodes"], SCONTROL_NODES, leaf_of)
+    """Nodes of a whole ``scontrol show node --json`` answer (Slurm 24.11 and later)."""
+    return _nodes_of_answer(data, SCONTROL_NODES, leaf_of)
 
 
 # ---------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ class CliClusterSource(ClusterSource):
                          else "scontrol show node --json")
                 self.layout = layout
             if layout.nodes_from_sinfo:
-                return reader.finish_answer(rest, "nodes" in counts)
+                return reader.finish(rest, "nodes" in counts)
         reader = P.NodesReader(P.SCONTROL_NODES, leaf_of)
         try:
             rest, counts = self.runner.run_json_streamed(
@@ -83,7 +83,7 @@ class CliClusterSource(ClusterSource):
             self.layout = None  # e.g. Slurm downgraded: tell the version again next time
             raise
         self._check_layout(rest, "scontrol show node --json")
-        return reader.finish_answer(rest, "nodes" in counts)
+        return reader.finish(rest, "nodes" in counts)
 
     def _check_layout(self, data: dict, what: str) -> None:
         """Follow an answer that names another known layout than the one kept (Slurm
