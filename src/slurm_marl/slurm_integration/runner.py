@@ -134,9 +134,7 @@ class SlurmRunner:
         res = self.run(args)
         if res.ok:
             return res.stdout
-        if looks_unavailable(res.message) or looks_busy(res.message):
-            raise SlurmUnavailable(args, res.returncode, res.message)
-        raise SlurmError(args, res.returncode, res.message)
+        raise _failure(args, res.returncode, res.message)
 
     def run_json(self, args: list[str]) -> dict:
         out = self.run_checked(args)
@@ -199,11 +197,8 @@ class SlurmRunner:
         if timed_out.is_set():
             raise SlurmUnavailable(args, -1, f"timed out after {timeout:.0f} s")
         if rc != 0:
-            message = stderr.strip() or (_errors_text(parsed[0]) if parsed else "") \
-                or f"exit status {rc}"
-            if looks_unavailable(message) or looks_busy(message):
-                raise SlurmUnavailable(args, rc, message)
-            raise SlurmError(args, rc, message)
+            raise _failure(args, rc, stderr.strip() or (_errors_text(parsed[0]) if parsed
+                                                         else "") or f"exit status {rc}")
         if problem is not None or parsed is None:
             raise SlurmOutputError(args, 0, f"not one JSON object: {problem}")
         self._raise_json_errors(args, parsed[0])
@@ -217,6 +212,14 @@ class SlurmRunner:
             if looks_unavailable(text):
                 raise SlurmUnavailable(args, 0, text)
             raise SlurmError(args, 0, text)
+
+
+def _failure(args: list[str], returncode: int, message: str) -> SlurmError:
+    """A failed read: SlurmUnavailable when slurmctld did not answer or asked to try again
+    later, else SlurmError."""
+    if looks_unavailable(message) or looks_busy(message):
+        return SlurmUnavailable(args, returncode, message)
+    return SlurmError(args, returncode, message)
 
 
 def _errors_text(data: dict) -> str:
