@@ -443,9 +443,13 @@ def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tin
     assert sorted(asked) == [2, 3, 4, 5]        # two per agent, the head of each queue
     assert set(got) == set(range(2, 10))
     assert run.what_if >= {6, 7, 8, 9} and not run.what_if & {2, 3, 4, 5}
+    # each decision names the plugin that really placed the job (explain shows it)
+    assert {j: d.plugin for j, d in got.items()} == {
+        **{j: "learned" for j in (2, 3, 4, 5)}, **{j: "spread" for j in (6, 7, 8, 9)}}
     asked, got = run(0)
     assert sorted(asked) == list(range(2, 10)) and set(got) == set(range(2, 10))
     # a partition without an agent is the fallback's, whatever the depth
     asked, got = run(2, agents=("a",))
     assert sorted(asked) == [3, 5] and set(got) == set(range(2, 10))
     assert {2, 4, 6, 8} <= run.fallback and not {2, 4, 6, 8} & run.what_if
+    assert all(got[j].plugin == "consolidate" for j in (2, 4, 6, 8))

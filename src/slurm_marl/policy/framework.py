@@ -80,6 +80,7 @@ class Policy:
         # Plugins that hand some jobs to another plugin (the learned plugin's fallback):
         # candidates for such a job are generated as that plugin needs them.
         self._delegating = any(isinstance(p, Delegating) for p, _ in self.place)
+        self._place_keys = tuple(p.key for p, _ in self.place)
         self._proposers = tuple(p.propose for p, _ in self.place if isinstance(p, Proposer))
         # "A job of size s found no room, so a larger alike job will not either" holds only
         # when no plugin filters candidates (a filter may accept a larger job's shape).
@@ -217,6 +218,7 @@ class Policy:
         best_total = 0.0
         best_terms: tuple = ()
         n_ok = 0
+        keys = self._keys_for(job, state)
         for cand in cands:
             ok = True
             for plugin, _ in self.place:
@@ -226,12 +228,21 @@ class Policy:
             if not ok:
                 continue
             n_ok += 1
-            terms = tuple((plugin.key, weight * plugin.score(job, cand, state))
-                          for plugin, weight in self.place)
+            terms = tuple((key, weight * plugin.score(job, cand, state))
+                          for (plugin, weight), key in zip(self.place, keys))
             total = sum(t[1] for t in terms)
             if best is None or total > best_total + 1e-12:
                 best, best_total, best_terms = cand, total, terms
         return best, best_terms, n_ok
+
+    def _keys_for(self, job: Job, state: CycleState) -> tuple[str, ...]:
+        """The place plugins' keys as a decision names them: for a plugin that hands this
+        job to another (the learned plugin's fallback, or its what-if heuristic past the
+        agents' depth), the key of the plugin that really decides it."""
+        if not self._delegating or state.what_if:
+            return self._place_keys
+        return tuple(p.plugin_for(job, state).key if isinstance(p, Delegating) else p.key
+                     for p, _ in self.place)
 
     def best_candidate(self, job: Job, cands: list[Candidate], state: CycleState
                        ) -> Candidate | None:
