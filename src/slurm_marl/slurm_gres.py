@@ -222,6 +222,29 @@ def parse_gres_indices(text: str | None) -> tuple[int, ...]:
     return tuple(sorted(held))
 
 
+@functools.lru_cache(maxsize=8192)
+def parse_gres_used(text: str | None) -> tuple[tuple[int, ...], tuple[tuple[str | None, int], ...]]:
+    """A node's used GPUs from ``gres_used`` / ``GresUsed=``: (indices given by ``(IDX:..)``,
+    (type, count) of items in use without indices). Slurm gives a count alone for GRES
+    configured without device files, and for a node that never registered (its GRES as
+    slurm.conf states it): ``gpu:s1:2`` is 2 GPUs of type s1 in use, which ones unknown.
+    An unreadable item holds none. Cached, as ``parse_gres_item``."""
+    if not text:
+        return (), ()
+    held: set[int] = set()
+    counted: list[tuple[str | None, int]] = []
+    for item in split_outside_parens(text):
+        body = _gpu_item(item)
+        spec = parse_gres_item(body) if body is not None else None
+        if spec is None:
+            continue
+        if spec.indices:
+            held.update(spec.indices)
+        elif spec.count > 0 and "IDX" not in item.upper():
+            counted.append((spec.type, spec.count))
+    return tuple(sorted(held)), tuple(counted)
+
+
 def parse_node_gres(text: str | None) -> tuple[tuple[GresSpec, ...], str | None]:
     """The GPU entries of a node's configured GRES (``gpu:s0:2(S:0),gpu:s1:2(S:1)``) in
     Slurm's index order; an unreadable GPU entry ends the list with a problem."""

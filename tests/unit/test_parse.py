@@ -105,3 +105,24 @@ def test_a_jobs_field_that_is_not_a_list_is_a_parse_error_not_a_type_error():
     from slurm_marl.slurm_integration.runner import SlurmOutputError
     with pytest.raises(SlurmOutputError, match="'jobs' is a dict"):
         P.jobs_from_squeue({"jobs": {"job_id": 1}})
+
+
+def test_used_gpus_without_indices_count_in_their_types_group():
+    """Slurm gives a used count without (IDX:..) for GRES without device files and for a
+    node that never registered (the scale benchmark's stand-in nodes): those GPUs are in use
+    in their type's group, so placement must not see them free."""
+    from slurm_marl.slurm_gres import parse_gres_used
+    from slurm_marl.slurm_integration.parse_nodes import node_from_json, used_gpu_indices
+
+    assert parse_gres_used("gpu:s0:0(IDX:N/A),gpu:s1:2(IDX:2-3)") == ((2, 3), ())
+    assert parse_gres_used("gpu:s0:0,gpu:s1:2") == ((), (("s1", 2),))
+    assert parse_gres_used("gpu:3,shard:4,gpu:s1:bad(x") == ((), ((None, 3),))
+    raw = {"name": "n5", "state": "MIXED", "cores": 4, "sockets": 2,
+           "gres": "gpu:s0:2,gpu:s1:2", "gres_used": "gpu:s0:0,gpu:s1:2"}
+    node, problems = node_from_json(raw)
+    assert problems == [] and node.used_gpu_indices == {2, 3}    # both of s1, none of s0
+    groups = node.gpu_groups
+    assert used_gpu_indices("gpu:s0:1,gpu:s1:1", groups) == {0, 2}
+    assert used_gpu_indices("gpu:s0:1(IDX:1),gpu:s0:1", groups) == {0, 1}
+    assert used_gpu_indices("gpu:3", groups) == {0, 1, 2}          # untyped: any group
+    assert used_gpu_indices("gpu:s1:5", groups) == {2, 3}          # never beyond the group

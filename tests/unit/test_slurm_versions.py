@@ -483,3 +483,26 @@ def test_a_chroot_cluster_names_its_plugins_and_turns_cgroups_off(tmp_path):
     assert chroot["cgroup.conf"] == "CgroupPlugin=disabled\n"
     assert "\nPluginDir=/p/slurm\n" in chroot["slurm.conf"]
     assert chroot["slurm.conf"].replace("PluginDir=/p/slurm\n", "") == host["slurm.conf"]
+
+
+def test_stand_in_nodes_share_the_first_slurmd_in_one_line_and_never_time_out(tmp_path):
+    from slurm_marl.testcluster import ClusterSpec
+    from slurm_marl.testcluster.harness import render_configs
+
+    spec = ClusterSpec(nodes=1000, slurmd_nodes=2)
+    assert spec.daemon_node_names == ["n1", "n2"]
+    assert spec.stand_in_node_names[0] == "n3" and len(spec.stand_in_node_names) == 998
+    conf = render_configs(spec, tmp_path, 1, [7001, 7002], "h")["slurm.conf"].splitlines()
+    node_lines = [line for line in conf if line.startswith("NodeName=")]
+    assert [line.split()[0] for line in node_lines] == ["NodeName=n1", "NodeName=n2",
+                                                         "NodeName=n[3-1000]"]
+    assert "Port=7001" in node_lines[0] and "Port=7002" in node_lines[1]
+    assert "Port=7001" in node_lines[2]     # the first node's slurmd answers for them
+    assert all("Gres=gpu:s0:2,gpu:s1:2" in line for line in node_lines)
+    assert "SlurmdTimeout=0" in conf
+    plain = render_configs(ClusterSpec(nodes=2), tmp_path, 1, [7001, 7002], "h")["slurm.conf"]
+    assert "SlurmdTimeout=30" in plain.splitlines() and "NodeName=n[" not in plain
+    with pytest.raises(ValueError, match="slurmd_nodes must be between 1 and nodes"):
+        ClusterSpec(nodes=4, slurmd_nodes=0)
+    with pytest.raises(ValueError, match="slurmd_nodes"):
+        ClusterSpec(nodes=4, slurmd_nodes=5)

@@ -14,7 +14,7 @@ list of which none can be read is refused (``SlurmOutputError``).
 from __future__ import annotations
 
 from slurm_marl.domain import GpuGroup, Node, Partition, Switch
-from slurm_marl.slurm_gres import parse_gres_indices, parse_node_gres
+from slurm_marl.slurm_gres import parse_gres_used, parse_node_gres
 from slurm_marl.slurm_integration.parse_layout import (layout_of, node_state_text, num,
                                                        read_record, text_list)
 from slurm_marl.slurm_integration.runner import SlurmOutputError
@@ -48,6 +48,20 @@ def gpu_groups_from_gres(gres: str | None, cores_per_socket: int
     return tuple(groups), problem
 
 
+def used_gpu_indices(gres_used: str | None, groups: tuple[GpuGroup, ...]) -> frozenset[int]:
+    """The node's GPUs in use: those Slurm names by index; for a count without indices
+    (``parse_gres_used``), that many of its type's GPUs not named, lowest first (any
+    group's for an untyped count), so placement sees the right number free in each group
+    although not which GPUs."""
+    indexed, counted = parse_gres_used(gres_used)
+    used = set(indexed)
+    for gpu_type, count in counted:
+        pool = [i for g in groups if gpu_type is None or g.name == gpu_type
+                for i in g.gpu_indices if i not in used]
+        used.update(pool[:count])
+    return frozenset(used)
+
+
 def node_from_json(raw: dict, leaf_of: dict[str, str] | None = None
                    ) -> tuple[Node | None, list[str]]:
     """One per-node record of 22.05's ``sinfo --json`` or a later ``scontrol show node
@@ -64,7 +78,7 @@ def node_from_json(raw: dict, leaf_of: dict[str, str] | None = None
     groups, problem = gpu_groups_from_gres(raw.get("gres"), cores)
     if problem:
         problems.append(f"node {name}: {problem}")
-    used = frozenset(parse_gres_indices(raw.get("gres_used")))
+    used = used_gpu_indices(raw.get("gres_used"), groups)
     node = Node(
         name=name,
         state=state,

@@ -35,13 +35,33 @@ class ClusterSpec:
     accounting: bool = False
     # None: the host's Slurm (22.05); "24.11" / "26.05": that Slurm from a Debian chroot
     slurm_version: str | None = None
+    # Nodes with their own slurmd: the first ``slurmd_nodes`` (None: all). The others are
+    # stand-in nodes for scale measurements: configured in one hostlist line, their address
+    # the first node's slurmd (which answers slurmctld's pings for them), resumed to idle by
+    # the harness. They take allocations that start no process (``salloc --no-shell``);
+    # a job script sent to one would run on the first node's slurmd, so tests and benchmarks
+    # give them none.
+    slurmd_nodes: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "slurm_version", versions.normalise(self.slurm_version))
+        if self.slurmd_nodes is not None and not 1 <= self.slurmd_nodes <= self.nodes:
+            raise ValueError(f"slurmd_nodes must be between 1 and nodes ({self.nodes}), "
+                             f"got {self.slurmd_nodes}")
 
     @property
     def node_names(self) -> list[str]:
         return [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def daemon_node_names(self) -> list[str]:
+        """The nodes that get a slurmd of their own."""
+        names = self.node_names
+        return names if self.slurmd_nodes is None else names[:self.slurmd_nodes]
+
+    @property
+    def stand_in_node_names(self) -> list[str]:
+        return self.node_names[len(self.daemon_node_names):]
 
     @property
     def gpus_per_node(self) -> int:
@@ -104,7 +124,9 @@ def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: li
         "MinJobAge=300",
         "MaxJobCount=20000",
         "KillWait=2",
-        "SlurmdTimeout=30",
+        # stand-in nodes' pings all go through one slurmd, too slowly for a timeout at
+        # 10,000 nodes: none (Slurm never sets a node DOWN for not answering)
+        f"SlurmdTimeout={0 if spec.stand_in_node_names else 30}",
         "InactiveLimit=0",
         *([f"PluginDir={plugin_dir}"] if plugin_dir else []),
     ]
@@ -112,11 +134,14 @@ def render_configs(spec: ClusterSpec, root: Path, ctld_port: int, node_ports: li
         lines.append("JobSubmitPlugins=lua")
     if spec.extra_slurm_conf:
         lines.append(spec.extra_slurm_conf.strip())
-    for name, port in zip(spec.node_names, node_ports):
-        lines.append(
-            f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 Port={port} "
-            f"Sockets={spec.sockets} CoresPerSocket={spec.cores_per_socket} ThreadsPerCore=1 "
-            f"RealMemory={spec.memory_mib} Gres={gres_types} State=UNKNOWN")
+    shape = (f"Sockets={spec.sockets} CoresPerSocket={spec.cores_per_socket} ThreadsPerCore=1 "
+             f"RealMemory={spec.memory_mib} Gres={gres_types} State=UNKNOWN")
+    for name, port in zip(spec.daemon_node_names, node_ports):
+        lines.append(f"NodeName={name} NodeHostname={name} NodeAddr=127.0.0.1 Port={port} {shape}")
+    stand_ins = spec.stand_in_node_names
+    if stand_ins:
+        lines.append(f"NodeName={collapse_hosts(stand_ins)} NodeAddr=127.0.0.1 "
+                     f"Port={node_ports[0]} {shape}")
     all_nodes = collapse_hosts(spec.node_names)
     lines.append(f"PartitionName={spec.partition} Nodes={all_nodes} Default=YES "
                  "MaxTime=INFINITE State=UP")
