@@ -150,16 +150,33 @@ class RecordingRunner(SlurmRunner):
         return super().run_json_streamed(args, *a, **kw)
 
 
-def client_calls(slurm_conf: str, env: dict) -> list[dict]:
-    """Each client call of one snapshot, alone: its time and the size of its answer."""
+# For comparison with the agent's calls: pending and running jobs' JSON apart, and the same
+# jobs and nodes as Slurm's plain text, a few fields each (what a reader that only looked
+# for changes could ask for).
+TEXT_CALLS = (["squeue", "--json", "--states=PENDING"], ["squeue", "--json", "--states=RUNNING"],
+              ["squeue", "-h", "-o", "%i %T %P %b %N"], ["sinfo", "-h", "-N", "-o", "%N %T %G"])
+
+
+def client_calls(slurm_conf: str, env: dict, cluster_root: Path) -> list[dict]:
+    """Each client call of one snapshot, alone, then the text calls: its wall time, the
+    client's own CPU time (the rest of the wall time is mostly slurmctld's) and slurmctld's
+    CPU time over the call, and the size of its answer."""
     runner = RecordingRunner(slurm_conf, timeout_s=600)
     CliClusterSource(runner).snapshot()
+    ctld = psutil.Process(int((cluster_root / "run" / "slurmctld.pid").read_text().split()[0]))
     calls = []
-    for argv in runner.seen:
+    for argv in runner.seen + [list(a) for a in TEXT_CALLS]:
+        before = os.times()
+        ctld_before = sum(ctld.cpu_times()[:2])
         t0 = time.perf_counter()
         proc = subprocess.run(argv, env=env, capture_output=True)
-        calls.append({"argv": " ".join(argv), "rc": proc.returncode,
-                      "seconds": time.perf_counter() - t0, "mib": len(proc.stdout) / 2**20})
+        wall = time.perf_counter() - t0
+        after = os.times()
+        calls.append({"argv": " ".join(argv), "rc": proc.returncode, "seconds": wall,
+                      "client_cpu_s": (after.children_user - before.children_user
+                                       + after.children_system - before.children_system),
+                      "slurmctld_cpu_s": sum(ctld.cpu_times()[:2]) - ctld_before,
+                      "mib": len(proc.stdout) / 2**20})
     return calls
 
 
@@ -167,7 +184,7 @@ def measure(cluster: LocalCluster, args) -> dict:
     env = cluster.env
     os.environ.update(env)  # the chroot's client wrappers first on PATH, SLURM_CONF
     proc = psutil.Process()
-    calls = client_calls(str(cluster.slurm_conf), env)
+    calls = client_calls(str(cluster.slurm_conf), env, cluster.root)
     runner = SlurmRunner(str(cluster.slurm_conf), timeout_s=600)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": ["gpu"],
@@ -236,7 +253,9 @@ def main() -> None:
           f"{counts}; cluster up in {up_s:.0f} s, filled in "
           f"{fill_running_s + fill_pending_s:.0f} s")
     for c in result["client_calls"]:
-        print(f"  {c['argv']}: {c['seconds']:.2f} s, {c['mib']:.1f} MiB (rc {c['rc']})")
+        print(f"  {c['argv']}: {c['seconds']:.2f} s (client CPU {c['client_cpu_s']:.2f} s, "
+              f"slurmctld CPU {c['slurmctld_cpu_s']:.2f} s), {c['mib']:.1f} MiB "
+              f"(rc {c['rc']})")
     print(f"  agent saw {result['pending_seen']} pending, {result['running_seen']} running; "
           f"{result['decisions_first_cycle']} decisions in the first cycle")
     for i, (t, s) in enumerate(zip(result["cycle_s"], result["snapshot_s"])):
