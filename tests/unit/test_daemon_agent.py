@@ -244,3 +244,50 @@ def test_an_order_that_needs_no_write_is_recorded_when_its_queue_changes(tmp_pat
     a.policy.decisions = [SetPriority(1, "las", "outlived its prediction", 1, 2)]
     a.cycle()
     assert rows()[0] == ("planned", "outlived its prediction") and len(rows()) == 2
+
+
+def test_a_partition_with_its_own_profile_is_decided_by_its_own_policy(tmp_path):
+    """agent.partition_profiles: each managed partition's view goes to its policy only."""
+    now = 1000.0
+    snap = ClusterSnapshot(now, NODES, (pending(1, now), replace(pending(2, now),
+                                                                 partition="cpu")), PARTS)
+    seen: dict[str, list] = {"default": [], "own": []}
+
+    class Recording:
+        def __init__(self, name, decisions):
+            self.name, self.decisions = name, decisions
+
+        def run_cycle(self, view):
+            seen[self.name].append(sorted(j.job_id for j in view.pending))
+            return [d for d in self.decisions if view.job(d.job_id) is not None]
+
+    cfg = parse_config({"agent": {"state_dir": str(tmp_path), "managed_partitions":
+                                  ["gpu", "cpu"], "partition_profiles": {"cpu": "las-lif"}}})
+    sink = FakeDecisionSink()
+    a = Agent(cfg, FakeClusterSource(snap), sink, Store(tmp_path / "s.sqlite"),
+              Recording("default", [SetPriority(1, "las", "default", 5, 0)]),
+              partition_policies={"cpu": Recording("own", [SetPriority(2, "lif", "own", 7, 1)])})
+    report = a.cycle()
+    assert seen == {"default": [[1]], "own": [[2]]}
+    assert {(d.job_id, d.reason) for d in report.decisions} == {(1, "default"), (2, "own")}
+
+
+def test_build_agent_loads_each_partitions_profile_and_names_a_bad_one(tmp_path):
+    import pytest
+
+    from slurm_marl.daemon.service import build_agent
+    from slurm_marl.policy.profile import ProfileError
+
+    knobs = tmp_path / "knobs.toml"     # as `slurm-marl train thresholds` writes one
+    knobs.write_text('name = "cpu-knobs"\npreemption = false\n[order]\nplugin = "tiresias_las"'
+                     '\nthresholds_gpu_s = [100]\nstarve_limit = 0\n[place]\nconsolidate = 1.0\n')
+    base = {"state_dir": str(tmp_path), "managed_partitions": ["gpu", "cpu"]}
+    a = build_agent(parse_config({"agent": {**base, "partition_profiles": {
+        "cpu": str(knobs)}}}))
+    assert a.policy.profile.name == "las-consolidate"
+    own = a.partition_policies["cpu"].profile
+    assert own.name == "cpu-knobs" and own.preemption is False
+    assert tuple(own.order_params["thresholds_gpu_s"]) == (100,)
+    with pytest.raises(ProfileError, match=r"agent.partition_profiles.cpu: unknown profile"):
+        build_agent(parse_config({"agent": {**base,
+                                            "partition_profiles": {"cpu": "no-such"}}}))

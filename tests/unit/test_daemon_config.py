@@ -8,6 +8,10 @@ def test_defaults_and_overrides():
                                   "preempt_partitions": ["b"]}})
     assert cfg.agent.interval_s == 2.0 and cfg.agent.managed_partitions == ("a", "b")
     assert cfg.metrics.address == "127.0.0.1" and cfg.agent.shadow is False
+    cfg = parse_config({"agent": {"managed_partitions": ["a", "b"], "profile": "las-lif",
+                                  "partition_profiles": {"b": "/etc/knobs.toml"}}})
+    assert cfg.agent.partition_profiles == (("b", "/etc/knobs.toml"),)
+    assert [cfg.agent.profile_for(p) for p in ("a", "b")] == ["las-lif", "/etc/knobs.toml"]
 
 
 @pytest.mark.parametrize("data,needle", [
@@ -22,6 +26,11 @@ def test_defaults_and_overrides():
     ({"metrics": {"port": 70000}}, "outside"),
     ({"log": {"level": "LOUD"}}, "log.level"),
     ({"slurm": {"write_retries": 1.5}}, "whole number"),
+    ({"agent": {"partition_profiles": ["gpu"]}}, "agent.partition_profiles: expected a table"),
+    ({"agent": {"partition_profiles": {"gpu": 3}}}, "expected a table of partition"),
+    ({"agent": {"partition_profiles": {"gpu": " "}}}, "expected a table of partition"),
+    ({"agent": {"partition_profiles": {"cpu": "las-lif"}}},
+     "agent.partition_profiles ['cpu'] are not in agent.managed_partitions"),
 ])
 def test_bad_values_name_the_key(data, needle):
     with pytest.raises(ConfigError) as err:

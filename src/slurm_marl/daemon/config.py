@@ -55,6 +55,13 @@ class AgentSection:
     site_factor_max: int = 1_000_000
     # reuse the last cycle's placements while their inputs are unchanged (policy/framework.py)
     reuse_decisions: bool = True
+    # a profile of its own for some managed partitions (TOML table [agent.partition_profiles],
+    # partition = built-in name or profile file, e.g. knobs from `slurm-marl train
+    # thresholds`); the others use `profile`. Kept as (partition, profile) pairs.
+    partition_profiles: tuple[tuple[str, str], ...] = ()
+
+    def profile_for(self, partition: str) -> str:
+        return dict(self.partition_profiles).get(partition, self.profile)
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,13 @@ _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _coerce(where: str, name: str, default: Any, value: Any) -> Any:
+    if name == "partition_profiles":
+        if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v.strip()
+                for k, v in value.items()):
+            raise ConfigError(f"{where}.{name}: expected a table of partition = \"profile\" "
+                              f"(a built-in name or a profile file), got {value!r}")
+        return tuple(sorted(value.items()))
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{where}.{name}: expected true or false, got {value!r}")
@@ -162,10 +176,13 @@ def parse_config(data: dict, source: str = "<string>") -> Config:
     if stray:
         raise ConfigError(f"{source}: agent.preempt_partitions {sorted(stray)} are not in "
                           "agent.managed_partitions")
-    stray = set(cfg.agent.site_factor_partitions) - set(cfg.agent.managed_partitions)
-    if stray:
-        raise ConfigError(f"{source}: agent.site_factor_partitions {sorted(stray)} are not "
-                          "in agent.managed_partitions")
+    for key in ("site_factor_partitions", "partition_profiles"):
+        listed = getattr(cfg.agent, key)
+        stray = set(p if isinstance(p, str) else p[0] for p in listed) \
+            - set(cfg.agent.managed_partitions)
+        if stray:
+            raise ConfigError(f"{source}: agent.{key} {sorted(stray)} are not in "
+                              "agent.managed_partitions")
     return cfg
 
 

@@ -119,7 +119,7 @@ def _without_reason(d: Decision) -> tuple:
 class Agent:
     def __init__(self, config: Config, source: ClusterSource, sink: DecisionSink,
                  store: Store, policy, metrics=None, clock=time.time,
-                 predictor=None) -> None:
+                 predictor=None, partition_policies: dict | None = None) -> None:
         self.config = config
         # GPU-time predictions (daemon/predictions.py), when a model is configured
         self.predictor = predictor
@@ -127,8 +127,11 @@ class Agent:
         self.sink = sink
         self.store = store
         self.policy = policy
-        if hasattr(policy, "reuse_decisions"):
-            policy.reuse_decisions = config.agent.reuse_decisions
+        # partitions with a profile of their own (agent.partition_profiles): their policy
+        self.partition_policies = dict(partition_policies or {})
+        for p in (policy, *self.partition_policies.values()):
+            if hasattr(p, "reuse_decisions"):
+                p.reuse_decisions = config.agent.reuse_decisions
         self.metrics = metrics
         self.clock = clock
         self._started = False
@@ -227,7 +230,8 @@ class Agent:
             report.pending += len(view.pending)
             report.running += len(view.running)
             order: list[SetPriority] = []
-            for d in self.policy.run_cycle(view):
+            policy = self.partition_policies.get(part, self.policy)
+            for d in policy.run_cycle(view):
                 if d.job_id in decided_jobs and not isinstance(d, Preempt):
                     continue  # a multi-partition job is decided by its first partition
                 if isinstance(d, Preempt) and part not in self.config.agent.preempt_partitions:
@@ -493,7 +497,7 @@ class Agent:
 def build_agent(config: Config, metrics=None) -> Agent:
     """The agent wired to real Slurm, its store and the configured policy profile."""
     from slurm_marl.policy.framework import build_policy
-    from slurm_marl.policy.profile import load_profile
+    from slurm_marl.policy.profile import ProfileError, load_profile
     from slurm_marl.slurm_integration.runner import SlurmRunner
     from slurm_marl.slurm_integration.sink import CliDecisionSink
     from slurm_marl.slurm_integration.source import CliClusterSource
@@ -502,6 +506,13 @@ def build_agent(config: Config, metrics=None) -> Agent:
     source = CliClusterSource(runner, static_ttl_s=60.0)
     sink = CliDecisionSink(runner, retries=config.slurm.write_retries)
     policy = build_policy(load_profile(config.agent.profile))
+    partition_policies = {}
+    for part, name in config.agent.partition_profiles:
+        try:
+            partition_policies[part] = build_policy(load_profile(name))
+        except ProfileError as exc:
+            raise ProfileError(f"agent.partition_profiles.{part}: {exc}") from None
+        log.info("partition %s: profile %s", part, name)
     predictor = None
     if config.agent.gpu_time_model:
         from slurm_marl.daemon.predictions import DaemonPredictor
@@ -510,4 +521,5 @@ def build_agent(config: Config, metrics=None) -> Agent:
     elif config.agent.history:
         log.warning("agent.history is set but agent.gpu_time_model is not: no predictions")
     store = Store(config.store_path)
-    return Agent(config, source, sink, store, policy, metrics=metrics, predictor=predictor)
+    return Agent(config, source, sink, store, policy, metrics=metrics, predictor=predictor,
+                 partition_policies=partition_policies)

@@ -15,7 +15,8 @@ row of the window one will run), never after, and never inside an excluded (held
 window. Everything is seeded: the same inputs give the same knobs.
 
 The result becomes a ``tiresias_las`` profile with consolidate placement and fit-first
-backfill (as ``las-consolidate``), written as TOML for ``slurm-marl simulate --profile``.
+backfill (as ``las-consolidate``), written as TOML for ``slurm-marl simulate --profile``, and
+for the daemon as that partition's profile (``agent.partition_profiles`` in its config).
 """
 
 from __future__ import annotations
