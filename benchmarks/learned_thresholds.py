@@ -10,6 +10,11 @@ fixed thresholds 3250/7200/18000 GPU-s, preemption) and the FIFO profiles (same 
 placement). A window with no earlier rows (``ee9e8c,rows=0:800``) has nothing to learn from:
 the learner keeps its starting point, the fixed thresholds.
 
+With ``--validation-windows V`` (default 1; 0 = no guard) the most recent V busy windows
+before the held-out one validate and the ``--train-windows`` before them train: the learned
+knobs are kept only if they beat the fixed ones there by ``--min-gain`` (default 2%), as
+``slurm-marl train thresholds`` does.
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learned_thresholds.py --strengths none,high \
         --out /tmp/thr/learned.json
 
@@ -40,23 +45,31 @@ def learn_and_run(window: str, strength: str, args) -> dict:
     from slurm_marl.sim.run import simulate
     from slurm_marl.sim.traces import Window, load_trace
     from slurm_marl.train.thresholds import (CemConfig, cem_search, history_windows,
-                                             simulator_evaluator)
+                                             simulator_evaluator, validate)
     cluster = parse_cluster(args.cluster)
     win = Window.parse(window)
     t0 = time.perf_counter()
-    train = history_windows(args.trace, win.cluster, win.first_row, cluster,
-                            rows=args.train_rows, count=args.train_windows,
+    found = history_windows(args.trace, win.cluster, win.first_row, cluster,
+                            rows=args.train_rows,
+                            count=args.train_windows + args.validation_windows,
                             exclude=WINDOWS)
-    assert all(w.end_row <= win.first_row for w in train)
+    assert all(w.end_row <= win.first_row for w in found)
+    checks, train = (found[:args.validation_windows], found[args.validation_windows:]) \
+        if len(found) > args.validation_windows else ([], [])
     cfg = CemConfig(population=args.population, iterations=args.iterations, seed=args.seed)
     result = cem_search(simulator_evaluator(train, cluster, strength), cfg) if train else None
+    verdict = None
+    if result and checks:
+        verdict = validate(result.best.knobs, result.start.knobs,
+                           simulator_evaluator(checks, cluster, strength),
+                           [w.window for w in checks], args.min_gain)
     learn_s = time.perf_counter() - t0
     jobs = load_trace(args.trace, window)
     rec = {"window": window, "interference": strength,
            "train_windows": [{"window": w.window, "load": round(w.load, 2)} for w in train],
            "search": result.as_dict() if result else None, "learn_wall_s": round(learn_s, 1),
-           "runs": {}}
-    learned = result.best.knobs if result else None
+           "validation": verdict.as_dict() if verdict else None, "runs": {}}
+    learned = (verdict.kept if verdict else result.best.knobs) if result else None
     profiles = [("learned", learned.profile() if learned else FIXED), ("fixed", FIXED)] + \
         [(f, f) for f in FIFOS]
     for label, prof in profiles:
@@ -65,6 +78,9 @@ def learn_and_run(window: str, strength: str, args) -> dict:
         rec["runs"][label] = {"avg_jct_s": s["avg_jct_s"], "preemptions": s["preemptions"],
                               "unfinished": s["unfinished"]}
     rec["learned"] = learned.describe() if learned else "no history: fixed thresholds kept"
+    if verdict is not None and not verdict.learned_kept:
+        rec["learned"] += f" (guard: {result.best.knobs.describe()} not kept, validation " \
+            f"ratio {verdict.ratio if verdict.ratio is None else round(verdict.ratio, 3)})"
     return rec
 
 
@@ -77,6 +93,8 @@ def main(argv=None) -> int:
     ap.add_argument("--population", type=int, default=8)
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--train-windows", type=int, default=2)
+    ap.add_argument("--validation-windows", type=int, default=1)
+    ap.add_argument("--min-gain", type=float, default=0.02)
     ap.add_argument("--train-rows", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path)

@@ -131,10 +131,53 @@ def test_cli_writes_a_profile_simulate_accepts(tmp_path):
                                    "--iterations", "1", "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output[res.output.index("{"):])
-    assert [w["window"] for w in doc["train_windows"]] == ["vc=aaa,rows=20:30",
-                                                           "vc=aaa,rows=10:20"]
+    # the nearest past validates; the windows before it train
+    assert doc["validation"]["windows"] == ["vc=aaa,rows=20:30"]
+    assert [w["window"] for w in doc["train_windows"]] == ["vc=aaa,rows=10:20",
+                                                           "vc=aaa,rows=0:10"]
     assert load_profile(out).order == "tiresias_las"
+    kept = doc["validation"]["kept"]
+    assert doc["description"] == kept
+    assert kept == (doc["best"]["description"] if doc["validation"]["learned_kept"]
+                    else FIXED_TIRESIAS.describe())
     bad = CliRunner().invoke(app, ["thresholds", "--trace", str(trace), "--vc", "aaa",
-                                   "--before-row", "5", "--cluster", CLUSTER,
-                                   "--out", str(out)])
-    assert bad.exit_code == 2 and "nothing to learn from" in " ".join(bad.output.split())
+                                   "--before-row", "15", "--cluster", CLUSTER,
+                                   "--train-rows", "10", "--out", str(out)])
+    assert bad.exit_code == 2 and "at least one to train on" in " ".join(bad.output.split())
+    assert "--validation-windows 0" in " ".join(bad.output.split())
+    unguarded = CliRunner().invoke(app, ["thresholds", "--trace", str(trace), "--vc", "aaa",
+                                         "--before-row", "15", "--cluster", CLUSTER,
+                                         "--train-rows", "10", "--population", "2",
+                                         "--iterations", "1", "--validation-windows", "0",
+                                         "--out", str(out), "--json"])
+    assert unguarded.exit_code == 0, unguarded.output
+    assert json.loads(unguarded.output[unguarded.output.index("{"):])["validation"] is None
+
+
+def test_the_guard_keeps_learned_knobs_only_for_a_clear_gain_on_validation():
+    learned, start = LasKnobs((1000.0,), 0.0, True), FIXED_TIRESIAS
+    asked = []
+
+    def scores(learned_jct, start_jct):
+        def evaluate(knobs):
+            asked.append(knobs)
+            return learned_jct if knobs == learned else start_jct
+        return evaluate
+
+    v = thr.validate(learned, start, scores([97.0, 96.0], [100.0, 100.0]), ["w1", "w2"])
+    assert v.learned_kept and v.kept == learned and v.ratio == pytest.approx(0.965)
+    v = thr.validate(learned, start, scores([99.0, 98.0], [100.0, 100.0]), ["w1", "w2"])
+    assert not v.learned_kept and v.kept == start            # 1.5% < the 2% asked
+    v = thr.validate(learned, start, scores([99.0], [100.0]), ["w1"], min_gain=0.0)
+    assert v.learned_kept
+    v = thr.validate(learned, start, scores([None], [100.0]), ["w1"])   # jobs left unfinished
+    assert not v.learned_kept and v.ratio is None
+    asked.clear()
+    v = thr.validate(start, start, scores([1.0], [1.0]), ["w1"])
+    assert not asked and v.kept == start and not v.learned_kept    # nothing to validate
+    # where the fixed rules are wrong (equal jobs, restart cost), FIFO-like passes the guard
+    windows = [HistoryWindow("c", 16, 24, 0.0, equal_jobs(8, 300.0))]
+    evaluate = simulator_evaluator(windows, parse_cluster(CLUSTER), "none", restart_delay_s=300.0)
+    fifo = LasKnobs((), 0.0, False)
+    assert thr.validate(fifo, FIXED_TIRESIAS, evaluate, ["c"]).kept == fifo
+    assert thr.validate(FIXED_TIRESIAS, fifo, evaluate, ["c"]).kept == fifo

@@ -300,6 +300,11 @@ def thresholds(
         "--exclude", help="A window never to train on, e.g. vc=6214e9,rows=10000:10800 "
         "(repeatable).")] = None,
     train_windows: Annotated[int, typer.Option("--train-windows", min=1)] = 2,
+    validation_windows: Annotated[int, typer.Option(
+        "--validation-windows", min=0, help="More recent windows the learned knobs must win "
+        "on by --min-gain, else the fixed knobs are kept (0: no guard).")] = 1,
+    min_gain: Annotated[float, typer.Option(
+        "--min-gain", min=0.0, max=0.5, help="Least JCT gain on the validation windows.")] = 0.02,
     train_rows: Annotated[int, typer.Option("--train-rows", min=2)] = 500,
     min_load: Annotated[float, typer.Option(
         "--min-load", min=0.0, help="Prefer training windows at least this busy.")] = 0.9,
@@ -315,23 +320,27 @@ def thresholds(
     from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
     from slurm_marl.sim.traces import TraceError, Window
     from slurm_marl.train.thresholds import (CemConfig, cem_search, history_windows,
-                                             simulator_evaluator)
+                                             simulator_evaluator, validate)
 
     strength = _strength(interference)
     if len(strength) != 1:
         _fail("train thresholds takes one --interference strength")
+    wanted = train_windows + validation_windows
     try:
         sim_cluster = parse_cluster(cluster)
         for w in exclude or []:
             Window.parse(w)
-        windows = history_windows(str(trace), vc, before_row, sim_cluster, rows=train_rows,
-                                  count=train_windows, min_load=min_load,
-                                  exclude=exclude or [])
+        found = history_windows(str(trace), vc, before_row, sim_cluster, rows=train_rows,
+                                count=wanted, min_load=min_load, exclude=exclude or [])
     except (TraceError, ClusterSpecError, OSError) as exc:
         _fail(str(exc))
-    if not windows:
-        _fail(f"{trace}: virtual cluster {vc!r} has no {train_rows} rows before row "
-              f"{before_row} outside --exclude: nothing to learn from")
+    if len(found) <= validation_windows:
+        _fail(f"{trace}: virtual cluster {vc!r} has {len(found)} windows of {train_rows} rows "
+              f"before row {before_row} outside --exclude; {validation_windows} validation "
+              f"window(s) and at least one to train on are needed"
+              + (" (--validation-windows 0 skips the guard)" if validation_windows else ""))
+    # most recent first: the nearest past validates, the windows before it train
+    checks, windows = found[:validation_windows], found[validation_windows:]
     cfg = CemConfig(population=population, iterations=iterations, seed=seed)
     with _progress("CEM over 2D-LAS knobs") as bar:
         task = bar.add_task("search", total=population * iterations, status="")
@@ -340,10 +349,17 @@ def thresholds(
             progress=lambda d, n, b: bar.update(task, completed=d, total=n,
                                                 status=f"best reward {b:.4f}"))
     knobs = result.best.knobs
+    verdict = None
+    if checks:
+        verdict = validate(knobs, result.start.knobs,
+                           simulator_evaluator(checks, sim_cluster, strength[0]),
+                           [w.window for w in checks], min_gain)
+        knobs = verdict.kept
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(knobs.to_toml(name), encoding="utf-8")
     doc = {"profile": str(out), "learned": knobs.as_dict(), "description": knobs.describe(),
            "train_windows": [{"window": w.window, "load": round(w.load, 3)} for w in windows],
+           "validation": verdict.as_dict() if verdict else None,
            "interference": strength[0], **result.as_dict()}
     if as_json:
         print(json.dumps(doc, indent=2))
@@ -356,7 +372,13 @@ def thresholds(
         table.add_row(f"{label}: {escape(c.knobs.describe())}",
                       *[f"{j:,.0f}" for j in c.jct_s])
     Console().print(table)
-    Console().print(f"wrote {out}")
+    if verdict is not None:
+        ratio = "unfinished jobs" if verdict.ratio is None else f"{verdict.ratio:.3f}"
+        Console().print(
+            f"validation on {', '.join(verdict.windows)}: learned / fixed JCT {ratio}; "
+            + ("learned knobs kept" if verdict.learned_kept else
+               f"fixed knobs kept (a gain of at least {min_gain:.0%} is required)"))
+    Console().print(f"wrote {out}: {escape(knobs.describe())}")
 
 
 def evaluate(
