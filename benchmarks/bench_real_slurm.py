@@ -50,18 +50,9 @@ from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
 from slurm_marl.testcluster.harness import ClusterSpec, LocalCluster
 
+from bench_snapshot_memory import peak_rss, reset_peak   # same folder: run as a script
+
 GPUS_PER_NODE = 8
-
-
-def reset_peak() -> None:
-    Path("/proc/self/clear_refs").write_text("5")
-
-
-def peak_rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def running_requests(nodes: list[str], count: int) -> list[list[str]]:
