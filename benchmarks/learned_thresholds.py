@@ -78,7 +78,8 @@ def learn_and_run(window: str, strength: str, args) -> dict:
         rec["runs"][label] = {"avg_jct_s": s["avg_jct_s"], "preemptions": s["preemptions"],
                               "unfinished": s["unfinished"]}
     rec["learned"] = learned.describe() if learned else "no history: fixed thresholds kept"
-    if verdict is not None and not verdict.learned_kept:
+    if verdict is not None and not verdict.learned_kept \
+            and result.best.knobs.canonical() != result.start.knobs.canonical():
         rec["learned"] += f" (guard: {result.best.knobs.describe()} not kept, validation " \
             f"ratio {verdict.ratio if verdict.ratio is None else round(verdict.ratio, 3)})"
     return rec
