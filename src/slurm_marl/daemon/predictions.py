@@ -11,6 +11,12 @@ because the model learned of later jobs.
 A job's request as squeue shows it (user, account, QOS, partition, name, GPUs, nodes,
 time limit) is what ``sacct`` shows of it later: training and prediction see the same
 fields.
+
+Every prediction passes the prediction-skill gate (``history/skill.py``, the simulator's
+too): a job keeps it only where the partition's predictions have ordered the jobs that
+ended since the agent started well enough; otherwise it has none (2D-LAS order) and says
+why. The gate starts empty when the agent starts (the history has no record of what was
+predicted), so predictions are withheld until enough predicted jobs have ended.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from slurm_marl.domain import ClusterSnapshot, Job
 from slurm_marl.history.features import Submission
 from slurm_marl.history.predictor import GpuTimeModel, replay
 from slurm_marl.history.records import read_history
+from slurm_marl.history.skill import GateParams, SkillGate
 
 log = logging.getLogger(__name__)
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL",
@@ -42,12 +49,16 @@ class DaemonPredictor:
     that cannot be read: the daemon's config check turns them into exit 2."""
 
     def __init__(self, model_dir: str | Path, history_csv: str | Path | None,
-                 now_s: float) -> None:
+                 now_s: float, gate: GateParams | None = GateParams()) -> None:
         self.model = GpuTimeModel.load(model_dir)
+        # None: every prediction is used (ungated)
+        self.gate = SkillGate(gate) if gate is not None else None
         past = [j for j in read_history(history_csv) if j.submit_s < now_s] \
             if history_csv else []
         self.state = replay(past, lambda *_: None, until_s=now_s)
-        self.predicted: dict[int, float] = {}
+        # job id -> its prediction as the order may use it (None: withheld), and why
+        self.predicted: dict[int, float | None] = {}
+        self.withheld: dict[int, str] = {}
         self._subs: dict[int, Submission] = {}
         self._gpu_s: dict[int, float] = {}
         log.info("GPU-time predictor: model %s, %d jobs of history", model_dir, len(past))
@@ -59,8 +70,11 @@ class DaemonPredictor:
         present = {j.job_id for j in snap.jobs}
         for gone in [k for k in self.predicted if k not in present]:
             self.predicted.pop(gone)
+            self.withheld.pop(gone, None)
             self._subs.pop(gone, None)
             self._gpu_s.pop(gone, None)
+            if self.gate is not None:
+                self.gate.forget(gone)
         new = [j for j in snap.jobs
                if j.job_id not in self.predicted and j.num_gpus > 0
                and (j.is_pending or j.is_running)]
@@ -70,14 +84,21 @@ class DaemonPredictor:
             for s in subs:
                 self.state.submitted(s)
             for j, s, gpu_s in zip(new, subs, self.model.predict_gpu_s(rows)):
-                self.predicted[j.job_id] = float(gpu_s)
+                given, why = float(gpu_s), ""
+                if self.gate is not None:
+                    given, why = self.gate.submitted(j.job_id, j.partition, given)
+                self.predicted[j.job_id] = given
+                if why:
+                    self.withheld[j.job_id] = why
                 self._subs[j.job_id] = s
         if not self.predicted:
             return snap
-        pred = self.predicted
+        pred, why = self.predicted, self.withheld
         return replace(snap, jobs=tuple(
-            j.with_(predicted_gpu_s=pred[j.job_id])
-            if j.job_id in pred and j.predicted_gpu_s != pred[j.job_id] else j
+            j.with_(predicted_gpu_s=pred[j.job_id], prediction_withheld=why.get(j.job_id, ""))
+            if j.job_id in pred and (j.predicted_gpu_s != pred[j.job_id]
+                                     or j.prediction_withheld != why.get(j.job_id, ""))
+            else j
             for j in snap.jobs))
 
     def run_ended(self, job_id: int, num_gpus: int, start_s: float, end_s: float,
@@ -90,5 +111,10 @@ class DaemonPredictor:
         sub = self._subs.pop(job_id, None)
         total = self._gpu_s.pop(job_id)
         self.predicted.pop(job_id, None)
+        self.withheld.pop(job_id, None)
         if sub is not None and math.isfinite(total):
             self.state.ended(sub, total)
+            if self.gate is not None:
+                self.gate.finished(job_id, total)
+        elif self.gate is not None:
+            self.gate.forget(job_id)

@@ -46,6 +46,7 @@ from slurm_marl.sim.traces import TraceJob
 
 if TYPE_CHECKING:  # LightGBM is imported only where predictions are learned
     from slurm_marl.sim.online_prediction import OnlinePredictor
+    from slurm_marl.sim.predictions import FixedPredictor
 
 FINISH, ARRIVAL, WAKE, TICK = 0, 1, 2, 3
 _EPS = 1e-6
@@ -60,9 +61,10 @@ class Simulator:
                  progress: Callable[[int, int], None] | None = None,
                  perf: PerfParams | None = None,
                  predictions: Mapping[int, float] | None = None,
-                 predictor: OnlinePredictor | None = None) -> None:
+                 predictor: OnlinePredictor | FixedPredictor | None = None) -> None:
         self.cluster = cluster
-        # learns GPU-times from the jobs that finish here (``sim/online_prediction.py``)
+        # predicts each job at its arrival, told of each job that finishes: learned from
+        # them (``sim/online_prediction.py``) or fixed (``sim/predictions.py``), gated
         self.predictor = predictor
         self.policy = policy
         self.perf = perf or PerfParams(strength=interference)
@@ -365,7 +367,8 @@ class Simulator:
                     j.state = "pending"
                     j.queue_since_s = now
                     if self.predictor is not None:
-                        j.predicted_gpu_s = self.predictor.arrived(j, now)
+                        j.predicted_gpu_s, j.prediction_withheld = \
+                            self.predictor.arrived(j, now)
                     self.pending[jid] = j
                 elif kind == WAKE:
                     if self.next_wake is not None and t >= self.next_wake - _EPS:

@@ -59,6 +59,7 @@ class SimJob:
     same_gpu: bool = False                     # its slots must be on one physical GPU
     gpu_fraction: float | None = None
     predicted_gpu_s: float | None = None       # what a predictor said at submission
+    prediction_withheld: str = ""              # why the skill gate withheld it ("": not)
     job_obj: Job | None = None
     speed_weighted_s: float = 0.0              # sum(speed x run time), for mean speed
     run_total_s: float = 0.0
@@ -223,6 +224,7 @@ def domain_job(j: SimJob, now: float, sim_nodes: Sequence[Node]) -> Job:
               last_run_s=j.last_run_s, queue_since_s=j.queue_since_s,
               preemptions=j.preemptions, model_type=j.model_type,
               duration_s=j.duration_s, predicted_gpu_s=j.predicted_gpu_s,
+              prediction_withheld=j.prediction_withheld,
               progress_gpu_s=j.progress_shown(now))
     j.job_obj = obj
     return obj

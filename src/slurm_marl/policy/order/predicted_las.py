@@ -185,6 +185,8 @@ class PredictedLas:
         if job.predicted_gpu_s is not None:
             return (f"outlived its prediction of {job.predicted_gpu_s:.0f} GPU-s: ranked by "
                     f"{key:.0f} GPU-s attained")
+        if job.prediction_withheld:
+            return f"{job.prediction_withheld}: ranked by {key:.0f} GPU-s attained"
         return f"no prediction: ranked by {key:.0f} GPU-s attained"
 
     def next_change_s(self, job: Job, now_s: float) -> float | None:

@@ -1,0 +1,158 @@
+"""A prediction-skill gate (issue 16's safety net): predictions order a partition's jobs only
+where they have proven skill on the jobs of that partition that have already finished.
+
+Skill is pairwise concordance (Harrell's C): over the last ``window`` finished jobs of the
+partition that had a prediction, the share of pairs of different true GPU-times that the
+predictions put in the right order (a tie in prediction counts one half). 0.5 is what a
+random order, or arrival order, gets; 1.0 is the true order. It is what ordering waiting
+jobs by their prediction needs (the right relative order, not the right values), and it
+does not care about a bias that moves every prediction alike.
+
+The gate is *open* for a partition once at least ``min_scored`` of its jobs are scored and
+their concordance is at least ``threshold``. A job is judged once, at submission: with the
+gate open it keeps its prediction, closed it gets none (``predicted_las`` then orders it as
+plain 2D-LAS: by its queue, then arrival) and a reason (``SkillGate.submitted``). Every
+prediction is recorded at submission, withheld or not, and scored when its job finishes
+(``SkillGate.finished``), so a closed gate can reopen, and a job's verdict reads only
+outcomes known at its submission (no look-ahead).
+
+Why at submission and not every cycle: a job's rank among the waiting jobs of its queue
+then depends only on what was known when it arrived, and never moves because other jobs
+finished later (as a daemon job keeps its prediction for its life); near the threshold a
+per-cycle gate would flip the whole partition's order back and forth, each flip restarting
+no job but reshuffling who starts next. The cost: jobs judged while the gate was open keep
+their predictions if it closes later (at most the jobs waiting at that moment).
+
+Pure (no I/O, no project imports): the simulator (``sim/online_prediction.py``) and the
+daemon (``daemon/predictions.py``) use the same gate.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+# Chosen on Philly windows that the six held-out windows of benchmarks/prediction_order.py
+# do not include (docs/benchmarks.md, "A prediction-skill gate").
+WINDOW = 200
+MIN_SCORED = 50
+THRESHOLD = 0.6
+
+
+class Concordance:
+    """Concordance of (prediction, truth) pairs over the last ``window`` added, kept
+    incrementally (O(window) per job). Counts are in half pairs, so exact."""
+
+    def __init__(self, window: int) -> None:
+        if window < 2:
+            raise ValueError(f"window must be >= 2, got {window}")
+        self.window = window
+        self.items: deque[tuple[float, float]] = deque()
+        self.agree = 0        # 2 x concordant pairs + ties in prediction
+        self.pairs = 0        # 2 x pairs of different truths
+
+    def _against(self, p: float, t: float) -> tuple[int, int]:
+        agree = pairs = 0
+        for q, u in self.items:
+            if u == t:
+                continue
+            pairs += 2
+            if q == p:
+                agree += 1
+            elif (q < p) == (u < t):
+                agree += 2
+        return agree, pairs
+
+    def add(self, predicted: float, truth: float) -> None:
+        if len(self.items) == self.window:
+            p, t = self.items.popleft()
+            a, n = self._against(p, t)
+            self.agree -= a
+            self.pairs -= n
+        a, n = self._against(predicted, truth)
+        self.agree += a
+        self.pairs += n
+        self.items.append((predicted, truth))
+
+    @property
+    def count(self) -> int:
+        return len(self.items)
+
+    @property
+    def value(self) -> float | None:
+        """The concordance, None without a pair of different truths."""
+        return self.agree / self.pairs if self.pairs else None
+
+
+@dataclass(frozen=True)
+class GateParams:
+    window: int = WINDOW
+    min_scored: int = MIN_SCORED
+    threshold: float = THRESHOLD
+
+    def __post_init__(self) -> None:
+        if self.window < 2 or not 1 <= self.min_scored <= self.window:
+            raise ValueError(f"skill gate: need window >= 2 and 1 <= min_scored <= window, "
+                             f"got {self.window} and {self.min_scored}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"skill gate: threshold must be in [0, 1], got {self.threshold}")
+
+
+class SkillGate:
+    """Per partition: which predictions may order jobs. ``submitted`` when a job is first
+    predicted, ``finished`` when its GPU-time is known, ``forget`` for a job that ended
+    without one (cancelled while pending)."""
+
+    def __init__(self, params: GateParams | None = None) -> None:
+        self.params = params or GateParams()
+        self.scores: dict[str, Concordance] = {}
+        self._recorded: dict[int, tuple[str, float]] = {}
+        self.given = 0          # predictions passed on
+        self.withheld_count = 0  # predictions withheld
+
+    def skill(self, partition: str) -> tuple[float | None, int]:
+        """(concordance, jobs scored) of ``partition`` so far."""
+        c = self.scores.get(partition)
+        return (None, 0) if c is None else (c.value, c.count)
+
+    def withheld(self, partition: str) -> str:
+        """Why predictions of ``partition`` are withheld now, "" if they are not."""
+        p = self.params
+        value, n = self.skill(partition)
+        if n < p.min_scored:
+            return (f"predictions withheld in partition {partition}: {n} finished jobs "
+                    f"scored (< {p.min_scored})")
+        if value is None or value < p.threshold:
+            shown = "undefined" if value is None else f"{value:.2f}"
+            return (f"predictions withheld in partition {partition}: concordance {shown} "
+                    f"on the last {n} finished jobs (< {p.threshold:g})")
+        return ""
+
+    def submitted(self, job_id: int, partition: str, predicted: float | None
+                  ) -> tuple[float | None, str]:
+        """A job's prediction as the order may use it, and why it was withheld ("" if it
+        was not). The prediction is recorded either way, to score at the job's end."""
+        if predicted is None:
+            return None, ""
+        self._recorded[job_id] = (partition, predicted)
+        reason = self.withheld(partition)
+        if reason:
+            self.withheld_count += 1
+            return None, reason
+        self.given += 1
+        return predicted, ""
+
+    def finished(self, job_id: int, truth_gpu_s: float) -> None:
+        """The job's GPU-time is known: score its prediction (a job never recorded, or
+        already scored, is ignored)."""
+        rec = self._recorded.pop(job_id, None)
+        if rec is None:
+            return
+        partition, predicted = rec
+        c = self.scores.get(partition)
+        if c is None:
+            c = self.scores[partition] = Concordance(self.params.window)
+        c.add(predicted, truth_gpu_s)
+
+    def forget(self, job_id: int) -> None:
+        self._recorded.pop(job_id, None)
