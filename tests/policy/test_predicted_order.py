@@ -186,3 +186,26 @@ def test_a_prediction_is_measured_against_progress_not_slowed_attained_service()
     assert "100 left" in o.describe(slowed, 0.0, 1)
     unknown = running(2, {"n1": (0,)}, predicted_gpu_s=1000.0, attained=1300.0)
     assert o.classify(unknown, 0.0)[0] == 2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_in_las_queues_jobs_without_predictions_are_ordered_as_2d_las(seed):
+    """Without predictions (none made, or withheld by the skill gate) a queue is 2D-LAS:
+    running first, then arrival order, whatever the attained service inside the queue
+    (ranking them by attained service let a few predicted jobs jump a queue of unpredicted
+    ones: 1.36x 2D-LAS on a Philly window with the gate open for 1 job in 8)."""
+    rng = random.Random(seed)
+    o = order(rule="in_las_queues")
+    jobs = [pending(i, 1, submit=float(rng.randrange(1000)),
+                    attained_gpu_s=rng.choice([0.0, 100.0, 4000.0, 7000.0, 20_000.0, 90_000.0]))
+            for i in range(40)]
+    q = lambda a: sum(a >= t for t in (3250, 7200, 18000))
+    want = [j.job_id for j in sorted(jobs, key=lambda j: (q(j.attained_gpu_s), j.submit_time_s,
+                                                          j.job_id))]
+    assert ranked(o, jobs) == want
+    # predicted waiting jobs of a queue come after its unpredicted ones, shortest first
+    late = [pending(100, 1, submit=5000.0, predicted_gpu_s=30_000.0, attained_gpu_s=20_000.0),
+            pending(101, 1, submit=6000.0, predicted_gpu_s=25_000.0, attained_gpu_s=20_000.0)]
+    got = ranked(o, jobs + late)
+    last_q3 = max(i for i, k in enumerate(got) if k < 100)
+    assert got[last_q3 + 1:] == [101, 100]

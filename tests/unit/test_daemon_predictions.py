@@ -172,11 +172,14 @@ def test_the_daemon_gates_predictions_with_the_simulator_s_skill_gate(site, tmp_
     again = {j.job_id: j for j in
              p.annotate(ClusterSnapshot(now + 1, NODES, (later,), PARTS)).jobs}
     assert again[3].predicted_gpu_s == p.gate._recorded[3][1] > 0
-    assert again[3].prediction_withheld == ""
+    assert again[3].prediction_withheld == "" == twin.submitted(3, "gpu", again[3].predicted_gpu_s)[1]
     # now ann's next job ends far longer than cy's gpt: the gate closes for the next one
     p.run_ended(3, 8, now + 1, now + 100_000, "COMPLETED")
+    twin.finished(3, 8 * 99_999.0)
     closed = job(4, "cy", "gpt", now + 2)
     last = p.annotate(ClusterSnapshot(now + 2, NODES, (closed,), PARTS)).jobs[0]
     assert last.predicted_gpu_s is None
+    assert last.prediction_withheld == twin.submitted(4, "gpu", p.gate._recorded[4][1])[1]
     assert last.prediction_withheld.startswith(
-        "predictions withheld in partition gpu: concordance 0.33 on the last 3 finished jobs")
+        "predictions withheld in partition gpu: concordance 0.")
+    assert last.prediction_withheld.endswith("on the last 3 finished jobs (< 0.6)")

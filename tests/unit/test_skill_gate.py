@@ -6,6 +6,7 @@ daemon and the order using the same gate."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import pytest
@@ -17,46 +18,63 @@ from slurm_marl.history.skill import Concordance, GateParams, SkillGate
 from slurm_marl.policy.order.predicted_las import PredictedLas
 
 
-def brute_concordance(items):
-    agree = pairs = 0
+def brute_concordance(items, weighted):
+    agree = pairs = 0.0
     for (p, t), (q, u) in itertools.combinations(items, 2):
         if t == u:
             continue
-        pairs += 2
-        agree += 1 if p == q else 2 * ((p < q) == (t < u))
+        w = abs(math.log1p(t) - math.log1p(u)) if weighted else 1.0
+        pairs += w
+        agree += w / 2 if p == q else w * ((p < q) == (t < u))
     return agree / pairs if pairs else None
 
 
 def test_concordance_on_hand_built_values():
-    c = Concordance(10)
+    c = Concordance(10, weighted=False)
     assert c.value is None
     for p, t in [(1, 10), (2, 20), (3, 30)]:
         c.add(p, t)
     assert c.value == 1.0
-    c = Concordance(10)
+    c = Concordance(10, weighted=False)
     for p, t in [(3, 10), (2, 20), (1, 30)]:
         c.add(p, t)
     assert c.value == 0.0
-    c = Concordance(10)
+    c = Concordance(10, weighted=False)
     for p, t in [(5, 10), (5, 20), (1, 20)]:   # a tie in prediction is half; in truth, no pair
         c.add(p, t)
     # pairs (5,10)-(5,20): tie = 1/2; (5,10)-(1,20): wrong; (5,20)-(1,20): not counted
     assert c.value == pytest.approx(0.25)
 
 
+def test_weighted_concordance_counts_far_apart_pairs_more():
+    # two close jobs swapped (e^1 - 1 and e^1.5 - 1: weight 0.5), the far one right
+    # (weights 3.5 and 3): 6.5 of 7
+    t = [math.expm1(x) for x in (1.0, 1.5, 4.5)]
+    c = Concordance(10)
+    for p, truth in [(2.0, t[0]), (1.0, t[1]), (9.0, t[2])]:
+        c.add(p, truth)
+    assert c.value == pytest.approx(6.5 / 7)
+    plain = Concordance(10, weighted=False)
+    for p, truth in [(2.0, t[0]), (1.0, t[1]), (9.0, t[2])]:
+        plain.add(p, truth)
+    assert plain.value == pytest.approx(2 / 3)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=30),
-       st.integers(2, 8))
-def test_concordance_over_a_sliding_window_matches_counting_every_pair(items, window):
-    c = Concordance(window)
+       st.integers(2, 8), st.booleans())
+def test_concordance_over_a_sliding_window_matches_counting_every_pair(items, window,
+                                                                        weighted):
+    c = Concordance(window, weighted)
     for k, (p, t) in enumerate(items):
         c.add(float(p), float(t))
         assert c.count == min(k + 1, window)
-        assert c.value == brute_concordance(items[max(0, k + 1 - window):k + 1])
+        want = brute_concordance(items[max(0, k + 1 - window):k + 1], weighted)
+        assert c.value == (None if want is None else pytest.approx(want))
 
 
 def test_the_gate_opens_after_enough_skill_and_closes_without_it():
-    gate = SkillGate(GateParams(window=4, min_scored=3, threshold=0.6))
+    gate = SkillGate(GateParams(window=4, min_scored=3, threshold=0.6, weighted=False))
     # nothing scored yet: withheld, and says why
     assert gate.submitted(1, "a", 100.0) == (
         None, "predictions withheld in partition a: 0 finished jobs scored (< 3)")
@@ -146,8 +164,9 @@ def test_no_look_ahead_outcomes_after_a_submission_do_not_change_its_verdict(see
 
 def sim_verdicts_moved(predictor_cls) -> tuple[int, set[str]]:
     """Run a small simulation; for a few jobs, rewrite the durations of every job that
-    finishes after its arrival and run again: how many of those jobs' (prediction, reason)
-    moved, and the reasons seen in the first run."""
+    finishes after its arrival (longer only, so none of them finishes before it) and run
+    again: how many of those jobs' (prediction, reason) moved, and the reasons seen in the
+    first run."""
     from dataclasses import replace
 
     from slurm_marl.policy.framework import build_policy
@@ -175,7 +194,7 @@ def sim_verdicts_moved(predictor_cls) -> tuple[int, set[str]]:
     moved = 0
     for k in range(5, 80, 5):
         arrival = trace[k].submit_time_s
-        changed = [replace(j, duration_s=j.duration_s * 3)
+        changed = [replace(j, duration_s=j.duration_s * (20 if j.job_id % 2 else 1.5))
                    if got[j.job_id][2] > arrival else j for j in trace]
         moved += run(changed)[k][:2] != got[k][:2]
     return moved, {v[1] for v in got.values()}

@@ -29,6 +29,7 @@ daemon (``daemon/predictions.py``) use the same gate.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -37,30 +38,38 @@ from dataclasses import dataclass
 WINDOW = 200
 MIN_SCORED = 50
 THRESHOLD = 0.6
+WEIGHTED = True
 
 
 class Concordance:
     """Concordance of (prediction, truth) pairs over the last ``window`` added, kept
-    incrementally (O(window) per job). Counts are in half pairs, so exact."""
+    incrementally (O(window) per job). ``weighted``: each pair counts by how far apart its
+    truths are (``|log(1 + t1) - log(1 + t2)|``), so swapping a 1-minute and a 1-day job
+    weighs more than swapping two jobs of an hour; else every pair counts 1."""
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, weighted: bool = True) -> None:
         if window < 2:
             raise ValueError(f"window must be >= 2, got {window}")
         self.window = window
+        self.weighted = weighted
         self.items: deque[tuple[float, float]] = deque()
-        self.agree = 0        # 2 x concordant pairs + ties in prediction
-        self.pairs = 0        # 2 x pairs of different truths
+        self.agree = 0.0      # weight of the pairs in the right order (ties in prediction: half)
+        self.pairs = 0.0      # weight of the pairs of different truths
 
-    def _against(self, p: float, t: float) -> tuple[int, int]:
-        agree = pairs = 0
+    def _weight(self, t: float, u: float) -> float:
+        return abs(math.log1p(max(0.0, t)) - math.log1p(max(0.0, u))) if self.weighted else 1.0
+
+    def _against(self, p: float, t: float) -> tuple[float, float]:
+        agree = pairs = 0.0
         for q, u in self.items:
             if u == t:
                 continue
-            pairs += 2
+            w = self._weight(t, u)
+            pairs += w
             if q == p:
-                agree += 1
+                agree += w / 2
             elif (q < p) == (u < t):
-                agree += 2
+                agree += w
         return agree, pairs
 
     def add(self, predicted: float, truth: float) -> None:
@@ -81,7 +90,9 @@ class Concordance:
     @property
     def value(self) -> float | None:
         """The concordance, None without a pair of different truths."""
-        return self.agree / self.pairs if self.pairs else None
+        if self.pairs <= 1e-9:
+            return None
+        return min(1.0, max(0.0, self.agree / self.pairs))
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,7 @@ class GateParams:
     window: int = WINDOW
     min_scored: int = MIN_SCORED
     threshold: float = THRESHOLD
+    weighted: bool = WEIGHTED
 
     def __post_init__(self) -> None:
         if self.window < 2 or not 1 <= self.min_scored <= self.window:
@@ -151,7 +163,7 @@ class SkillGate:
         partition, predicted = rec
         c = self.scores.get(partition)
         if c is None:
-            c = self.scores[partition] = Concordance(self.params.window)
+            c = self.scores[partition] = Concordance(self.params.window, self.params.weighted)
         c.add(predicted, truth_gpu_s)
 
     def forget(self, job_id: int) -> None:

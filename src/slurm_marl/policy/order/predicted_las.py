@@ -26,7 +26,10 @@ that outlived every size its distribution allows falls back to its attained serv
 With ``rule = "in_las_queues"`` the queues are Tiresias' 2D-LAS queues by attained service
 (``thresholds_gpu_s``, Tiresias' by default) and the prediction orders only the *waiting*
 jobs of a queue (shortest predicted remaining first, where 2D-LAS keeps arrival order);
-running jobs stay ahead of them inside their queue, as in Tiresias. A wrong prediction can
+running jobs stay ahead of them inside their queue, as in Tiresias. Waiting jobs without a
+prediction (none made, or withheld by the prediction-skill gate, ``history/skill.py``) keep
+2D-LAS's arrival order, ahead of the predicted waiting jobs of their queue, so a queue
+whose jobs have no predictions is exactly 2D-LAS. A wrong prediction can
 change which waiting job of a queue starts next, never preempt a job that 2D-LAS would let
 run, nor move a job to another queue. (Ranking running jobs by their prediction too let a
 stream of under-predicted arrivals preempt each running job in turn: 1.67x 2D-LAS's
@@ -166,8 +169,18 @@ class PredictedLas:
             # running jobs first inside a 2D-LAS queue, as Tiresias keeps them: the
             # prediction orders only the waiting jobs, so it never preempts a job that
             # 2D-LAS would have let run
+            if running == 0:
+                return (PREDICTED if predicted else ATTAINED,
+                        (1, las, 0, 0, self.bucket(key), since))
+            # a waiting job without a prediction (none made, or withheld by the skill
+            # gate) keeps 2D-LAS's place, in arrival order ahead of the predicted ones of
+            # its queue: a few predicted jobs (the gate opening briefly, or left from
+            # before it closed) cannot jump a queue of unpredicted ones by comparing a
+            # predicted remaining time with attained service
+            if job.predicted_gpu_s is None:
+                return ATTAINED, (1, las, 1, 0, 0, since)
             return (PREDICTED if predicted else ATTAINED,
-                    (1, las, running, self.bucket(key), since))
+                    (1, las, 1, 1, self.bucket(key), since))
         return (PREDICTED if predicted else ATTAINED,
                 (1, 0, self.bucket(key), running, since))
 
