@@ -137,8 +137,9 @@ def test_a_failing_predictor_costs_the_cycle_its_predictions_not_the_cycle(site,
 
 
 def test_the_daemon_gates_predictions_with_the_simulator_s_skill_gate(site, tmp_path):
-    """Until the partition's predictions have ordered enough ended jobs right, a job gets no
-    prediction and says why (in the agent's reasons too); the verdicts are those of
+    """Until the partition's predictions have ordered enough ended jobs right, its jobs
+    carry no prediction and say why (in the agent's reasons too); once the gate closes
+    again, jobs already seen lose theirs too. The verdicts are those of
     ``history.skill.SkillGate`` fed the same predictions and outcomes."""
     from slurm_marl.history.skill import GateParams, SkillGate
     folder, now = site
@@ -147,10 +148,10 @@ def test_the_daemon_gates_predictions_with_the_simulator_s_skill_gate(site, tmp_
     twin = SkillGate(params)
     first = (job(1, "ann", "resnet-x", now), job(2, "cy", "gpt", now))
     got = {j.job_id: j for j in p.annotate(ClusterSnapshot(now, NODES, first, PARTS)).jobs}
-    raw = {k: p.gate._recorded[k][1] for k in (1, 2)}    # what the model said
     for k in (1, 2):
+        twin.record(k, "gpu", p.predicted[k])
         assert got[k].predicted_gpu_s is None
-        assert got[k].prediction_withheld == twin.submitted(k, "gpu", raw[k])[1] == \
+        assert got[k].prediction_withheld == twin.withheld("gpu") == \
             "predictions withheld in partition gpu: 0 finished jobs scored (< 2)"
     # the agent explains the withheld prediction
     cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1,
@@ -168,18 +169,19 @@ def test_the_daemon_gates_predictions_with_the_simulator_s_skill_gate(site, tmp_
     twin.finished(1, 600.0)
     twin.finished(2, 40_000.0)
     assert p.gate.skill("gpu") == twin.skill("gpu") == (1.0, 2)
-    later = job(3, "ann", "resnet-y", now + 1)
+    waiting = (job(3, "ann", "resnet-y", now + 1), job(5, "cy", "gpt", now + 1))
     again = {j.job_id: j for j in
-             p.annotate(ClusterSnapshot(now + 1, NODES, (later,), PARTS)).jobs}
-    assert again[3].predicted_gpu_s == p.gate._recorded[3][1] > 0
-    assert again[3].prediction_withheld == "" == twin.submitted(3, "gpu", again[3].predicted_gpu_s)[1]
-    # now ann's next job ends far longer than cy's gpt: the gate closes for the next one
+             p.annotate(ClusterSnapshot(now + 1, NODES, waiting, PARTS)).jobs}
+    for k in (3, 5):
+        twin.record(k, "gpu", p.predicted[k])
+        assert again[k].predicted_gpu_s == p.predicted[k] > 0
+        assert again[k].prediction_withheld == "" == twin.withheld("gpu")
+    # ann's job 3 ends far longer than cy's gpt: the gate closes, for job 5 still waiting
     p.run_ended(3, 8, now + 1, now + 100_000, "COMPLETED")
     twin.finished(3, 8 * 99_999.0)
-    closed = job(4, "cy", "gpt", now + 2)
-    last = p.annotate(ClusterSnapshot(now + 2, NODES, (closed,), PARTS)).jobs[0]
-    assert last.predicted_gpu_s is None
-    assert last.prediction_withheld == twin.submitted(4, "gpu", p.gate._recorded[4][1])[1]
-    assert last.prediction_withheld.startswith(
-        "predictions withheld in partition gpu: concordance 0.")
-    assert last.prediction_withheld.endswith("on the last 3 finished jobs (< 0.6)")
+    later = p.annotate(ClusterSnapshot(now + 2, NODES, (waiting[1], job(4, "cy", "gpt", now + 2)),
+                                       PARTS)).jobs
+    assert [j.predicted_gpu_s for j in later] == [None, None]
+    assert {j.prediction_withheld for j in later} == {twin.withheld("gpu")}
+    assert twin.withheld("gpu").startswith("predictions withheld in partition gpu: concordance")
+    assert twin.withheld("gpu").endswith("on the last 3 finished jobs (< 0.6)")

@@ -170,11 +170,11 @@ def test_online_predictor_learns_only_from_finished_jobs():
     p = OnlinePredictor(refit_every_s=1e9)
     job = lambda k, user, d: SimpleNamespace(job_id=k, user=user, partition="", num_gpus=1,
                                              duration_s=d)
-    assert p.arrived(job(1, "vc1", 100.0), 0.0) == (None, "")        # no history: no prediction
-    assert p.arrived(job(2, "vc1", 900.0), 10.0)[0] is None       # job 1 has not finished
+    assert p.arrived(job(1, "vc1", 100.0), 0.0) is None        # no history: no prediction
+    assert p.arrived(job(2, "vc1", 900.0), 10.0) is None       # job 1 has not finished
     p.finished(job(1, "vc1", 100.0), 100.0)
-    assert p.arrived(job(3, "vc1", 5.0), 110.0)[0] == pytest.approx(100.0)
-    assert p.arrived(job(4, "vc2", 5.0), 120.0)[0] == pytest.approx(100.0)  # site history
+    assert p.arrived(job(3, "vc1", 5.0), 110.0) == pytest.approx(100.0)
+    assert p.arrived(job(4, "vc2", 5.0), 120.0) == pytest.approx(100.0)  # site history
 
 
 def test_online_predictor_knows_prior_history_that_ended_before_the_start():
@@ -186,7 +186,7 @@ def test_online_predictor_knows_prior_history_that_ended_before_the_start():
     prior = [mk(1, 0.0, 50.0), mk(2, 900.0, 5000.0)]
     p = OnlinePredictor(prior=prior, origin_s=1000.0)
     sim_job = SimpleNamespace(job_id=7, user="vc1", partition="", num_gpus=1, duration_s=1.0)
-    assert p.arrived(sim_job, 0.0)[0] == pytest.approx(50.0)
+    assert p.arrived(sim_job, 0.0) == pytest.approx(50.0)
     assert p.rows and len(p.rows) == 1          # only job 1 can train a model
 
 

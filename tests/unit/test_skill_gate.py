@@ -1,7 +1,8 @@
 """The prediction-skill gate (``history/skill.py``): concordance on hand-built values, the
-gate opening and closing as defined, no look-ahead (a job's verdict reads only outcomes
-known at its submission, checked on the gate alone and through the simulator), and the
-daemon and the order using the same gate."""
+gate opening and closing as defined, no look-ahead through the simulator (what the policy
+sees of the predictions at a time reads only outcomes known by then), and the order
+saying why a prediction is withheld. The daemon's use of the same gate is tested in
+``test_daemon_predictions.py``."""
 
 from __future__ import annotations
 
@@ -76,37 +77,36 @@ def test_concordance_over_a_sliding_window_matches_counting_every_pair(items, wi
 def test_the_gate_opens_after_enough_skill_and_closes_without_it():
     gate = SkillGate(GateParams(window=4, min_scored=3, threshold=0.6, weighted=False))
     # nothing scored yet: withheld, and says why
-    assert gate.submitted(1, "a", 100.0) == (
-        None, "predictions withheld in partition a: 0 finished jobs scored (< 3)")
-    assert gate.submitted(2, "a", 200.0)[0] is None
-    assert gate.submitted(3, "a", 300.0)[0] is None
-    assert gate.submitted(9, "a", None) == (None, "")        # no prediction: nothing to say
-    for jid, truth in [(1, 10.0), (2, 20.0)]:
+    assert gate.withheld("a") == "predictions withheld in partition a: 0 finished jobs scored (< 3)"
+    for jid, pred in [(1, 100.0), (2, 200.0), (3, 300.0), (4, 250.0)]:
+        gate.record(jid, "a", pred)
+    gate.record(9, "a", None)                                # nothing to score
+    for jid, truth in [(1, 10.0), (2, 20.0), (9, 5.0)]:
         gate.finished(jid, truth)
-    assert gate.submitted(4, "a", 250.0)[0] is None          # 2 scored (< 3)
+    assert gate.skill("a") == (1.0, 2)
+    assert gate.withheld("a").endswith("2 finished jobs scored (< 3)")
     gate.finished(3, 30.0)
     assert gate.skill("a") == (1.0, 3)
-    assert gate.submitted(5, "a", 5e3) == (5e3, "")          # 3 scored, concordance 1
-    assert gate.submitted(6, "b", 70.0)[0] is None           # another partition: its own
-    # job 4, withheld but scored all the same, is the longest: ordered wrong against job
-    # 3 only -> 5 of 6 pairs right (open)
+    assert gate.withheld("a") == ""                          # 3 scored, concordance 1
+    assert gate.withheld("b") != ""                          # another partition: its own
+    # job 4, recorded while the gate was closed and scored all the same, is the longest:
+    # ordered wrong against job 3 only -> 5 of 6 pairs right (open)
     gate.finished(4, 1000.0)
-    assert gate.skill("a") == (pytest.approx(5 / 6), 4)
-    assert gate.submitted(7, "a", 70.0)[0] == 70.0
+    assert gate.skill("a") == (pytest.approx(5 / 6), 4) and gate.withheld("a") == ""
     # job 5 (predicted longest) is the shortest; the window drops job 1: 2 of 6 right ->
     # closed
+    gate.record(5, "a", 5e3)
     gate.finished(5, 1.0)
     value, n = gate.skill("a")
     assert n == 4 and value == pytest.approx(2 / 6)
-    assert gate.submitted(8, "a", 70.0) == (
-        None, "predictions withheld in partition a: concordance 0.33 on the last 4 finished "
-              "jobs (< 0.6)")
-    # judged once: job 7 keeps its prediction; scoring an unknown or forgotten job is a no-op
+    assert gate.withheld("a") == ("predictions withheld in partition a: concordance 0.33 on "
+                                  "the last 4 finished jobs (< 0.6)")
+    # scoring an unknown, forgotten or already scored job is a no-op
+    gate.record(8, "a", 70.0)
     gate.forget(8)
-    gate.finished(8, 5.0)
-    gate.finished(42, 5.0)
-    assert gate.skill("a")[1] == 4
-    assert (gate.given, gate.withheld_count) == (2, 6)
+    for jid in (8, 42, 5):
+        gate.finished(jid, 5.0)
+    assert gate.skill("a") == (pytest.approx(2 / 6), 4)
 
 
 def test_parameters_are_checked():
@@ -116,57 +116,12 @@ def test_parameters_are_checked():
         GateParams(threshold=1.5)
 
 
-def random_jobs(seed: int, n: int = 60):
-    """(job id, submit, end, predicted, truth), predictions half informative."""
-    rng = random.Random(seed)
-    out, t = [], 0.0
-    for k in range(n):
-        t += rng.expovariate(1 / 50)
-        truth = rng.lognormvariate(5, 1.5)
-        pred = truth * rng.lognormvariate(0, 1) if rng.random() < 0.5 else rng.lognormvariate(5, 1.5)
-        out.append((k, t, t + truth, pred, truth))
-    return out
-
-
-def replay_gate(jobs, params):
-    """Verdicts at submission, finishes before submissions at the same time."""
-    gate = SkillGate(params)
-    events = sorted([(end, 0, k) for k, _, end, _, _ in jobs] +
-                    [(sub, 1, k) for k, sub, _, _, _ in jobs])
-    by_id = {j[0]: j for j in jobs}
-    got = {}
-    for _, kind, k in events:
-        _, _, _, pred, truth = by_id[k]
-        if kind == 0:
-            gate.finished(k, truth)
-        else:
-            got[k] = gate.submitted(k, "a", pred)
-    return got
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10_000), st.integers(0, 59))
-def test_no_look_ahead_outcomes_after_a_submission_do_not_change_its_verdict(seed, k):
-    params = GateParams(window=15, min_scored=5, threshold=0.55)
-    jobs = random_jobs(seed)
-    got = replay_gate(jobs, params)
-    target = jobs[k]
-    # rewrite the truth and prediction of every job that ends after the target's submission
-    # (its own included), and when they end (still after the submission)
-    rng = random.Random(seed + 1)
-    changed = [(j, s, e + rng.uniform(0, 500), rng.lognormvariate(5, 2), rng.lognormvariate(5, 2))
-               if e > target[1] and j != k else (j, s, e, p, t) for j, s, e, p, t in jobs]
-    j, s, e, p, t = changed[k]
-    changed[k] = (j, s, e + 100, p, t * 7)
-    again = replay_gate(changed, params)
-    assert again[k] == got[k]
-
-
-def sim_verdicts_moved(predictor_cls) -> tuple[int, set[str]]:
-    """Run a small simulation; for a few jobs, rewrite the durations of every job that
-    finishes after its arrival (longer only, so none of them finishes before it) and run
-    again: how many of those jobs' (prediction, reason) moved, and the reasons seen in the
-    first run."""
+def sim_snapshots_moved(predictor_cls) -> tuple[int, set[str], int]:
+    """Run a small simulation, keeping what each job showed of its prediction in every
+    snapshot the policy saw. For a few times T, lengthen every job that finishes after T
+    (so none finishes earlier) and run again: in how many of them a snapshot before T
+    showed a prediction or reason differently; the reasons seen; how many jobs showed a
+    prediction in one snapshot and none in another."""
     from dataclasses import replace
 
     from slurm_marl.policy.framework import build_policy
@@ -180,32 +135,51 @@ def sim_verdicts_moved(predictor_cls) -> tuple[int, set[str]]:
     for k in range(80):
         t += rng.expovariate(1 / 200)
         trace.append(TraceJob(k, t, rng.lognormvariate(6, 1.2), rng.choice([1, 1, 2, 4])))
-    preds = {j.job_id: j.duration_s * j.num_gpus * rng.lognormvariate(0, 0.7) for j in trace}
+    # half the predictions informative, half not: the gate opens and closes (14 flips)
+    preds = {j.job_id: j.duration_s * j.num_gpus * rng.lognormvariate(0, 1.0)
+             if rng.random() < 0.5 else rng.lognormvariate(7, 1.5) for j in trace}
     params = GateParams(window=20, min_scored=5, threshold=0.6)
 
     def run(jobs):
-        sim = Simulator(parse_cluster("1x2x4"), jobs, build_policy(load_profile("learned-order")),
+        policy = build_policy(load_profile("learned-order"))
+        seen = []
+        cycle = policy.run_cycle
+
+        def recording(snap):
+            seen.append((snap.time_s, {j.job_id: (j.predicted_gpu_s, j.prediction_withheld)
+                                       for j in snap.jobs}))
+            return cycle(snap)
+
+        policy.run_cycle = recording
+        sim = Simulator(parse_cluster("1x2x4"), jobs, policy,
                         predictor=predictor_cls(preds, SkillGate(params)))
         sim.run()
-        return {j.job_id: (j.predicted_gpu_s, j.prediction_withheld, j.finish_s)
-                for j in sim.jobs}
+        return seen, {j.job_id: j.finish_s for j in sim.jobs}
 
-    got = run(trace)
+    seen, finish = run(trace)
     moved = 0
-    for k in range(5, 80, 5):
-        arrival = trace[k].submit_time_s
+    for cut in (trace[k].submit_time_s for k in range(5, 80, 5)):
         changed = [replace(j, duration_s=j.duration_s * (20 if j.job_id % 2 else 1.5))
-                   if got[j.job_id][2] > arrival else j for j in trace]
-        moved += run(changed)[k][:2] != got[k][:2]
-    return moved, {v[1] for v in got.values()}
+                   if finish[j.job_id] > cut else j for j in trace]
+        again, _ = run(changed)
+        before = [s for s in seen if s[0] <= cut]
+        moved += before != [s for s in again if s[0] <= cut]
+    reasons = {why for _, jobs in seen for _, why in jobs.values()}
+    shown = {}
+    for _, jobs in seen:
+        for jid, (value, _) in jobs.items():
+            shown.setdefault(jid, set()).add(value is None)
+    return moved, reasons, sum(len(v) == 2 for v in shown.values())
 
 
 def test_no_look_ahead_through_the_simulator():
-    """A job's prediction and verdict in a simulation stay the same when the durations of
-    the jobs that finish after its arrival are rewritten (the schedule after it changes)."""
+    """What every snapshot shows of the predictions up to a time T stays the same when the
+    durations of the jobs that finish after T are rewritten (the schedule after T
+    changes); the gate both opened and closed, for jobs already waiting too."""
     from slurm_marl.sim.predictions import FixedPredictor
-    moved, reasons = sim_verdicts_moved(FixedPredictor)
+    moved, reasons, flipped = sim_snapshots_moved(FixedPredictor)
     assert "" in reasons and any(reasons - {""})      # the gate both gave and withheld
+    assert flipped > 0                                 # per partition: waiting jobs too
     assert moved == 0
 
 
@@ -222,7 +196,7 @@ def test_the_simulator_check_catches_outcomes_known_at_arrival():
         def finished(self, job, now):
             pass
 
-    assert sim_verdicts_moved(Early)[0] > 0
+    assert sim_snapshots_moved(Early)[0] > 0
 
 
 def test_the_order_says_why_a_prediction_was_withheld():

@@ -12,11 +12,12 @@ A job's request as squeue shows it (user, account, QOS, partition, name, GPUs, n
 time limit) is what ``sacct`` shows of it later: training and prediction see the same
 fields.
 
-Every prediction passes the prediction-skill gate (``history/skill.py``, the simulator's
-too): a job keeps it only where the partition's predictions have ordered the jobs that
-ended since the agent started well enough; otherwise it has none (2D-LAS order) and says
-why. The gate starts empty when the agent starts (the history has no record of what was
-predicted), so predictions are withheld until enough predicted jobs have ended.
+Predictions pass the prediction-skill gate (``history/skill.py``, the simulator's too):
+each cycle, a partition's jobs carry their predictions only while the partition's
+predictions have ordered the jobs that ended since the agent started well enough;
+otherwise none of them does (2D-LAS order) and each says why. The gate starts empty when
+the agent starts (the history has no record of what was predicted), so predictions are
+withheld until enough predicted jobs have ended.
 """
 
 from __future__ import annotations
@@ -56,9 +57,7 @@ class DaemonPredictor:
         past = [j for j in read_history(history_csv) if j.submit_s < now_s] \
             if history_csv else []
         self.state = replay(past, lambda *_: None, until_s=now_s)
-        # job id -> its prediction as the order may use it (None: withheld), and why
-        self.predicted: dict[int, float | None] = {}
-        self.withheld: dict[int, str] = {}
+        self.predicted: dict[int, float] = {}
         self._subs: dict[int, Submission] = {}
         self._gpu_s: dict[int, float] = {}
         log.info("GPU-time predictor: model %s, %d jobs of history", model_dir, len(past))
@@ -70,7 +69,6 @@ class DaemonPredictor:
         present = {j.job_id for j in snap.jobs}
         for gone in [k for k in self.predicted if k not in present]:
             self.predicted.pop(gone)
-            self.withheld.pop(gone, None)
             self._subs.pop(gone, None)
             self._gpu_s.pop(gone, None)
             if self.gate is not None:
@@ -84,22 +82,26 @@ class DaemonPredictor:
             for s in subs:
                 self.state.submitted(s)
             for j, s, gpu_s in zip(new, subs, self.model.predict_gpu_s(rows)):
-                given, why = float(gpu_s), ""
-                if self.gate is not None:
-                    given, why = self.gate.submitted(j.job_id, j.partition, given)
-                self.predicted[j.job_id] = given
-                if why:
-                    self.withheld[j.job_id] = why
+                self.predicted[j.job_id] = float(gpu_s)
                 self._subs[j.job_id] = s
+                if self.gate is not None:
+                    self.gate.record(j.job_id, j.partition, float(gpu_s))
         if not self.predicted:
             return snap
-        pred, why = self.predicted, self.withheld
-        return replace(snap, jobs=tuple(
-            j.with_(predicted_gpu_s=pred[j.job_id], prediction_withheld=why.get(j.job_id, ""))
-            if j.job_id in pred and (j.predicted_gpu_s != pred[j.job_id]
-                                     or j.prediction_withheld != why.get(j.job_id, ""))
-            else j
-            for j in snap.jobs))
+        pred = self.predicted
+        why = {} if self.gate is None else {
+            part: self.gate.withheld(part)
+            for part in {j.partition for j in snap.jobs if j.job_id in pred}}
+
+        def shown(j: Job) -> Job:
+            reason = why.get(j.partition, "")
+            value = None if reason else pred[j.job_id]
+            if j.predicted_gpu_s == value and j.prediction_withheld == reason:
+                return j
+            return j.with_(predicted_gpu_s=value, prediction_withheld=reason)
+
+        return replace(snap, jobs=tuple(shown(j) if j.job_id in pred else j
+                                        for j in snap.jobs))
 
     def run_ended(self, job_id: int, num_gpus: int, start_s: float, end_s: float,
                   state: str) -> None:
@@ -111,7 +113,6 @@ class DaemonPredictor:
         sub = self._subs.pop(job_id, None)
         total = self._gpu_s.pop(job_id)
         self.predicted.pop(job_id, None)
-        self.withheld.pop(job_id, None)
         if sub is not None and math.isfinite(total):
             self.state.ended(sub, total)
             if self.gate is not None:

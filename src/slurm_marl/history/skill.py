@@ -1,30 +1,35 @@
 """A prediction-skill gate (issue 16's safety net): predictions order a partition's jobs only
-where they have proven skill on the jobs of that partition that have already finished.
+while they have proven skill on the jobs of that partition that have already finished.
 
-Skill is pairwise concordance (Harrell's C): over the last ``window`` finished jobs of the
-partition that had a prediction, the share of pairs of different true GPU-times that the
-predictions put in the right order (a tie in prediction counts one half). 0.5 is what a
-random order, or arrival order, gets; 1.0 is the true order. It is what ordering waiting
-jobs by their prediction needs (the right relative order, not the right values), and it
-does not care about a bias that moves every prediction alike.
+Skill is pairwise concordance (Harrell's C) over the last ``window`` finished jobs of the
+partition that had a prediction: of the pairs of different true GPU-times, the share the
+predictions put in the right order (a tie in prediction counts one half). ``weighted`` (the
+default) counts each pair by how far apart its truths are, ``|log(1 + t1) - log(1 + t2)|``:
+sending a 1-minute job behind a 1-day one costs more than swapping two one-hour jobs. 0.5 is
+what a random order, or arrival order, gets; 1.0 the true order. It is what ordering waiting
+jobs by prediction needs (the right relative order, not the right values).
 
-The gate is *open* for a partition once at least ``min_scored`` of its jobs are scored and
-their concordance is at least ``threshold``. A job is judged once, at submission: with the
-gate open it keeps its prediction, closed it gets none (``predicted_las`` then orders it as
-plain 2D-LAS: by its queue, then arrival) and a reason (``SkillGate.submitted``). Every
-prediction is recorded at submission, withheld or not, and scored when its job finishes
-(``SkillGate.finished``), so a closed gate can reopen, and a job's verdict reads only
-outcomes known at its submission (no look-ahead).
+The gate is *open* for a partition while at least ``min_scored`` of its jobs are scored and
+their concordance is at least ``threshold``; closed, no job of the partition uses its
+prediction (``predicted_las`` then orders them as plain 2D-LAS) and each says why
+(``SkillGate.withheld``). Every prediction is recorded when its job is submitted
+(``record``), whether the gate is open or not, and scored when the job finishes
+(``finished``), so a closed gate can reopen. The verdict at any moment reads only the
+outcomes of jobs finished by then: no look-ahead.
 
-Why at submission and not every cycle: a job's rank among the waiting jobs of its queue
-then depends only on what was known when it arrived, and never moves because other jobs
-finished later (as a daemon job keeps its prediction for its life); near the threshold a
-per-cycle gate would flip the whole partition's order back and forth, each flip restarting
-no job but reshuffling who starts next. The cost: jobs judged while the gate was open keep
-their predictions if it closes later (at most the jobs waiting at that moment).
+Per partition and per moment, not per job at submission: a job keeps the prediction it got
+at submission (it is never re-predicted), but whether the partition's predictions are used
+applies to all its jobs at once. A verdict fixed per job at submission mixes, in one queue,
+jobs ranked by prediction with jobs ranked as 2D-LAS, whenever the gate opens or closes; the
+two keys do not compare, and on a Philly tuning window (103959, rows 800:1600) a gate open
+for 1 submission in 8 made 2D-LAS's mean JCT 1.28-1.36x, worse than no gate (1.13x). All or
+none per partition never mixes them. A flip re-ranks only waiting jobs (in ``predicted_las``
+rule ``in_las_queues`` a prediction never preempts a job 2D-LAS would let run), so it costs
+no restart.
 
-Pure (no I/O, no project imports): the simulator (``sim/online_prediction.py``) and the
-daemon (``daemon/predictions.py``) use the same gate.
+Pure (no I/O, no project imports): the simulator (``sim/online_prediction.py``,
+``sim/predictions.py``, ``sim/engine.py``) and the daemon (``daemon/predictions.py``) use
+the same gate.
 """
 
 from __future__ import annotations
@@ -111,16 +116,15 @@ class GateParams:
 
 
 class SkillGate:
-    """Per partition: which predictions may order jobs. ``submitted`` when a job is first
-    predicted, ``finished`` when its GPU-time is known, ``forget`` for a job that ended
-    without one (cancelled while pending)."""
+    """Per partition: whether predictions may order its jobs now. ``record`` a job's
+    prediction when it is submitted, ``finished`` when its GPU-time is known, ``forget`` a
+    job that ended without one (cancelled while pending); ``withheld`` says whether, and
+    why, the partition's predictions are withheld now."""
 
     def __init__(self, params: GateParams | None = None) -> None:
         self.params = params or GateParams()
         self.scores: dict[str, Concordance] = {}
         self._recorded: dict[int, tuple[str, float]] = {}
-        self.given = 0          # predictions passed on
-        self.withheld_count = 0  # predictions withheld
 
     def skill(self, partition: str) -> tuple[float | None, int]:
         """(concordance, jobs scored) of ``partition`` so far."""
@@ -140,19 +144,10 @@ class SkillGate:
                     f"on the last {n} finished jobs (< {p.threshold:g})")
         return ""
 
-    def submitted(self, job_id: int, partition: str, predicted: float | None
-                  ) -> tuple[float | None, str]:
-        """A job's prediction as the order may use it, and why it was withheld ("" if it
-        was not). The prediction is recorded either way, to score at the job's end."""
-        if predicted is None:
-            return None, ""
-        self._recorded[job_id] = (partition, predicted)
-        reason = self.withheld(partition)
-        if reason:
-            self.withheld_count += 1
-            return None, reason
-        self.given += 1
-        return predicted, ""
+    def record(self, job_id: int, partition: str, predicted: float | None) -> None:
+        """What was predicted for a job at its submission (None: nothing to score)."""
+        if predicted is not None:
+            self._recorded[job_id] = (partition, predicted)
 
     def finished(self, job_id: int, truth_gpu_s: float) -> None:
         """The job's GPU-time is known: score its prediction (a job never recorded, or

@@ -16,9 +16,9 @@ survivorship bias that made predictions 2.2x too low on a Philly window). For a 
 window, ``philly_prior`` gives the virtual cluster's jobs before the window as that
 history (each counted as ended at submit + duration, the trace having no start times).
 
-Every prediction goes through the prediction-skill gate (``history/skill.py``, the daemon's
-too): a job gets it only if the predictions of its partition ordered the jobs that finished
-before it well enough; otherwise none, and the reason why.
+Every prediction is recorded with the prediction-skill gate (``history/skill.py``, the
+daemon's too): the simulator lets the order use a partition's predictions only while they
+have ordered the partition's finished jobs well enough (``withheld``).
 """
 
 from __future__ import annotations
@@ -73,13 +73,17 @@ class OnlinePredictor:
         self.fits = 0
         self._pending: dict[int, tuple[Submission, dict]] = {}
 
-    def arrived(self, job, now: float) -> tuple[float | None, str]:
-        """The prediction for ``job`` arriving at ``now`` (GPU-seconds) as the order may
-        use it, or None; and why the gate withheld it ("" if it did not)."""
+    def arrived(self, job, now: float) -> float | None:
+        """The prediction for ``job`` arriving at ``now`` (GPU-seconds), or None; recorded
+        with the gate."""
         predicted = self._predict(job, now)
-        if self.gate is None:
-            return predicted, ""
-        return self.gate.submitted(job.job_id, job.partition, predicted)
+        if self.gate is not None:
+            self.gate.record(job.job_id, job.partition, predicted)
+        return predicted
+
+    def withheld(self, partition: str) -> str:
+        """Why ``partition``'s predictions are withheld now ("": used)."""
+        return self.gate.withheld(partition) if self.gate is not None else ""
 
     def _predict(self, job, now: float) -> float | None:
         sub = submission(job, self.origin_s + now)

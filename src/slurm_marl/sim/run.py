@@ -128,6 +128,8 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
             f"learned in the run (LightGBM from finished jobs, {predictor.fits} refits"
             + (f"; {len(prior[0])} jobs of history before the window)" if prior else ")"))
     if gate is not None and predictor is not None:
-        run.summary["predictions_withheld"] = gate.withheld_count
-        run.summary["predictions_given"] = gate.given
+        # arrivals whose prediction was used / withheld then, and how often a gate flipped
+        run.summary["predictions_given"], run.summary["predictions_withheld"] = \
+            sim.predictions_given
+        run.summary["prediction_gate_flips"] = sim.gate_flips
     return run
