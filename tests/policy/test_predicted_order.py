@@ -128,7 +128,9 @@ def test_in_las_queues_a_prediction_never_puts_a_waiting_job_ahead_of_a_running_
     for r in runs:
         for w in waits:
             if q(r.attained_gpu_s) == q(w.attained_gpu_s):
-                assert o.classify(r, 100.0)[1] < o.classify(w, 100.0)[1]
+                # a waiting job without a prediction is ranked as tiresias_las ranks it
+                if w.predicted_gpu_s is not None:
+                    assert o.classify(r, 100.0)[1] < o.classify(w, 100.0)[1]
             elif q(w.attained_gpu_s) < q(r.attained_gpu_s):
                 assert o.classify(w, 100.0)[1] < o.classify(r, 100.0)[1]
 

@@ -190,7 +190,7 @@ class PredictedLas:
             if running == 0 or job.predicted_gpu_s is None:
                 place = self._las.lists.key(job.job_id, las) if self._las else None
                 return (PREDICTED if predicted else ATTAINED,
-                        (1, las, 0) + (place if place is not None else (math.inf, running)))
+                        (1, las, 0) + (place if place is not None else (math.inf, 0)))
             return (PREDICTED if predicted else ATTAINED,
                     (1, las, 1, self.bucket(key), since))
         return (PREDICTED if predicted else ATTAINED,
@@ -222,18 +222,12 @@ class PredictedLas:
             return None
         if not job.is_running or job.num_gpus <= 0:
             return None
+        if self._las is not None:
+            # in_las_queues: a running job's place is its place in Tiresias' lists, which
+            # changes only when it is demoted (the prediction orders waiting jobs only)
+            return self._las.next_change_s(job, now_s)
         key, predicted = self.expected(job)
-        if self.rule == "in_las_queues":
-            # Demotion to the next 2D-LAS queue, or outliving its prediction.
-            a = max(0.0, job.attained_gpu_s)
-            nxt = next((t for t in self.thresholds_gpu_s if t > a), None)
-            left = min(key if predicted else math.inf,
-                       (nxt - a) if nxt is not None else math.inf)
-            if not predicted:
-                left = min(left, self.bucket_factor ** (self.bucket(key) + 1) - key)
-            if math.isinf(left):
-                return None
-        elif predicted and self.rule == "remaining":
+        if predicted and self.rule == "remaining":
             # Its key only falls (it moves ahead, which changes no decision) until it
             # outlives its prediction.
             left = key
