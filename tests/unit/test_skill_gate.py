@@ -201,7 +201,8 @@ def test_the_simulator_check_catches_outcomes_known_at_arrival():
 
 def test_the_order_says_why_a_prediction_was_withheld():
     order = PredictedLas(2.0, 0.0, "in_las_queues")
-    why = "predictions withheld in partition a: concordance 0.41 on the last 200 finished jobs (< 0.6)"
+    why = ("predictions withheld in partition a: concordance 0.41 on the last 400 finished "
+           "jobs (< 0.85)")
     job = Job(1, partition="a", gpus_per_node=1, state=JobState.PENDING, prediction_withheld=why)
     queue, _ = order.classify(job, 0.0)
     assert order.describe(job, 0.0, queue) == f"{why}: ranked by 0 GPU-s attained"
