@@ -19,13 +19,16 @@ outcomes of jobs finished by then: no look-ahead.
 
 Per partition and per moment, not per job at submission: a job keeps the prediction it got
 at submission (it is never re-predicted), but whether the partition's predictions are used
-applies to all its jobs at once. A verdict fixed per job at submission mixes, in one queue,
-jobs ranked by prediction with jobs ranked as 2D-LAS, whenever the gate opens or closes; the
-two keys do not compare, and on a Philly tuning window (103959, rows 800:1600) a gate open
-for 1 submission in 8 made 2D-LAS's mean JCT 1.28-1.36x, worse than no gate (1.13x). All or
-none per partition never mixes them. A flip re-ranks only waiting jobs (in ``predicted_las``
-rule ``in_las_queues`` a prediction never preempts a job 2D-LAS would let run), so it costs
-no restart.
+applies to all its jobs at once. A verdict fixed per job at submission would mix, in one
+queue, jobs ranked by prediction with jobs ranked as 2D-LAS whenever the gate opens or
+closes, and the two keys do not compare: ``predicted_las`` puts predicted waiting jobs after
+every unpredicted one of their queue, so after the gate closed, the jobs submitted while it
+was open would wait behind every later arrival (and the other way round, unpredicted jobs
+could not be ranked against predicted ones at all). All or none per partition never mixes
+them, and a closed gate is exactly 2D-LAS. A flip re-ranks only waiting jobs (in
+``predicted_las`` rule ``in_las_queues`` a prediction never preempts a job 2D-LAS would let
+run), so it costs no restart. (Reasoning, not a measurement: a per-job gate was tried first,
+at 1.28-1.36x on a tuning window, but with the old fallback, which alone was 1.36x there.)
 
 Pure (no I/O, no project imports): the simulator (``sim/online_prediction.py``,
 ``sim/predictions.py``, ``sim/engine.py``) and the daemon (``daemon/predictions.py``) use

@@ -32,7 +32,7 @@ queue (``tiresias_las``' ``QueueLists``: entry order, a job demoted while runnin
 the jobs already waiting in its new queue); the predicted waiting jobs come after them. So
 a queue without predictions is ordered exactly as ``tiresias_las`` (no starvation
 promotion) orders it. (Running jobs simply ahead of every waiting job of their queue, and
-unpredicted waiting jobs by attained service, was 1.17x tiresias_las' mean JCT on a
+unpredicted waiting jobs by attained service, was 1.36x tiresias_las' mean JCT on a
 Philly window with every prediction withheld.) A wrong prediction can
 change which waiting job of a queue starts next, never preempt a job that 2D-LAS would let
 run, nor move a job to another queue. (Ranking running jobs by their prediction too let a
