@@ -201,6 +201,9 @@ class Job:
     # Predicted total GPU-time (seconds x GPUs) from what was known at submission; None:
     # no prediction (an order that uses it then falls back to attained service alone).
     predicted_gpu_s: float | None = None
+    # Why the job has no prediction although its predictor gave one (the prediction-skill
+    # gate withheld it, ``history/skill.py``); "" otherwise.
+    prediction_withheld: str = ""
     # GPU-seconds of the job's work done so far at solo speed (unlike attained service it
     # does not grow faster when interference slows the job): what a prediction of its
     # GPU-time is measured against. The simulator knows it; None: unknown.

@@ -42,7 +42,7 @@ def job(jid, user, name, now, state=JobState.PENDING, gpus=1):
 
 def test_each_gpu_job_is_predicted_once_from_its_history(site):
     folder, now = site
-    p = DaemonPredictor(folder / "model", folder / "history.csv", now)
+    p = DaemonPredictor(folder / "model", folder / "history.csv", now, gate=None)
     snap = ClusterSnapshot(now, NODES, (job(1, "ann", "resnet-x", now),
                                         job(2, "cy", "gpt", now),
                                         Job(3, partition="gpu", submit_time_s=now)), PARTS)
@@ -93,7 +93,8 @@ def test_the_agent_orders_with_the_predictions(site, tmp_path):
     policy = build_policy(load_profile("predicted-las"))
     agent = Agent(cfg, FakeClusterSource(snap), FakeDecisionSink(),
                   Store(tmp_path / "s.sqlite"), policy,
-                  predictor=DaemonPredictor(folder / "model", folder / "history.csv", now))
+                  predictor=DaemonPredictor(folder / "model", folder / "history.csv", now,
+                                            gate=None))
     report = agent.cycle()
     assert report.error is None
     prios = sorted((d for d in report.decisions if isinstance(d, SetPriority)),
@@ -133,3 +134,54 @@ def test_a_failing_predictor_costs_the_cycle_its_predictions_not_the_cycle(site,
     assert report.error is None
     prios = [d for d in report.decisions if isinstance(d, SetPriority)]
     assert len(prios) == 2 and all("no prediction" in d.reason for d in prios)
+
+
+def test_the_daemon_gates_predictions_with_the_simulator_s_skill_gate(site, tmp_path):
+    """Until the partition's predictions have ordered enough ended jobs right, its jobs
+    carry no prediction and say why (in the agent's reasons too); once the gate closes
+    again, jobs already seen lose theirs too. The verdicts are those of
+    ``history.skill.SkillGate`` fed the same predictions and outcomes."""
+    from slurm_marl.history.skill import GateParams, SkillGate
+    folder, now = site
+    params = GateParams(window=10, min_scored=2, threshold=0.6)
+    p = DaemonPredictor(folder / "model", folder / "history.csv", now, gate=params)
+    twin = SkillGate(params)
+    first = (job(1, "ann", "resnet-x", now), job(2, "cy", "gpt", now))
+    got = {j.job_id: j for j in p.annotate(ClusterSnapshot(now, NODES, first, PARTS)).jobs}
+    for k in (1, 2):
+        twin.record(k, "gpu", p.predicted[k])
+        assert got[k].predicted_gpu_s is None
+        assert got[k].prediction_withheld == twin.withheld("gpu") == \
+            "predictions withheld in partition gpu: 0 finished jobs scored (< 2)"
+    # the agent explains the withheld prediction
+    cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1,
+                                  "grace_s": 30, "shadow": True}})
+    agent = Agent(cfg, FakeClusterSource(ClusterSnapshot(now, NODES, first, PARTS)),
+                  FakeDecisionSink(), Store(tmp_path / "s.sqlite"),
+                  build_policy(load_profile("learned-order")),
+                  predictor=DaemonPredictor(folder / "model", None, now, gate=params))
+    prios = [d for d in agent.cycle().decisions if isinstance(d, SetPriority)]
+    assert len(prios) == 2 and all("predictions withheld in partition gpu: 0 finished jobs"
+                                   in d.reason for d in prios)
+    # both end in the order predicted (ann's short, cy's long): concordance 1 on 2 jobs
+    p.run_ended(1, 1, now, now + 600, "COMPLETED")
+    p.run_ended(2, 1, now, now + 40_000, "COMPLETED")
+    twin.finished(1, 600.0)
+    twin.finished(2, 40_000.0)
+    assert p.gate.skill("gpu") == twin.skill("gpu") == (1.0, 2)
+    waiting = (job(3, "ann", "resnet-y", now + 1), job(5, "cy", "gpt", now + 1))
+    again = {j.job_id: j for j in
+             p.annotate(ClusterSnapshot(now + 1, NODES, waiting, PARTS)).jobs}
+    for k in (3, 5):
+        twin.record(k, "gpu", p.predicted[k])
+        assert again[k].predicted_gpu_s == p.predicted[k] > 0
+        assert again[k].prediction_withheld == "" == twin.withheld("gpu")
+    # ann's job 3 ends far longer than cy's gpt: the gate closes, for job 5 still waiting
+    p.run_ended(3, 8, now + 1, now + 100_000, "COMPLETED")
+    twin.finished(3, 8 * 99_999.0)
+    later = p.annotate(ClusterSnapshot(now + 2, NODES, (waiting[1], job(4, "cy", "gpt", now + 2)),
+                                       PARTS)).jobs
+    assert [j.predicted_gpu_s for j in later] == [None, None]
+    assert {j.prediction_withheld for j in later} == {twin.withheld("gpu")}
+    assert twin.withheld("gpu").startswith("predictions withheld in partition gpu: concordance")
+    assert twin.withheld("gpu").endswith("on the last 3 finished jobs (< 0.6)")

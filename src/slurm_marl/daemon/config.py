@@ -47,6 +47,9 @@ class AgentSection:
     # history CSV (`slurm-marl history import`) its features start from ("" = none)
     gpu_time_model: str = ""
     history: str = ""
+    # use a partition's predictions only while they have ordered its ended jobs well
+    # (history/skill.py); false: every prediction is used
+    prediction_gate: bool = True
     # partitions whose order is written as SiteFactor (added to Slurm's multifactor
     # priority) instead of Priority (which overrides every factor), and the agent's range
     # for it: [1, site_factor_max]; size it against `slurm-marl check-slurm`'s

@@ -11,6 +11,13 @@ because the model learned of later jobs.
 A job's request as squeue shows it (user, account, QOS, partition, name, GPUs, nodes,
 time limit) is what ``sacct`` shows of it later: training and prediction see the same
 fields.
+
+Predictions pass the prediction-skill gate (``history/skill.py``, the simulator's too):
+each cycle, a partition's jobs carry their predictions only while the partition's
+predictions have ordered the jobs that ended since the agent started well enough;
+otherwise none of them does (2D-LAS order) and each says why. The gate starts empty when
+the agent starts (the history has no record of what was predicted), so predictions are
+withheld until enough predicted jobs have ended.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from slurm_marl.domain import ClusterSnapshot, Job
 from slurm_marl.history.features import Submission
 from slurm_marl.history.predictor import GpuTimeModel, replay
 from slurm_marl.history.records import read_history
+from slurm_marl.history.skill import GateParams, SkillGate
 
 log = logging.getLogger(__name__)
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL",
@@ -42,8 +50,10 @@ class DaemonPredictor:
     that cannot be read: the daemon's config check turns them into exit 2."""
 
     def __init__(self, model_dir: str | Path, history_csv: str | Path | None,
-                 now_s: float) -> None:
+                 now_s: float, gate: GateParams | None = GateParams()) -> None:
         self.model = GpuTimeModel.load(model_dir)
+        # None: every prediction is used (ungated)
+        self.gate = SkillGate(gate) if gate is not None else None
         past = [j for j in read_history(history_csv) if j.submit_s < now_s] \
             if history_csv else []
         self.state = replay(past, lambda *_: None, until_s=now_s)
@@ -61,6 +71,8 @@ class DaemonPredictor:
             self.predicted.pop(gone)
             self._subs.pop(gone, None)
             self._gpu_s.pop(gone, None)
+            if self.gate is not None:
+                self.gate.forget(gone)
         new = [j for j in snap.jobs
                if j.job_id not in self.predicted and j.num_gpus > 0
                and (j.is_pending or j.is_running)]
@@ -72,13 +84,24 @@ class DaemonPredictor:
             for j, s, gpu_s in zip(new, subs, self.model.predict_gpu_s(rows)):
                 self.predicted[j.job_id] = float(gpu_s)
                 self._subs[j.job_id] = s
+                if self.gate is not None:
+                    self.gate.record(j.job_id, j.partition, float(gpu_s))
         if not self.predicted:
             return snap
         pred = self.predicted
-        return replace(snap, jobs=tuple(
-            j.with_(predicted_gpu_s=pred[j.job_id])
-            if j.job_id in pred and j.predicted_gpu_s != pred[j.job_id] else j
-            for j in snap.jobs))
+        why = {} if self.gate is None else {
+            part: self.gate.withheld(part)
+            for part in {j.partition for j in snap.jobs if j.job_id in pred}}
+
+        def shown(j: Job) -> Job:
+            reason = why.get(j.partition, "")
+            value = None if reason else pred[j.job_id]
+            if j.predicted_gpu_s == value and j.prediction_withheld == reason:
+                return j
+            return j.with_(predicted_gpu_s=value, prediction_withheld=reason)
+
+        return replace(snap, jobs=tuple(shown(j) if j.job_id in pred else j
+                                        for j in snap.jobs))
 
     def run_ended(self, job_id: int, num_gpus: int, start_s: float, end_s: float,
                   state: str) -> None:
@@ -92,3 +115,7 @@ class DaemonPredictor:
         self.predicted.pop(job_id, None)
         if sub is not None and math.isfinite(total):
             self.state.ended(sub, total)
+            if self.gate is not None:
+                self.gate.finished(job_id, total)
+        elif self.gate is not None:
+            self.gate.forget(job_id)

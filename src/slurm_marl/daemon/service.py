@@ -516,8 +516,10 @@ def build_agent(config: Config, metrics=None) -> Agent:
     predictor = None
     if config.agent.gpu_time_model:
         from slurm_marl.daemon.predictions import DaemonPredictor
+        from slurm_marl.history.skill import GateParams
         predictor = DaemonPredictor(config.agent.gpu_time_model, config.agent.history or None,
-                                    time.time())
+                                    time.time(),
+                                    gate=GateParams() if config.agent.prediction_gate else None)
     elif config.agent.history:
         log.warning("agent.history is set but agent.gpu_time_model is not: no predictions")
     store = Store(config.store_path)

@@ -29,6 +29,7 @@ neighbourhood is computed.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 import time
@@ -46,6 +47,7 @@ from slurm_marl.sim.traces import TraceJob
 
 if TYPE_CHECKING:  # LightGBM is imported only where predictions are learned
     from slurm_marl.sim.online_prediction import OnlinePredictor
+    from slurm_marl.sim.predictions import FixedPredictor
 
 FINISH, ARRIVAL, WAKE, TICK = 0, 1, 2, 3
 _EPS = 1e-6
@@ -60,10 +62,15 @@ class Simulator:
                  progress: Callable[[int, int], None] | None = None,
                  perf: PerfParams | None = None,
                  predictions: Mapping[int, float] | None = None,
-                 predictor: OnlinePredictor | None = None) -> None:
+                 predictor: OnlinePredictor | FixedPredictor | None = None) -> None:
         self.cluster = cluster
-        # learns GPU-times from the jobs that finish here (``sim/online_prediction.py``)
+        # predicts each job at its arrival, told of each job that finishes: learned from
+        # them (``sim/online_prediction.py``) or fixed (``sim/predictions.py``); a
+        # partition's predictions are used only while its skill gate is open
         self.predictor = predictor
+        self.withheld_in: dict[str, str] = {}       # partition -> why withheld ("": used)
+        self.predictions_given = [0, 0]             # arrivals with it used, withheld
+        self.gate_flips = 0
         self.policy = policy
         self.perf = perf or PerfParams(strength=interference)
         self.restart_delay_s = restart_delay_s
@@ -343,6 +350,7 @@ class Simulator:
             now = end = head[0]
             changed_nodes: set[int] = set()
             multi_leaves: set = set()
+            scored: set[str] = set()
             while self.events and self.events[0][0] <= now + _EPS:
                 t, kind, _, jid, version = heapq.heappop(self.events)
                 if kind == FINISH:
@@ -360,12 +368,16 @@ class Simulator:
                     done += 1
                     if self.predictor is not None:
                         self.predictor.finished(j, now)
+                        scored.add(j.partition)
                 elif kind == ARRIVAL:
                     j = self.by_id[jid]
                     j.state = "pending"
                     j.queue_since_s = now
                     if self.predictor is not None:
                         j.predicted_gpu_s = self.predictor.arrived(j, now)
+                        if j.predicted_gpu_s is not None:
+                            j.prediction_withheld = self._withheld(j.partition)
+                            self.predictions_given[bool(j.prediction_withheld)] += 1
                     self.pending[jid] = j
                 elif kind == WAKE:
                     if self.next_wake is not None and t >= self.next_wake - _EPS:
@@ -374,6 +386,8 @@ class Simulator:
                     if self.pending or self.running or any(
                             e[1] == ARRIVAL for e in self.events):
                         self._push(now + self.cycle_period_s, TICK)
+            if scored:
+                self._regate(scored)
             if changed_nodes:
                 self._update_speeds(changed_nodes, (), multi_leaves, now)
             if self.pending and (self.free_slots > 0 or self.preemptive
@@ -393,6 +407,31 @@ class Simulator:
                           reservations=self.reservation_count, samples=self.samples,
                           end_time_s=end, unfinished=unfinished, total_gpus=self.total_slots,
                           dropped=len(self.dropped), refused_placements=self.refused_count)
+
+    def _withheld(self, partition: str) -> str:
+        """Why ``partition``'s predictions are withheld now ("": used), as of the gate's
+        last flip (the reason's numbers are those that closed it)."""
+        why = self.withheld_in.get(partition)
+        if why is None:
+            why = self.withheld_in[partition] = self.predictor.withheld(partition)
+        return why
+
+    def _regate(self, partitions: set[str]) -> None:
+        """Jobs finished in ``partitions``: where the skill gate opened or closed, every
+        pending or running job there with a prediction uses it, or not, from now on."""
+        for part in partitions:
+            old = self.withheld_in.get(part)
+            new = self.predictor.withheld(part)
+            if old is not None and bool(old) == bool(new):
+                continue
+            self.withheld_in[part] = new
+            if old is None:
+                continue
+            self.gate_flips += 1
+            for j in itertools.chain(self.pending.values(), self.running.values()):
+                if j.partition == part and j.predicted_gpu_s is not None:
+                    j.prediction_withheld = new
+                    j.job_obj = None
 
     def _cycle(self, now: float) -> None:
         self.cycles += 1

@@ -59,6 +59,7 @@ class SimJob:
     same_gpu: bool = False                     # its slots must be on one physical GPU
     gpu_fraction: float | None = None
     predicted_gpu_s: float | None = None       # what a predictor said at submission
+    prediction_withheld: str = ""              # why the skill gate withholds it now ("": not)
     job_obj: Job | None = None
     speed_weighted_s: float = 0.0              # sum(speed x run time), for mean speed
     run_total_s: float = 0.0
@@ -82,7 +83,12 @@ class SimJob:
 
     def progress_shown(self, now: float) -> float | None:
         """The progress a policy sees: only a job with a prediction carries it."""
-        return None if self.predicted_gpu_s is None else self.progress_gpu_s(now)
+        return None if self.prediction_shown is None else self.progress_gpu_s(now)
+
+    @property
+    def prediction_shown(self) -> float | None:
+        """The prediction a policy sees: none while the skill gate withholds it."""
+        return None if self.prediction_withheld else self.predicted_gpu_s
 
     @property
     def remaining_work_s(self) -> float:
@@ -222,7 +228,8 @@ def domain_job(j: SimJob, now: float, sim_nodes: Sequence[Node]) -> Job:
               restart_count=j.preemptions, attained_gpu_s=j.attained(now),
               last_run_s=j.last_run_s, queue_since_s=j.queue_since_s,
               preemptions=j.preemptions, model_type=j.model_type,
-              duration_s=j.duration_s, predicted_gpu_s=j.predicted_gpu_s,
+              duration_s=j.duration_s, predicted_gpu_s=j.prediction_shown,
+              prediction_withheld=j.prediction_withheld,
               progress_gpu_s=j.progress_shown(now))
     j.job_obj = obj
     return obj

@@ -15,6 +15,10 @@ finished jobs would learn from the short ones first (the long ones are still run
 survivorship bias that made predictions 2.2x too low on a Philly window). For a Philly
 window, ``philly_prior`` gives the virtual cluster's jobs before the window as that
 history (each counted as ended at submit + duration, the trace having no start times).
+
+Every prediction is recorded with the prediction-skill gate (``history/skill.py``, the
+daemon's too): the simulator lets the order use a partition's predictions only while they
+have ordered the partition's finished jobs well enough (``withheld``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from slurm_marl.history.features import Submission, history_median
 from slurm_marl.history.philly import philly_history
 from slurm_marl.history.predictor import GpuTimeModel, next_refit, replay
 from slurm_marl.history.records import HistoryJob
+from slurm_marl.history.skill import SkillGate
 from slurm_marl.sim.traces import Window, detect_format, philly_window_rows
 
 
@@ -41,11 +46,13 @@ class OnlinePredictor:
     """``prior``: the site's history before the simulation (jobs with absolute times);
     ``origin_s``: the absolute time of simulated time 0. Jobs of ``prior`` that ended by
     ``origin_s`` are known from the start and train the first model; none of it is
-    known if it ended later."""
+    known if it ended later. ``gate``: the prediction-skill gate (None: every prediction
+    is used)."""
 
     def __init__(self, refit_every_s: float = 86400.0, min_train: int = 200, seed: int = 0,
                  rounds: int = 100, prior: Sequence[HistoryJob] = (),
-                 origin_s: float = 0.0) -> None:
+                 origin_s: float = 0.0, gate: SkillGate | None = None) -> None:
+        self.gate = gate
         self.refit_every_s = refit_every_s
         self.min_train = min_train
         self.seed = seed
@@ -67,7 +74,18 @@ class OnlinePredictor:
         self._pending: dict[int, tuple[Submission, dict]] = {}
 
     def arrived(self, job, now: float) -> float | None:
-        """The prediction for ``job`` arriving at ``now`` (GPU-seconds), or None."""
+        """The prediction for ``job`` arriving at ``now`` (GPU-seconds), or None; recorded
+        with the gate."""
+        predicted = self._predict(job, now)
+        if self.gate is not None:
+            self.gate.record(job.job_id, job.partition, predicted)
+        return predicted
+
+    def withheld(self, partition: str) -> str:
+        """Why ``partition``'s predictions are withheld now ("": used)."""
+        return self.gate.withheld(partition) if self.gate is not None else ""
+
+    def _predict(self, job, now: float) -> float | None:
         sub = submission(job, self.origin_s + now)
         row = self.state.features(sub)
         self.state.submitted(sub)
@@ -91,6 +109,8 @@ class OnlinePredictor:
         self.state.ended(sub, truth)
         self.rows.append(row)
         self.labels.append(math.log1p(truth))
+        if self.gate is not None:
+            self.gate.finished(job.job_id, truth)
 
 
 def philly_prior(trace: str | Path, window: Window | str | None

@@ -12,6 +12,9 @@ a predictor whose errors are the square roots of Helios'), to measure how JCT de
 prediction quality between the truth and Helios' estimator.
 
 ``oracle``: the truth (what the clairvoyant ``srtf`` order reads).
+
+``FixedPredictor`` hands them out at each job's arrival and records them with the
+prediction-skill gate (``history/skill.py``), as a site's predictor would be gated.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping
 
+from slurm_marl.history.skill import SkillGate
 from slurm_marl.prediction_error import HELIOS_POINTS, error_factor
 from slurm_marl.sim.traces import TraceJob
 
@@ -51,3 +55,26 @@ def predicted_gpu_s(trace: Iterable[TraceJob], kind: str, seed: int = 0
         factor = error_factor(rng.random(), HELIOS_POINTS) ** scale
         out[t.job_id] = truth * factor if rng.random() < 0.5 else truth / factor
     return out
+
+
+class FixedPredictor:
+    """Predictions fixed in advance (``predicted_gpu_s``), given at arrival and recorded
+    with ``gate`` (None: ungated); the same calls as
+    ``sim.online_prediction.OnlinePredictor``."""
+
+    def __init__(self, predictions: Mapping[int, float], gate: SkillGate | None = None) -> None:
+        self.predictions = predictions
+        self.gate = gate
+
+    def arrived(self, job, now: float) -> float | None:
+        predicted = self.predictions.get(job.job_id)
+        if self.gate is not None:
+            self.gate.record(job.job_id, job.partition, predicted)
+        return predicted
+
+    def finished(self, job, now: float) -> None:
+        if self.gate is not None:
+            self.gate.finished(job.job_id, max(0.0, job.duration_s) * max(1, job.num_gpus))
+
+    def withheld(self, partition: str) -> str:
+        return self.gate.withheld(partition) if self.gate is not None else ""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from slurm_marl.history.skill import GateParams, SkillGate
 from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.interference import FittedEstimator, InterferenceEstimator
 from slurm_marl.policy.profile import Profile, load_profile
@@ -24,7 +25,7 @@ from slurm_marl.sim.cluster import SimCluster, parse_cluster
 from slurm_marl.sim.engine import Simulator
 from slurm_marl.sim.jobs import SimOutcome
 from slurm_marl.sim.metrics import summarize
-from slurm_marl.sim.predictions import predicted_gpu_s
+from slurm_marl.sim.predictions import FixedPredictor, predicted_gpu_s
 from slurm_marl.sim.traces import TraceJob, Window, load_trace
 
 PILOT_PROFILE = "las-consolidate"
@@ -44,6 +45,8 @@ class SimRun:
 # Orders that read a job's predicted GPU-time: without --prediction-error they get one
 # learned in the run from the jobs that finished before each submission.
 LEARNS_PREDICTIONS = frozenset({"predicted_las"})
+# Every prediction, learned or fixed, goes through the prediction-skill gate (None: none).
+DEFAULT_GATE = GateParams()
 
 
 def needs_estimator(profile: Profile) -> bool:
@@ -72,7 +75,8 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
              skip_bad_rows: bool = False,
              progress: Callable[[int, int], None] | None = None,
              prediction_error: str | None = None, prediction_seed: int = 0,
-             trace_source: tuple[str | Path, Window | str | None] | None = None) -> SimRun:
+             trace_source: tuple[str | Path, Window | str | None] | None = None,
+             skill_gate: GateParams | None = DEFAULT_GATE) -> SimRun:
     """Run one simulation; ``trace`` is a loaded trace or a path (read with ``window`` and
     ``skip_bad_rows``). Jobs larger than their partition are an error unless
     ``drop_oversized`` (then counted in the summary's ``dropped_oversized``).
@@ -80,7 +84,8 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     (``sim/predictions.py``: ``helios`` or ``oracle``); None: orders that read predictions
     get them learned in the run (``sim/online_prediction.py``), starting from the history
     before the window where the trace has one (``trace_source``: the file and window a
-    loaded ``trace`` came from)."""
+    loaded ``trace`` came from). ``skill_gate``: the parameters of the prediction-skill
+    gate both kinds of predictions pass (``history/skill.py``); None: ungated."""
     jobs = trace if isinstance(trace, list) else load_trace(trace, window,
                                                            skip_bad_rows=skip_bad_rows)
     sim_cluster = cluster if isinstance(cluster, SimCluster) else parse_cluster(cluster)
@@ -94,20 +99,22 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
             n_est = estimator.n_samples
         context["interference_estimator"] = estimator
     policy = build_policy(prof, **context)
-    predictions = (predicted_gpu_s(jobs, prediction_error, prediction_seed)
-                   if prediction_error is not None else None)
+    gate = SkillGate(skill_gate) if skill_gate is not None else None
     predictor = None
-    if prediction_error is None and prof.order in LEARNS_PREDICTIONS:
+    if prediction_error is not None:
+        predictor = FixedPredictor(predicted_gpu_s(jobs, prediction_error, prediction_seed),
+                                   gate)
+    elif prof.order in LEARNS_PREDICTIONS:
         from slurm_marl.sim.online_prediction import OnlinePredictor, philly_prior
         path, win = (trace, window) if not isinstance(trace, list) else \
             (trace_source or (None, None))
         prior = philly_prior(path, win) if path is not None else None
         predictor = OnlinePredictor(seed=seed, prior=prior[0] if prior else (),
-                                    origin_s=prior[1] if prior else 0.0)
+                                    origin_s=prior[1] if prior else 0.0, gate=gate)
     sim = Simulator(sim_cluster, jobs, policy, interference=interference, seed=seed,
                     restart_delay_s=restart_delay_s, cycle_period_s=cycle_period_s,
                     collect_samples=collect_samples, drop_oversized=drop_oversized,
-                    progress=progress, predictions=predictions, predictor=predictor)
+                    progress=progress, predictor=predictor)
     outcome = sim.run()
     run = SimRun(profile=prof, cluster=sim_cluster, interference=interference, seed=seed,
                  outcome=outcome, estimator_samples=n_est)
@@ -120,4 +127,9 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
         run.summary["predictions"] = (
             f"learned in the run (LightGBM from finished jobs, {predictor.fits} refits"
             + (f"; {len(prior[0])} jobs of history before the window)" if prior else ")"))
+    if gate is not None and predictor is not None:
+        # arrivals whose prediction was used / withheld then, and how often a gate flipped
+        run.summary["predictions_given"], run.summary["predictions_withheld"] = \
+            sim.predictions_given
+        run.summary["prediction_gate_flips"] = sim.gate_flips
     return run

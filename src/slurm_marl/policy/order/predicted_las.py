@@ -25,8 +25,15 @@ that outlived every size its distribution allows falls back to its attained serv
 
 With ``rule = "in_las_queues"`` the queues are Tiresias' 2D-LAS queues by attained service
 (``thresholds_gpu_s``, Tiresias' by default) and the prediction orders only the *waiting*
-jobs of a queue (shortest predicted remaining first, where 2D-LAS keeps arrival order);
-running jobs stay ahead of them inside their queue, as in Tiresias. A wrong prediction can
+jobs of a queue (shortest predicted remaining first, where 2D-LAS keeps arrival order).
+Running jobs, and waiting jobs without a prediction (none made, or withheld by the
+prediction-skill gate, ``history/skill.py``), keep their place in Tiresias' list of the
+queue (``tiresias_las``' ``QueueLists``: entry order, a job demoted while running behind
+the jobs already waiting in its new queue); the predicted waiting jobs come after them. So
+a queue without predictions is ordered exactly as ``tiresias_las`` (no starvation
+promotion) orders it. (Running jobs simply ahead of every waiting job of their queue, and
+unpredicted waiting jobs by attained service, was 1.36x tiresias_las' mean JCT on a
+Philly window with every prediction withheld.) A wrong prediction can
 change which waiting job of a queue starts next, never preempt a job that 2D-LAS would let
 run, nor move a job to another queue. (Ranking running jobs by their prediction too let a
 stream of under-predicted arrivals preempt each running job in turn: 1.67x 2D-LAS's
@@ -56,8 +63,8 @@ import math
 from collections.abc import Mapping
 
 from slurm_marl.domain import Job
-from slurm_marl.policy.order.tiresias_las import (DEFAULT_THRESHOLDS_GPU_S, queue_for_service,
-                                                  validate_thresholds)
+from slurm_marl.policy.order.tiresias_las import (DEFAULT_THRESHOLDS_GPU_S, TiresiasLas,
+                                                  queue_for_service, validate_thresholds)
 from slurm_marl.policy.plugins import PluginError, check_params
 from slurm_marl.prediction_error import DISTRIBUTIONS, truth_ratios
 
@@ -124,6 +131,18 @@ class PredictedLas:
         self.rule = rule
         self.error = error
         self._ratios = truth_ratios(error)[0] if rule == "gittins" else ()
+        # in_las_queues: Tiresias' queue lists (tiresias_las, no starvation promotion), for
+        # running jobs and waiting jobs without a prediction
+        self._las = TiresiasLas(self.thresholds_gpu_s, len(self.thresholds_gpu_s) + 1, 0.0) \
+            if rule == "in_las_queues" else None
+
+    def begin_cycle(self, jobs, now_s: float) -> None:
+        if self._las is not None:
+            self._las.begin_cycle(jobs, now_s)
+
+    def reset(self) -> None:
+        if self._las is not None:
+            self._las.reset()
 
     def expected(self, job: Job) -> tuple[float, bool]:
         """(the job's key in GPU-s, whether it comes from its prediction)."""
@@ -163,11 +182,17 @@ class PredictedLas:
         if self.rule == "in_las_queues":
             las = queue_for_service(job.attained_gpu_s, self.thresholds_gpu_s,
                                     len(self.thresholds_gpu_s) + 1)
-            # running jobs first inside a 2D-LAS queue, as Tiresias keeps them: the
-            # prediction orders only the waiting jobs, so it never preempts a job that
-            # 2D-LAS would have let run
+            # Running jobs, and waiting jobs without a prediction (none made, or withheld
+            # by the skill gate), keep their place in Tiresias' list of the queue, as
+            # tiresias_las ranks them; the waiting jobs with a prediction come after them,
+            # shortest predicted remaining first. So the prediction never preempts a job
+            # that 2D-LAS would have let run, and a queue without predictions is 2D-LAS.
+            if running == 0 or job.predicted_gpu_s is None:
+                place = self._las.lists.key(job.job_id, las) if self._las else None
+                return (PREDICTED if predicted else ATTAINED,
+                        (1, las, 0) + (place if place is not None else (math.inf, 0)))
             return (PREDICTED if predicted else ATTAINED,
-                    (1, las, running, self.bucket(key), since))
+                    (1, las, 1, self.bucket(key), since))
         return (PREDICTED if predicted else ATTAINED,
                 (1, 0, self.bucket(key), running, since))
 
@@ -185,6 +210,8 @@ class PredictedLas:
         if job.predicted_gpu_s is not None:
             return (f"outlived its prediction of {job.predicted_gpu_s:.0f} GPU-s: ranked by "
                     f"{key:.0f} GPU-s attained")
+        if job.prediction_withheld:
+            return f"{job.prediction_withheld}: ranked by {key:.0f} GPU-s attained"
         return f"no prediction: ranked by {key:.0f} GPU-s attained"
 
     def next_change_s(self, job: Job, now_s: float) -> float | None:
@@ -195,18 +222,12 @@ class PredictedLas:
             return None
         if not job.is_running or job.num_gpus <= 0:
             return None
+        if self._las is not None:
+            # in_las_queues: a running job's place is its place in Tiresias' lists, which
+            # changes only when it is demoted (the prediction orders waiting jobs only)
+            return self._las.next_change_s(job, now_s)
         key, predicted = self.expected(job)
-        if self.rule == "in_las_queues":
-            # Demotion to the next 2D-LAS queue, or outliving its prediction.
-            a = max(0.0, job.attained_gpu_s)
-            nxt = next((t for t in self.thresholds_gpu_s if t > a), None)
-            left = min(key if predicted else math.inf,
-                       (nxt - a) if nxt is not None else math.inf)
-            if not predicted:
-                left = min(left, self.bucket_factor ** (self.bucket(key) + 1) - key)
-            if math.isinf(left):
-                return None
-        elif predicted and self.rule == "remaining":
+        if predicted and self.rule == "remaining":
             # Its key only falls (it moves ahead, which changes no decision) until it
             # outlives its prediction.
             left = key

@@ -1,0 +1,210 @@
+"""The prediction-skill gate (``history/skill.py``): concordance on hand-built values, the
+gate opening and closing as defined, no look-ahead through the simulator (what the policy
+sees of the predictions at a time reads only outcomes known by then), and the order
+saying why a prediction is withheld. The daemon's use of the same gate is tested in
+``test_daemon_predictions.py``."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_marl.domain import Job, JobState
+from slurm_marl.history.skill import Concordance, GateParams, SkillGate
+from slurm_marl.policy.order.predicted_las import PredictedLas
+
+
+def brute_concordance(items, weighted):
+    agree = pairs = 0.0
+    for (p, t), (q, u) in itertools.combinations(items, 2):
+        if t == u:
+            continue
+        w = abs(math.log1p(t) - math.log1p(u)) if weighted else 1.0
+        pairs += w
+        agree += w / 2 if p == q else w * ((p < q) == (t < u))
+    return agree / pairs if pairs else None
+
+
+def test_concordance_on_hand_built_values():
+    c = Concordance(10, weighted=False)
+    assert c.value is None
+    for p, t in [(1, 10), (2, 20), (3, 30)]:
+        c.add(p, t)
+    assert c.value == 1.0
+    c = Concordance(10, weighted=False)
+    for p, t in [(3, 10), (2, 20), (1, 30)]:
+        c.add(p, t)
+    assert c.value == 0.0
+    c = Concordance(10, weighted=False)
+    for p, t in [(5, 10), (5, 20), (1, 20)]:   # a tie in prediction is half; in truth, no pair
+        c.add(p, t)
+    # pairs (5,10)-(5,20): tie = 1/2; (5,10)-(1,20): wrong; (5,20)-(1,20): not counted
+    assert c.value == pytest.approx(0.25)
+
+
+def test_weighted_concordance_counts_far_apart_pairs_more():
+    # two close jobs swapped (e^1 - 1 and e^1.5 - 1: weight 0.5), the far one right
+    # (weights 3.5 and 3): 6.5 of 7
+    t = [math.expm1(x) for x in (1.0, 1.5, 4.5)]
+    c = Concordance(10)
+    for p, truth in [(2.0, t[0]), (1.0, t[1]), (9.0, t[2])]:
+        c.add(p, truth)
+    assert c.value == pytest.approx(6.5 / 7)
+    plain = Concordance(10, weighted=False)
+    for p, truth in [(2.0, t[0]), (1.0, t[1]), (9.0, t[2])]:
+        plain.add(p, truth)
+    assert plain.value == pytest.approx(2 / 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=30),
+       st.integers(2, 8), st.booleans())
+def test_concordance_over_a_sliding_window_matches_counting_every_pair(items, window,
+                                                                        weighted):
+    c = Concordance(window, weighted)
+    for k, (p, t) in enumerate(items):
+        c.add(float(p), float(t))
+        assert c.count == min(k + 1, window)
+        want = brute_concordance(items[max(0, k + 1 - window):k + 1], weighted)
+        assert c.value == (None if want is None else pytest.approx(want))
+
+
+def test_the_gate_opens_after_enough_skill_and_closes_without_it():
+    gate = SkillGate(GateParams(window=4, min_scored=3, threshold=0.6, weighted=False))
+    # nothing scored yet: withheld, and says why
+    assert gate.withheld("a") == "predictions withheld in partition a: 0 finished jobs scored (< 3)"
+    for jid, pred in [(1, 100.0), (2, 200.0), (3, 300.0), (4, 250.0)]:
+        gate.record(jid, "a", pred)
+    gate.record(9, "a", None)                                # nothing to score
+    for jid, truth in [(1, 10.0), (2, 20.0), (9, 5.0)]:
+        gate.finished(jid, truth)
+    assert gate.skill("a") == (1.0, 2)
+    assert gate.withheld("a").endswith("2 finished jobs scored (< 3)")
+    gate.finished(3, 30.0)
+    assert gate.skill("a") == (1.0, 3)
+    assert gate.withheld("a") == ""                          # 3 scored, concordance 1
+    assert gate.withheld("b") != ""                          # another partition: its own
+    # job 4, recorded while the gate was closed and scored all the same, is the longest:
+    # ordered wrong against job 3 only -> 5 of 6 pairs right (open)
+    gate.finished(4, 1000.0)
+    assert gate.skill("a") == (pytest.approx(5 / 6), 4) and gate.withheld("a") == ""
+    # job 5 (predicted longest) is the shortest; the window drops job 1: 2 of 6 right ->
+    # closed
+    gate.record(5, "a", 5e3)
+    gate.finished(5, 1.0)
+    value, n = gate.skill("a")
+    assert n == 4 and value == pytest.approx(2 / 6)
+    assert gate.withheld("a") == ("predictions withheld in partition a: concordance 0.33 on "
+                                  "the last 4 finished jobs (< 0.6)")
+    # scoring an unknown, forgotten or already scored job is a no-op
+    gate.record(8, "a", 70.0)
+    gate.forget(8)
+    for jid in (8, 42, 5):
+        gate.finished(jid, 5.0)
+    assert gate.skill("a") == (pytest.approx(2 / 6), 4)
+
+
+def test_parameters_are_checked():
+    with pytest.raises(ValueError, match="min_scored"):
+        GateParams(window=10, min_scored=11)
+    with pytest.raises(ValueError, match="threshold"):
+        GateParams(threshold=1.5)
+
+
+def sim_snapshots_moved(predictor_cls) -> tuple[int, set[str], int]:
+    """Run a small simulation, keeping what each job showed of its prediction in every
+    snapshot the policy saw. For a few times T, lengthen every job that finishes after T
+    (so none finishes earlier) and run again: in how many of them a snapshot before T
+    showed a prediction or reason differently; the reasons seen; how many jobs showed a
+    prediction in one snapshot and none in another."""
+    from dataclasses import replace
+
+    from slurm_marl.policy.framework import build_policy
+    from slurm_marl.policy.profile import load_profile
+    from slurm_marl.sim.cluster import parse_cluster
+    from slurm_marl.sim.engine import Simulator
+    from slurm_marl.sim.traces import TraceJob
+
+    rng = random.Random(3)
+    trace, t = [], 0.0
+    for k in range(80):
+        t += rng.expovariate(1 / 200)
+        trace.append(TraceJob(k, t, rng.lognormvariate(6, 1.2), rng.choice([1, 1, 2, 4])))
+    # half the predictions informative, half not: the gate opens and closes (14 flips)
+    preds = {j.job_id: j.duration_s * j.num_gpus * rng.lognormvariate(0, 1.0)
+             if rng.random() < 0.5 else rng.lognormvariate(7, 1.5) for j in trace}
+    params = GateParams(window=20, min_scored=5, threshold=0.6)
+
+    def run(jobs):
+        policy = build_policy(load_profile("learned-order"))
+        seen = []
+        cycle = policy.run_cycle
+
+        def recording(snap):
+            seen.append((snap.time_s, {j.job_id: (j.predicted_gpu_s, j.prediction_withheld)
+                                       for j in snap.jobs}))
+            return cycle(snap)
+
+        policy.run_cycle = recording
+        sim = Simulator(parse_cluster("1x2x4"), jobs, policy,
+                        predictor=predictor_cls(preds, SkillGate(params)))
+        sim.run()
+        return seen, {j.job_id: j.finish_s for j in sim.jobs}
+
+    seen, finish = run(trace)
+    moved = 0
+    for cut in (trace[k].submit_time_s for k in range(5, 80, 5)):
+        changed = [replace(j, duration_s=j.duration_s * (20 if j.job_id % 2 else 1.5))
+                   if finish[j.job_id] > cut else j for j in trace]
+        again, _ = run(changed)
+        before = [s for s in seen if s[0] <= cut]
+        moved += before != [s for s in again if s[0] <= cut]
+    reasons = {why for _, jobs in seen for _, why in jobs.values()}
+    shown = {}
+    for _, jobs in seen:
+        for jid, (value, _) in jobs.items():
+            shown.setdefault(jid, set()).add(value is None)
+    return moved, reasons, sum(len(v) == 2 for v in shown.values())
+
+
+def test_no_look_ahead_through_the_simulator():
+    """What every snapshot shows of the predictions up to a time T stays the same when the
+    durations of the jobs that finish after T are rewritten (the schedule after T
+    changes); the gate both opened and closed, for jobs already waiting too."""
+    from slurm_marl.sim.predictions import FixedPredictor
+    moved, reasons, flipped = sim_snapshots_moved(FixedPredictor)
+    assert "" in reasons and any(reasons - {""})      # the gate both gave and withheld
+    assert flipped > 0                                 # per partition: waiting jobs too
+    assert moved == 0
+
+
+def test_the_simulator_check_catches_outcomes_known_at_arrival():
+    """The check above fails for a predictor that scores a job when it arrives."""
+    from slurm_marl.sim.predictions import FixedPredictor
+
+    class Early(FixedPredictor):
+        def arrived(self, job, now):
+            out = super().arrived(job, now)
+            super().finished(job, now)
+            return out
+
+        def finished(self, job, now):
+            pass
+
+    assert sim_snapshots_moved(Early)[0] > 0
+
+
+def test_the_order_says_why_a_prediction_was_withheld():
+    order = PredictedLas(2.0, 0.0, "in_las_queues")
+    why = ("predictions withheld in partition a: concordance 0.41 on the last 400 finished "
+           "jobs (< 0.85)")
+    job = Job(1, partition="a", gpus_per_node=1, state=JobState.PENDING, prediction_withheld=why)
+    queue, _ = order.classify(job, 0.0)
+    assert order.describe(job, 0.0, queue) == f"{why}: ranked by 0 GPU-s attained"
+    plain = Job(2, partition="a", gpus_per_node=1, state=JobState.PENDING)
+    assert order.describe(plain, 0.0, queue) == "no prediction: ranked by 0 GPU-s attained"
