@@ -48,6 +48,7 @@ WINDOW = 400
 MIN_SCORED = 50
 THRESHOLD = 0.85
 WEIGHTED = True
+MEASURE = "concordance"
 MEASURES = ("concordance", "gain")
 
 
@@ -174,7 +175,7 @@ class GateParams:
     weighted: bool = WEIGHTED
     # "concordance" (above) or "gain" (``Gain``: share of the oracle's gain over arrival
     # order; ``weighted`` does not apply, and the threshold may be negative)
-    measure: str = "concordance"
+    measure: str = MEASURE
 
     def __post_init__(self) -> None:
         if self.window < 2 or not 1 <= self.min_scored <= self.window:
