@@ -122,6 +122,7 @@ def test_parameters_are_checked():
         GateParams(threshold=1.5, measure="gain")
     with pytest.raises(ValueError, match="measure"):
         GateParams(measure="tau")
+    assert GateParams(measure="log-gain").measure == "log-gain"
 
 
 def gain_of(jobs):
@@ -153,6 +154,28 @@ def test_gain_on_hand_built_values():
     assert gain_of([(1, 4.0), (9, 4.0), (3, 4.0)]) is None
     assert gain_of([(9, 1.0), (1, 2.0), (5, 3.0)]) is None
     assert Gain(10).value is None
+
+
+def test_log_gain_takes_sizes_on_a_log_scale():
+    # GPU-s e^3 - 1, e - 1, e^2 - 1 in arrival order: on the log scale sizes 3, 1, 2, where
+    # predictions 2, 1, 3 capture 2/3 of the gain (as above)
+    truths = [math.expm1(x) for x in (3.0, 1.0, 2.0)]
+    log_gain = Gain(10, log_sizes=True)
+    raw = Gain(10)
+    for arrival, (p, t) in enumerate(zip([2, 1, 3], truths)):
+        log_gain.add(p, t, arrival)
+        raw.add(p, t, arrival)
+    assert log_gain.value == pytest.approx(2 / 3)
+    # on GPU-s: FIFO ends a, a + b, a + b + c; the best b, b + c, a + b + c; predicted
+    # b, a + b, a + b + c: gain (a - b) / (2a - b - c), 0.58, not 2/3
+    a, b, c = truths
+    assert raw.value == pytest.approx((a - b) / (2 * a - b - c)) and raw.value < 0.6
+    gate = SkillGate(GateParams(window=3, min_scored=3, threshold=0.6, measure="log-gain"))
+    for jid, (p, t) in enumerate(zip([2, 1, 3], truths)):
+        gate.record(jid, "a", p)
+    for jid, t in enumerate(truths):
+        gate.finished(jid, t)
+    assert gate.skill("a") == (pytest.approx(2 / 3), 3) and gate.withheld("a") == ""
 
 
 def brute_gain(jobs):

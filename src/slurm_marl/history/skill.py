@@ -49,7 +49,7 @@ MIN_SCORED = 50
 THRESHOLD = 0.85
 WEIGHTED = True
 MEASURE = "concordance"
-MEASURES = ("concordance", "gain")
+MEASURES = ("concordance", "gain", "log-gain")
 
 
 class Concordance:
@@ -129,20 +129,26 @@ class Gain:
     gain. It compares the predictions with the partition's own job mix: a window of alike
     jobs has little to gain, and so little to lose.
 
+    ``log_sizes`` ("log-gain"): the same with each job's size taken as ``log(1 + GPU-s)``,
+    so a few very long jobs do not make up most of the gain (on raw GPU-time, putting them
+    last is most of it, and noisy predictions get that right as well as good ones).
+
     O(window log window) to evaluate; evaluated only when read and kept until the next
     ``add``."""
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, log_sizes: bool = False) -> None:
         if window < 2:
             raise ValueError(f"window must be >= 2, got {window}")
         self.window = window
+        self.log_sizes = log_sizes
         self.items: deque[tuple[int, float, float]] = deque(maxlen=window)
         self._value: float | None = None
         self._stale = False
 
     def add(self, predicted: float, truth: float, arrival: int = 0) -> None:
         """Score one finished job; ``arrival`` orders jobs by submission (smaller first)."""
-        self.items.append((arrival, predicted, max(0.0, truth)))
+        size = math.log1p(max(0.0, truth)) if self.log_sizes else max(0.0, truth)
+        self.items.append((arrival, predicted, size))
         self._stale = True
 
     @property
@@ -173,8 +179,9 @@ class GateParams:
     min_scored: int = MIN_SCORED
     threshold: float = THRESHOLD
     weighted: bool = WEIGHTED
-    # "concordance" (above) or "gain" (``Gain``: share of the oracle's gain over arrival
-    # order; ``weighted`` does not apply, and the threshold may be negative)
+    # "concordance" (above), "gain" (``Gain``: share of the oracle's gain over arrival
+    # order) or "log-gain" (the same on log(1 + GPU-s) sizes); for the gains ``weighted``
+    # does not apply and the threshold may be negative
     measure: str = MEASURE
 
     def __post_init__(self) -> None:
@@ -237,8 +244,9 @@ class SkillGate:
         c = self.scores.get(partition)
         if c is None:
             p = self.params
-            c = self.scores[partition] = (Gain(p.window) if p.measure == "gain"
-                                          else Concordance(p.window, p.weighted))
+            c = self.scores[partition] = (
+                Concordance(p.window, p.weighted) if p.measure == "concordance"
+                else Gain(p.window, log_sizes=p.measure == "log-gain"))
         c.add(predicted, truth_gpu_s, arrival)
 
     def forget(self, job_id: int) -> None:
