@@ -30,6 +30,12 @@ them, and a closed gate is exactly 2D-LAS. A flip re-ranks only waiting jobs (in
 run), so it costs no restart. (Reasoning, not a measurement: a per-job gate was tried first,
 at 1.28-1.36x on a tuning window, but with the old fallback, which alone was 1.36x there.)
 
+``GateParams.measure`` can instead be ``"gain"`` or ``"log-gain"`` (``Gain``: the share of
+the true order's mean-completion gain over arrival order that ordering the last ``window``
+finished jobs by prediction captures). Not the default: on the held-out windows log-gain
+kept learned predictions as safe as concordance but lost the Helios-quality gain on
+``ee9e8c`` (docs/benchmarks.md, "A gain-based skill measure for the gate").
+
 Pure (no I/O, no project imports): the simulator (``sim/online_prediction.py``,
 ``sim/predictions.py``, ``sim/engine.py``) and the daemon (``daemon/predictions.py``) use
 the same gate.
