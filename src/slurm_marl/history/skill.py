@@ -30,6 +30,12 @@ them, and a closed gate is exactly 2D-LAS. A flip re-ranks only waiting jobs (in
 run), so it costs no restart. (Reasoning, not a measurement: a per-job gate was tried first,
 at 1.28-1.36x on a tuning window, but with the old fallback, which alone was 1.36x there.)
 
+``GateParams.measure`` can instead be ``"gain"`` or ``"log-gain"`` (``Gain``: the share of
+the true order's mean-completion gain over arrival order that ordering the last ``window``
+finished jobs by prediction captures). Not the default: on the held-out windows log-gain
+kept learned predictions as safe as concordance but lost the Helios-quality gain on
+``ee9e8c`` (docs/benchmarks.md, "A gain-based skill measure for the gate").
+
 Pure (no I/O, no project imports): the simulator (``sim/online_prediction.py``,
 ``sim/predictions.py``, ``sim/engine.py``) and the daemon (``daemon/predictions.py``) use
 the same gate.
@@ -48,6 +54,8 @@ WINDOW = 400
 MIN_SCORED = 50
 THRESHOLD = 0.85
 WEIGHTED = True
+MEASURE = "concordance"
+MEASURES = ("concordance", "gain", "log-gain")
 
 
 class Concordance:
@@ -81,7 +89,8 @@ class Concordance:
                 agree += w
         return agree, pairs
 
-    def add(self, predicted: float, truth: float) -> None:
+    def add(self, predicted: float, truth: float, arrival: int = 0) -> None:
+        """Score one finished job (``arrival`` is not used by concordance)."""
         if len(self.items) == self.window:
             p, t = self.items.popleft()
             a, n = self._against(p, t)
@@ -104,19 +113,94 @@ class Concordance:
         return min(1.0, max(0.0, self.agree / self.pairs))
 
 
+def mean_completion(sizes: list[float]) -> float:
+    """Mean completion time of jobs run one after another, in the given order, on one
+    server that does one unit of work per second: ``sum_i (n - i) * sizes[i] / n``."""
+    total = done = 0.0
+    for s in sizes:
+        done += s
+        total += done
+    return total / len(sizes) if sizes else 0.0
+
+
+class Gain:
+    """The share of the oracle's gain over arrival order that ordering by prediction
+    captures, over the last ``window`` finished jobs of a partition: with one server running
+    them one after another, ``(C_fifo - C_pred) / (C_fifo - C_true)``, where ``C_x`` is the
+    mean completion time with the jobs in arrival order (what 2D-LAS does inside a queue),
+    in predicted order (ties kept in arrival order) and in true order (shortest first, the
+    best any order can do). 1 is the true order's gain; 0 arrival order's (a constant
+    prediction scores 0); negative, worse than arrival order. Undefined (None) when
+    arrival order is already within 1e-9 (relative) of the best order: there is nothing to
+    gain. It compares the predictions with the partition's own job mix: a window of alike
+    jobs has little to gain, and so little to lose.
+
+    ``log_sizes`` ("log-gain"): the same with each job's size taken as ``log(1 + GPU-s)``,
+    so a few very long jobs do not make up most of the gain (on raw GPU-time, putting them
+    last is most of it, and noisy predictions get that right as well as good ones).
+
+    O(window log window) to evaluate; evaluated only when read and kept until the next
+    ``add``."""
+
+    def __init__(self, window: int, log_sizes: bool = False) -> None:
+        if window < 2:
+            raise ValueError(f"window must be >= 2, got {window}")
+        self.window = window
+        self.log_sizes = log_sizes
+        self.items: deque[tuple[int, float, float]] = deque(maxlen=window)
+        self._value: float | None = None
+        self._stale = False
+
+    def add(self, predicted: float, truth: float, arrival: int = 0) -> None:
+        """Score one finished job; ``arrival`` orders jobs by submission (smaller first)."""
+        size = math.log1p(max(0.0, truth)) if self.log_sizes else max(0.0, truth)
+        self.items.append((arrival, predicted, size))
+        self._stale = True
+
+    @property
+    def count(self) -> int:
+        return len(self.items)
+
+    @property
+    def value(self) -> float | None:
+        if self._stale:
+            self._value = self._compute()
+            self._stale = False
+        return self._value
+
+    def _compute(self) -> float | None:
+        by_arrival = sorted(self.items)
+        fifo = mean_completion([t for _, _, t in by_arrival])
+        best = mean_completion(sorted(t for _, _, t in by_arrival))
+        if fifo - best <= 1e-9 * max(fifo, 1.0):
+            return None
+        # sorted() is stable: ties in prediction keep arrival order
+        pred = mean_completion([t for _, _, t in sorted(by_arrival, key=lambda x: x[1])])
+        return (fifo - pred) / (fifo - best)
+
+
 @dataclass(frozen=True)
 class GateParams:
     window: int = WINDOW
     min_scored: int = MIN_SCORED
     threshold: float = THRESHOLD
     weighted: bool = WEIGHTED
+    # "concordance" (above), "gain" (``Gain``: share of the oracle's gain over arrival
+    # order) or "log-gain" (the same on log(1 + GPU-s) sizes); for the gains ``weighted``
+    # does not apply and the threshold may be negative
+    measure: str = MEASURE
 
     def __post_init__(self) -> None:
         if self.window < 2 or not 1 <= self.min_scored <= self.window:
             raise ValueError(f"skill gate: need window >= 2 and 1 <= min_scored <= window, "
                              f"got {self.window} and {self.min_scored}")
-        if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"skill gate: threshold must be in [0, 1], got {self.threshold}")
+        if self.measure not in MEASURES:
+            raise ValueError(f"skill gate: measure must be one of {MEASURES}, "
+                             f"got {self.measure!r}")
+        low = 0.0 if self.measure == "concordance" else -math.inf
+        if not low <= self.threshold <= 1.0:
+            raise ValueError(f"skill gate: threshold must be in [{low:g}, 1] for "
+                             f"{self.measure}, got {self.threshold}")
 
 
 class SkillGate:
@@ -127,11 +211,12 @@ class SkillGate:
 
     def __init__(self, params: GateParams | None = None) -> None:
         self.params = params or GateParams()
-        self.scores: dict[str, Concordance] = {}
-        self._recorded: dict[int, tuple[str, float]] = {}
+        self.scores: dict[str, Concordance | Gain] = {}
+        self._recorded: dict[int, tuple[str, float, int]] = {}
+        self._arrivals = 0
 
     def skill(self, partition: str) -> tuple[float | None, int]:
-        """(concordance, jobs scored) of ``partition`` so far."""
+        """(skill, jobs scored) of ``partition`` so far: concordance or gain (``measure``)."""
         c = self.scores.get(partition)
         return (None, 0) if c is None else (c.value, c.count)
 
@@ -144,14 +229,16 @@ class SkillGate:
                     f"scored (< {p.min_scored})")
         if value is None or value < p.threshold:
             shown = "undefined" if value is None else f"{value:.2f}"
-            return (f"predictions withheld in partition {partition}: concordance {shown} "
+            return (f"predictions withheld in partition {partition}: {p.measure} {shown} "
                     f"on the last {n} finished jobs (< {p.threshold:g})")
         return ""
 
     def record(self, job_id: int, partition: str, predicted: float | None) -> None:
-        """What was predicted for a job at its submission (None: nothing to score)."""
+        """What was predicted for a job at its submission (None: nothing to score). Jobs are
+        taken to arrive in the order they are recorded (``Gain``'s arrival order)."""
         if predicted is not None:
-            self._recorded[job_id] = (partition, predicted)
+            self._recorded[job_id] = (partition, predicted, self._arrivals)
+            self._arrivals += 1
 
     def finished(self, job_id: int, truth_gpu_s: float) -> None:
         """The job's GPU-time is known: score its prediction (a job never recorded, or
@@ -159,11 +246,14 @@ class SkillGate:
         rec = self._recorded.pop(job_id, None)
         if rec is None:
             return
-        partition, predicted = rec
+        partition, predicted, arrival = rec
         c = self.scores.get(partition)
         if c is None:
-            c = self.scores[partition] = Concordance(self.params.window, self.params.weighted)
-        c.add(predicted, truth_gpu_s)
+            p = self.params
+            c = self.scores[partition] = (
+                Concordance(p.window, p.weighted) if p.measure == "concordance"
+                else Gain(p.window, log_sizes=p.measure == "log-gain"))
+        c.add(predicted, truth_gpu_s, arrival)
 
     def forget(self, job_id: int) -> None:
         self._recorded.pop(job_id, None)
