@@ -206,20 +206,11 @@ def format_gpu_request(counts_by_type: dict[str | None, int]) -> str:
     return ",".join(parts)
 
 
-@functools.lru_cache(maxsize=8192)
 def parse_gres_indices(text: str | None) -> tuple[int, ...]:
     """GPU indices held, from ``gres_detail`` / ``gres_used`` / ``GRES=`` strings
     (``gpu:s0:2(IDX:0-1),gpu:s1:0(IDX:N/A)`` -> (0, 1)); an unreadable item holds none.
-    Cached, as ``parse_gres_item``."""
-    if not text:
-        return ()
-    held: set[int] = set()
-    for item in split_outside_parens(text):
-        body = _gpu_item(item)
-        spec = parse_gres_item(body) if body is not None else None
-        if spec is not None:
-            held.update(spec.indices)
-    return tuple(sorted(held))
+    The indexed part of ``parse_gres_used`` (cached there)."""
+    return parse_gres_used(text)[0]
 
 
 @functools.lru_cache(maxsize=8192)
