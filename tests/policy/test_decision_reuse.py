@@ -18,6 +18,7 @@ from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.sim.cluster import parse_cluster
 from slurm_marl.sim.engine import Simulator
+from slurm_marl.sim.predictions import FixedPredictor
 from slurm_marl.sim.traces import TraceJob
 
 MODELS = ("resnet50_bs64", "vgg19_bs32", "lm_bs20", "transformer_bs32", None)
@@ -102,7 +103,8 @@ def test_reused_decisions_are_the_decisions(profile, rng):
                    for j in trace}
     recorder = Recorder(build_policy(prof))
     Simulator(cluster, trace, recorder, seed=rng.randrange(100),
-              predictions=predictions if prof.order == "predicted_las" else None).run()
+              predictor=FixedPredictor(predictions) if prof.order == "predicted_las"
+              else None).run()
     assert recorder.snapshots
     full, reusing = build_policy(prof), build_policy(prof)
     reusing.reuse_decisions = True

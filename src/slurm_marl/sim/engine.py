@@ -33,7 +33,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from slurm_marl.colocation import ColocationIndex, sample_colocated
@@ -61,7 +61,6 @@ class Simulator:
                  skip_idle_cycles: bool = True, drop_oversized: bool = False,
                  progress: Callable[[int, int], None] | None = None,
                  perf: PerfParams | None = None,
-                 predictions: Mapping[int, float] | None = None,
                  predictor: OnlinePredictor | FixedPredictor | None = None) -> None:
         self.cluster = cluster
         # predicts each job at its arrival, told of each job that finishes: learned from
@@ -103,9 +102,6 @@ class Simulator:
         self.snapshot_nodes: tuple[Node, ...] = tuple(self.nodes)
 
         self.jobs, self.dropped = build_jobs(cluster, trace, seed, drop_oversized)
-        if predictions is not None:   # job id -> predicted GPU-time (``sim/predictions.py``)
-            for j in self.jobs:
-                j.predicted_gpu_s = predictions.get(j.job_id)
         self.by_id = {j.job_id: j for j in self.jobs}
         self.pending: dict[int, SimJob] = {}
         self.running: dict[int, SimJob] = {}
