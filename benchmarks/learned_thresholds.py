@@ -44,8 +44,8 @@ def learn_and_run(window: str, strength: str, args) -> dict:
     from slurm_marl.sim.cluster import parse_cluster
     from slurm_marl.sim.run import simulate
     from slurm_marl.sim.traces import Window, load_trace
-    from slurm_marl.train.thresholds import (CemConfig, cem_search, history_windows,
-                                             simulator_evaluator, validate)
+    from slurm_marl.train.thresholds import (CemConfig, cem_search, guard, history_windows,
+                                             simulator_evaluator, split_history)
     cluster = parse_cluster(args.cluster)
     win = Window.parse(window)
     t0 = time.perf_counter()
@@ -54,15 +54,10 @@ def learn_and_run(window: str, strength: str, args) -> dict:
                             count=args.train_windows + args.validation_windows,
                             exclude=WINDOWS)
     assert all(w.end_row <= win.first_row for w in found)
-    checks, train = (found[:args.validation_windows], found[args.validation_windows:]) \
-        if len(found) > args.validation_windows else ([], [])
+    checks, train = split_history(found, args.validation_windows)
     cfg = CemConfig(population=args.population, iterations=args.iterations, seed=args.seed)
     result = cem_search(simulator_evaluator(train, cluster, strength), cfg) if train else None
-    verdict = None
-    if result and checks:
-        verdict = validate(result.best.knobs, result.start.knobs,
-                           simulator_evaluator(checks, cluster, strength),
-                           [w.window for w in checks], args.min_gain)
+    verdict = guard(result, checks, cluster, strength, args.min_gain) if result else None
     learn_s = time.perf_counter() - t0
     jobs = load_trace(args.trace, window)
     rec = {"window": window, "interference": strength,

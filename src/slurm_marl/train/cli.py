@@ -319,8 +319,8 @@ def thresholds(
     search in the simulator on a virtual cluster's past; write a tiresias_las profile."""
     from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
     from slurm_marl.sim.traces import TraceError, Window
-    from slurm_marl.train.thresholds import (CemConfig, cem_search, history_windows,
-                                             simulator_evaluator, validate)
+    from slurm_marl.train.thresholds import (CemConfig, cem_search, guard, history_windows,
+                                             simulator_evaluator, split_history)
 
     strength = _strength(interference)
     if len(strength) != 1:
@@ -334,13 +334,13 @@ def thresholds(
                                 count=wanted, min_load=min_load, exclude=exclude or [])
     except (TraceError, ClusterSpecError, OSError) as exc:
         _fail(str(exc))
-    if len(found) <= validation_windows:
+    # most recent first: the nearest past validates, the windows before it train
+    checks, windows = split_history(found, validation_windows)
+    if not windows:
         _fail(f"{trace}: virtual cluster {vc!r} has {len(found)} windows of {train_rows} rows "
               f"before row {before_row} outside --exclude; {validation_windows} validation "
               f"window(s) and at least one to train on are needed"
               + (" (--validation-windows 0 skips the guard)" if validation_windows else ""))
-    # most recent first: the nearest past validates, the windows before it train
-    checks, windows = found[:validation_windows], found[validation_windows:]
     cfg = CemConfig(population=population, iterations=iterations, seed=seed)
     with _progress("CEM over 2D-LAS knobs") as bar:
         task = bar.add_task("search", total=population * iterations, status="")
@@ -348,13 +348,8 @@ def thresholds(
             simulator_evaluator(windows, sim_cluster, strength[0]), cfg,
             progress=lambda d, n, b: bar.update(task, completed=d, total=n,
                                                 status=f"best reward {b:.4f}"))
-    knobs = result.best.knobs
-    verdict = None
-    if checks:
-        verdict = validate(knobs, result.start.knobs,
-                           simulator_evaluator(checks, sim_cluster, strength[0]),
-                           [w.window for w in checks], min_gain)
-        knobs = verdict.kept
+    verdict = guard(result, checks, sim_cluster, strength[0], min_gain)
+    knobs = verdict.kept if verdict else result.best.knobs
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(knobs.to_toml(name), encoding="utf-8")
     doc = {"profile": str(out), "learned": knobs.as_dict(), "description": knobs.describe(),

@@ -391,6 +391,27 @@ def history_windows(trace: str, vc: str, before_row: int, cluster: SimCluster, *
     return busy + quiet[:count - len(busy)]
 
 
+def split_history(found: Sequence[HistoryWindow], validation_windows: int
+                  ) -> tuple[list[HistoryWindow], list[HistoryWindow]]:
+    """(validation, training) windows of a ``history_windows`` answer (most recent first):
+    the nearest ``validation_windows`` validate, the ones before them train. Both empty
+    when there is not at least one window to train on."""
+    if len(found) <= validation_windows:
+        return [], []
+    return list(found[:validation_windows]), list(found[validation_windows:])
+
+
+def guard(result: SearchResult, checks: Sequence[HistoryWindow], cluster: SimCluster,
+          interference: str, min_gain: float) -> Validation | None:
+    """``validate`` the search's best knobs against its start on the validation windows
+    ``checks`` (None without any: nothing is guarded)."""
+    if not checks:
+        return None
+    return validate(result.best.knobs, result.start.knobs,
+                    simulator_evaluator(checks, cluster, interference),
+                    [w.window for w in checks], min_gain)
+
+
 def simulator_evaluator(windows: Sequence[HistoryWindow], cluster: SimCluster,
                         interference: str = "none", seed: int = 0,
                         restart_delay_s: float = 30.0
