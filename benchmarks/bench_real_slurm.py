@@ -148,13 +148,13 @@ TEXT_CALLS = (["squeue", "--json", "--states=PENDING"], ["squeue", "--json", "--
               ["squeue", "-h", "-o", "%i %T %P %b %N"], ["sinfo", "-h", "-N", "-o", "%N %T %G"])
 
 
-def client_calls(slurm_conf: str, env: dict, cluster_root: Path) -> list[dict]:
+def client_calls(slurm_conf: str, env: dict, ctld_pid: int) -> list[dict]:
     """Each client call of one snapshot, alone, then the text calls: its wall time, the
     client's own CPU time (the rest of the wall time is mostly slurmctld's) and slurmctld's
     CPU time over the call, and the size of its answer."""
     runner = RecordingRunner(slurm_conf, timeout_s=600)
     CliClusterSource(runner).snapshot()
-    ctld = psutil.Process(int((cluster_root / "run" / "slurmctld.pid").read_text().split()[0]))
+    ctld = psutil.Process(ctld_pid)
     calls = []
     for argv in runner.seen + [list(a) for a in TEXT_CALLS]:
         before = os.times()
@@ -175,7 +175,7 @@ def measure(cluster: LocalCluster, args) -> dict:
     env = cluster.env
     os.environ.update(env)  # the chroot's client wrappers first on PATH, SLURM_CONF
     proc = psutil.Process()
-    calls = client_calls(str(cluster.slurm_conf), env, cluster.root)
+    calls = client_calls(str(cluster.slurm_conf), env, cluster.pids()["slurmctld"])
     runner = SlurmRunner(str(cluster.slurm_conf), timeout_s=600)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": ["gpu"],
