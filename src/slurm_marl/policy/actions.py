@@ -71,12 +71,17 @@ class Preemption:
         for i in range(len(ranked) - 1, -1, -1):
             self._gpus_from[i] = self._gpus_from[i + 1] + job_shape(ranked[i].job)[0]
 
+    def cut(self, r: RankedJob) -> int:
+        """Where ``r`` falls among the running jobs: ``take`` may preempt those from this
+        index down (a larger cut, fewer candidates)."""
+        if self._ranked is None:
+            self._rank_running()
+        return bisect.bisect_right(self._keys, r.sort_key)
+
     def take(self, r: RankedJob) -> tuple[list[Preempt], Place] | None:
         """Start ``r``'s job on GPUs of running jobs ranked below it: (the preemptions, the
         placement), claimed in the state; None when no set of such jobs makes room."""
-        if self._ranked is None:
-            self._rank_running()
-        first = bisect.bisect_right(self._keys, r.sort_key)
+        first = self.cut(r)
         if first >= len(self._ranked):
             return None
         job, state = r.job, self.state
