@@ -64,3 +64,19 @@ def test_a_busy_read_is_a_skipped_cycle_not_a_misread():
     runner.run = lambda args, timeout_s=None: CommandResult(list(args), 1, "", BUSY)
     with pytest.raises(SlurmUnavailable):
         runner.run_checked(["squeue", "--json", "jobid=1"])
+
+
+def test_every_write_tried_names_its_job_to_on_write():
+    """The source reads written jobs again (their AdminComment is not in its text
+    listing): each write names its job, refused or not, and a batch stopped by a
+    controller found down names none it did not try."""
+    named: list[int] = []
+    sink = CliDecisionSink(Scripted({1: [BUSY] * 5}), retries=2, sleep=lambda s: None,
+                           on_write=named.extend)
+    sink.apply([SetPriority(1, priority=100), SetPriority(2, priority=50)])
+    assert named == [1, 2]
+    named.clear()
+    sink = CliDecisionSink(Scripted({1: [DOWN] * 5}), retries=0, sleep=lambda s: None,
+                           on_write=named.extend)
+    sink.apply([SetPriority(1, priority=100), SetPriority(2, priority=50)])
+    assert named == [1]

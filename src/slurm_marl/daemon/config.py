@@ -25,6 +25,9 @@ class SlurmSection:
     slurm_conf: str = "/etc/slurm/slurm.conf"
     command_timeout_s: float = 30.0
     write_retries: int = 2
+    # Slurm 24.11 on: between full reads at most this far apart, read as JSON only the jobs
+    # and nodes that changed (slurm_integration/changes.py); 0 = a full read every cycle
+    full_read_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class Config:
 _RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("slurm", "command_timeout_s"): (1, 600),
     ("slurm", "write_retries"): (0, 10),
+    ("slurm", "full_read_s"): (0, 86400),
     ("agent", "interval_s"): (0.5, 3600),
     ("agent", "grace_s"): (1, 3600),
     ("agent", "priority_base"): (0, 4_000_000_000),

@@ -35,13 +35,17 @@ class Layout:
     nodes_from_sinfo: bool
     # squeue --json lists finished jobs by itself (22.05); else add --states=all.
     squeue_lists_finished: bool
+    # squeue --json honours --jobs and scontrol show node --json takes node names (24.11
+    # on), so changed records can be read alone; 22.05's squeue --json ignores every filter.
+    reads_by_id: bool = False
 
 
-# data parser named in ``meta`` -> (Slurm series, per-node sinfo, finished jobs in squeue)
+# data parser named in ``meta`` -> (Slurm series, per-node sinfo, finished jobs in squeue,
+# records read by id)
 KNOWN_PARSERS = {
-    "openapi/v0.0.38": ("22.05", True, True),
-    "data_parser/v0.0.42": ("24.11", False, False),
-    "data_parser/v0.0.45": ("26.05", False, False),
+    "openapi/v0.0.38": ("22.05", True, True, False),
+    "data_parser/v0.0.42": ("24.11", False, False, True),
+    "data_parser/v0.0.45": ("26.05", False, False, True),
 }
 # What an answer without any ``meta`` is read as: the 22.05 layout (22.05 itself always
 # prints meta; the guards against empty readings still apply).
@@ -67,7 +71,7 @@ def layout_of(data: dict, what: str) -> Layout:
             f"Slurm {release} printed JSON layout {parser or '(none named)'!r}, which this "
             f"reader does not know (known: {', '.join(sorted(KNOWN_PARSERS))}); refusing "
             "to guess"))
-    return Layout(parser, release, known[1], known[2])
+    return Layout(parser, release, *known[1:])
 
 
 def num(value: Any, default: float | None = None) -> float | None:

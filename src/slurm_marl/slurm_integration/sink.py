@@ -22,6 +22,8 @@
 - Preemption: ``scontrol requeue``.
 
 Every write is idempotent; failures come back as WriteResult values, never as exceptions.
+Each write, whatever its answer, names the jobs it touched to ``on_write`` (the source then
+reads them again: its text listing cannot show an AdminComment).
 """
 
 from __future__ import annotations
@@ -132,12 +134,25 @@ def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
     return {_other_field(field): "", field: request, "NumNodes": "1-1"}, ""
 
 
+def jobs_written(args: list[str]) -> list[int]:
+    """The jobs a write names: ``jobid=a,b,c`` of an update, the ids of a requeue."""
+    ids: list[int] = []
+    for arg in args[2:]:
+        if arg.lower().startswith("jobid="):
+            ids += [int(x) for x in arg.split("=", 1)[1].split(",") if x.strip().isdigit()]
+        elif args[1] == "requeue" and arg.isdigit():
+            ids.append(int(arg))
+    return ids
+
+
 class CliDecisionSink(DecisionSink):
     """Writes decisions with ``scontrol``; see the module docstring for the protocol."""
 
     def __init__(self, runner: SlurmRunner, retries: int = 2, backoff_s: float = 0.3,
-                 verify: bool = True, sleep: Callable[[float], None] = time.sleep) -> None:
+                 verify: bool = True, sleep: Callable[[float], None] = time.sleep,
+                 on_write: Callable[[list[int]], None] | None = None) -> None:
         self.runner = runner
+        self.on_write = on_write
         self.retries = retries
         self.backoff_s = backoff_s
         self.verify = verify
@@ -155,6 +170,8 @@ class CliDecisionSink(DecisionSink):
             return CommandResult(args, -1, "", "unable to contact slurm controller "
                                  "(not tried: controller down earlier in this batch)")
         delay = self.backoff_s
+        if self.on_write is not None:
+            self.on_write(jobs_written(args))
         for attempt in range(self.retries + 1):
             try:
                 res = self.runner.run(args)

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
-from slurm_marl.domain import ClusterSnapshot
+from slurm_marl.domain import ClusterSnapshot, Job, Node
+from slurm_marl.slurm_integration import changes as C
 from slurm_marl.slurm_integration import parse as P
 from slurm_marl.slurm_integration.ports import ClusterSource
 from slurm_marl.slurm_integration.runner import SlurmRunner
 
 log = logging.getLogger(__name__)
+# More changed records than this are read whole (the ids must fit one command line).
+MAX_BY_ID = 2000
 
 
 class CliClusterSource(ClusterSource):
-    """Reads jobs, nodes, partitions and topology: four calls, whatever the number of jobs
-    and nodes.
+    """Reads jobs, nodes, partitions and topology: a fixed number of calls, whatever the
+    number of jobs and nodes.
 
     Slurm 22.05: ``squeue --json``, ``sinfo --json``, ``scontrol show partition -o`` and
     ``scontrol show topology``. From 24.11 on ``sinfo --json`` has no per-node records and
@@ -30,15 +34,30 @@ class CliClusterSource(ClusterSource):
     ``static_ttl_s`` (0 = read every time). A node equal to the one of the previous snapshot
     is that same object: consumers that keep per-node work (the learned placement's
     featuriser) redo it only for nodes that changed.
+
+    ``full_read_s`` > 0 (the daemon's ``slurm.full_read_s``) and a Slurm whose JSON can be
+    read by id (24.11 on): between full reads, at most ``full_read_s`` apart, only the jobs
+    and nodes that changed are read as JSON, the rest kept (``changes.py`` says how changes
+    are seen); a snapshot read so holds the same records a full read would. Any failed
+    read makes the next snapshot a full one. ``invalidate`` names jobs written to, which
+    the next snapshot reads again. 0: every snapshot is a full read (22.05 always).
     """
 
-    def __init__(self, runner: SlurmRunner, static_ttl_s: float = 0.0) -> None:
+    def __init__(self, runner: SlurmRunner, static_ttl_s: float = 0.0,
+                 full_read_s: float = 0.0, clock=time.monotonic) -> None:
         self.runner = runner
         self.static_ttl_s = static_ttl_s
+        self.full_read_s = full_read_s
+        self._clock = clock
         self._static: tuple[float, list, list, dict] | None = None
         self.last_problems: list[str] = []
         self._last_nodes: dict = {}
         self.layout: P.Layout | None = None
+        # kept between snapshots that read changes only (None: the next one reads all)
+        self._kept: _Kept | None = None
+        self._dirty: set[int] = set()
+        # how the last snapshot was read: "full", or "changes" with the records read
+        self.last_read: dict = {}
 
     def _static_parts(self):
         now = time.monotonic()
@@ -100,23 +119,131 @@ class CliClusterSource(ClusterSource):
             return ["squeue", "--json"]
         return ["squeue", "--json", "--states=all"]
 
+    def invalidate(self, job_ids) -> None:
+        """Jobs written to (``CliDecisionSink``'s ``on_write``): the next snapshot reads
+        them again whatever their text listing says (an AdminComment is not in it)."""
+        self._dirty.update(int(j) for j in job_ids)
+
     def snapshot(self) -> ClusterSnapshot:
         taken = time.time()
         parts, switches, leaf_of = self._static_parts()
         problems = list(getattr(self, "_static_problems", []))
-        nodes, probs = self._nodes(leaf_of)
+        by_changes = (self.full_read_s > 0 and self.layout is not None
+                      and self.layout.reads_by_id)
+        if by_changes:
+            try:
+                nodes, jobs, probs = self._read_changes(leaf_of)
+            except Exception:
+                self._kept = None    # whatever was half read: the next snapshot reads all
+                raise
+        else:
+            self._kept = None
+            nodes, jobs, probs = self._read_full(leaf_of)
+            self.last_read = {"mode": "full"}
         problems += probs
         last = self._last_nodes
         nodes = [old if (old := last.get(n.name)) == n else n for n in nodes]
         self._last_nodes = {n.name: n for n in nodes}
-        args = self._squeue_args()
-        reader = P.JobsReader()     # the answer is streamed: no copy of every job record
-        rest, _ = self.runner.run_json_streamed(args, {"jobs": reader.add})
-        self._check_layout(rest, " ".join(args))
-        jobs, probs = reader.finish(rest)
-        problems += probs
         for p in problems:
             log.warning("snapshot: %s", p)
         self.last_problems = problems
         return ClusterSnapshot(time_s=taken, nodes=tuple(nodes), jobs=tuple(jobs),
                                partitions=tuple(parts), switches=tuple(switches))
+
+    def _read_full(self, leaf_of: dict[str, str]) -> tuple[list, list, list[str]]:
+        nodes, problems = self._nodes(leaf_of)
+        jobs, probs = self._jobs(self._squeue_args())
+        return nodes, jobs, problems + probs
+
+    def _jobs(self, args: list[str]) -> tuple[list[Job], list[str]]:
+        reader = P.JobsReader()     # the answer is streamed: no copy of every job record
+        rest, _ = self.runner.run_json_streamed(args, {"jobs": reader.add})
+        self._check_layout(rest, " ".join(args))
+        return reader.finish(rest)
+
+    def _nodes_named(self, names, leaf_of: dict[str, str]) -> tuple[list[Node], list[str]]:
+        args = ["scontrol", "show", "node", "--json", ",".join(sorted(names))]
+        reader = P.NodesReader(P.SCONTROL_NODES, leaf_of)
+        rest, counts = self.runner.run_json_streamed(args, {"nodes": reader.add})
+        self._check_layout(rest, "scontrol show node --json")
+        return reader.finish(rest, "nodes" in counts)
+
+    def _read_changes(self, leaf_of: dict[str, str]) -> tuple[list, list, list[str]]:
+        """Node states and job rows as text, then as JSON what changed since the last
+        snapshot (everything when nothing is kept, or ``full_read_s`` has passed).
+        The text is read before the JSON: a change made between the two reads shows in
+        the next listing, so it is read then."""
+        problems: list[str] = []
+        states, probs = C.node_states(self.runner.run_checked(C.NODE_STATES))
+        problems += probs
+        rows, probs = C.job_rows(self.runner.run_checked(C.JOB_ROWS))
+        problems += probs
+        kept = self._kept
+        now = self._clock()
+        dirty = set(self._dirty)
+        if kept is None or now - kept.full_at >= self.full_read_s:
+            nodes, jobs, probs = self._read_full(leaf_of)
+            # a layout without reads by id (a downgrade) keeps nothing
+            self._kept = _Kept(now, rows, states, {j.job_id: j for j in jobs},
+                               {n.name: n for n in nodes}) \
+                if self.layout is not None and self.layout.reads_by_id else None
+            self._dirty -= dirty
+            self.last_read = {"mode": "full", "listed_jobs": len(rows),
+                              "listed_nodes": len(states)}
+            return nodes, jobs, problems + probs
+        ch = C.changes(rows, states, kept.rows, kept.states, kept.jobs, kept.nodes, dirty)
+        if len(ch.nodes) > MAX_BY_ID:
+            fresh_nodes, probs = self._nodes(leaf_of)
+            node_map = {n.name: n for n in fresh_nodes}
+        else:
+            fresh_nodes, probs = self._nodes_named(ch.nodes, leaf_of) if ch.nodes else ([], [])
+            node_map = _merged(kept.nodes, {n.name: n for n in fresh_nodes}, ch.nodes)
+        problems += probs
+        if len(ch.jobs) > MAX_BY_ID:
+            fresh_jobs, probs = self._jobs(self._squeue_args())
+            job_map = {j.job_id: j for j in fresh_jobs}
+        else:
+            fresh_jobs, probs = self._jobs(self._squeue_args() + [
+                "--jobs=" + ",".join(str(j) for j in sorted(ch.jobs))]) \
+                if ch.jobs else ([], [])
+            job_map = _merged(kept.jobs, {j.job_id: j for j in fresh_jobs}, ch.jobs,
+                              ch.gone_jobs)
+        problems += probs
+        # priority and pending reason come from the listing, whatever read the record
+        for jid, job in job_map.items():
+            row = rows.get(jid)
+            if row is None or jid in ch.jobs:
+                continue
+            if (row.priority is not None and row.priority != job.priority) \
+                    or row.reason != job.pending_reason:
+                job_map[jid] = job.with_(
+                    priority=job.priority if row.priority is None else row.priority,
+                    pending_reason=row.reason)
+        self._kept = _Kept(kept.full_at, rows, states, job_map, node_map)
+        self._dirty -= dirty
+        self.last_read = {"mode": "changes", "listed_jobs": len(rows),
+                          "listed_nodes": len(states), "jobs_read": len(ch.jobs),
+                          "nodes_read": len(ch.nodes), "jobs_gone": len(ch.gone_jobs)}
+        return list(node_map.values()), list(job_map.values()), problems
+
+
+def _merged(kept: dict, fresh: dict, read: frozenset, gone: frozenset = frozenset()
+            ) -> dict:
+    """The kept records in their order, those read anew replaced (one read but not
+    answered, gone meanwhile, is dropped), those gone dropped, new ones at the end."""
+    fresh = dict(fresh)
+    merged = {key: fresh.pop(key, value) for key, value in kept.items()
+              if key not in gone and (key in fresh or key not in read)}
+    merged.update(fresh)
+    return merged
+
+
+@dataclass(slots=True)
+class _Kept:
+    """What a snapshot read by changes starts from: the last listings and records."""
+
+    full_at: float
+    rows: dict
+    states: dict
+    jobs: dict
+    nodes: dict
