@@ -14,10 +14,23 @@ fields.
 
 Predictions pass the prediction-skill gate (``history/skill.py``, the simulator's too):
 each cycle, a partition's jobs carry their predictions only while the partition's
-predictions have ordered the jobs that ended since the agent started well enough;
-otherwise none of them does (2D-LAS order) and each says why. The gate starts empty when
-the agent starts (the history has no record of what was predicted), so predictions are
-withheld until enough predicted jobs have ended.
+predictions have ordered its last finished predicted jobs well enough; otherwise none of
+them does (2D-LAS order) and each says why.
+
+Both outlive a restart through the agent's store (``daemon/store.py``, tables
+``predictions`` and ``scored_predictions``; the agent writes what ``unsaved`` hands it,
+once a cycle): each prediction is stored when made, and a job still there after a restart
+keeps its stored prediction (it is not predicted again from the restart-time history);
+each (prediction, true GPU-time) pair is stored when its job finishes, and a restarted
+gate is rebuilt from the last ``window`` pairs of each partition in the order they were
+scored, so its verdict is the one it had before the restart. Out of sample by
+construction, as without a restart: a job is predicted only while Slurm lists it alive,
+and scored at a later cycle, the one that sees it finish; a pair is restored only if it
+was scored (and its job finished) no later than the restart, from a prediction made before
+it was scored. A stored row that is not so, or not a plain number, is skipped with a
+warning (a clock set back across a restart can cost pairs, never add any). A store without
+these rows (new, or written by an older version) starts the gate empty: predictions are
+withheld until enough predicted jobs of a partition have ended.
 """
 
 from __future__ import annotations
@@ -45,6 +58,14 @@ def submission(job: Job) -> Submission:
                       time_limit_s=job.time_limit_s, submit_s=job.submit_time_s)
 
 
+def _number(value, low: float = 0.0) -> float | None:
+    """``value`` as a finite float >= ``low``, else None (a strange stored value)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and value >= low else None
+
+
 class DaemonPredictor:
     """Raises ``ModelError`` / ``HistoryError`` (one line each) for a model or history
     that cannot be read: the daemon's config check turns them into exit 2."""
@@ -60,19 +81,127 @@ class DaemonPredictor:
         self.predicted: dict[int, float] = {}
         self._subs: dict[int, Submission] = {}
         self._gpu_s: dict[int, float] = {}
+        # job id -> (partition, when predicted, the gate's arrival number)
+        self._made: dict[int, tuple[str, float, int | None]] = {}
+        # for the store (``unsaved`` / ``saved``): predictions made or changed, scored
+        # pairs, jobs forgotten and stored scored rows skipped, since the last save
+        self._unsaved_made: dict[int, tuple] = {}
+        self._unsaved_scored: list[tuple] = []
+        self._unsaved_dropped: set[int] = set()
+        self._unsaved_bad_scored: list[int] = []
         log.info("GPU-time predictor: model %s, %d jobs of history", model_dir, len(past))
 
+    @property
+    def window(self) -> int:
+        """How many scored pairs per partition the store keeps: what the gate reads."""
+        return (self.gate.params if self.gate is not None else GateParams()).window
+
+    # ---- the store ----------------------------------------------------------------------
+    def restore(self, predictions: list[tuple], scored: list[tuple],
+                snap: ClusterSnapshot) -> None:
+        """Take back what a store holds (``Store.predictions`` and
+        ``Store.scored_predictions``) when the agent starts, before any other call; the
+        agent has restarted at ``snap.time_s``. Stored predictions are kept as they were
+        made (a job of ``snap`` is not predicted again, and its prediction is recorded in
+        the gate as pending again, with its arrival number); the gate scores the stored
+        pairs again, in their order. Out of sample: a pair finished or scored after
+        ``snap.time_s``, or whose prediction was made after it was scored, is never
+        scored; nor is a prediction made after ``snap.time_s`` kept. Strange rows (not
+        finite, negative, not a number) are skipped with a warning and deleted at the next
+        save."""
+        now = snap.time_s
+        jobs = {j.job_id: j for j in snap.jobs}
+        skipped: list[str] = []
+        n_scored = 0
+        if self.gate is not None:
+            for row in scored:
+                row_id, job_id, part, pred, truth, made, finished, scored_s, arrival = row
+                pred, truth = _number(pred), _number(truth)
+                made, finished, scored_s = (_number(t, -math.inf)
+                                            for t in (made, finished, scored_s))
+                problem = (
+                    "not a number" if None in (pred, truth, made, finished, scored_s)
+                    or not isinstance(part, str) or not isinstance(arrival, int)
+                    or arrival < 0
+                    else "finished after the restart" if max(finished, scored_s) > now
+                    else "predicted after it was scored" if made > scored_s else "")
+                if problem:
+                    skipped.append(f"scored pair of job {job_id} ({problem})")
+                    self._unsaved_bad_scored.append(row_id)
+                    continue
+                self.gate.score(part, pred, truth, arrival)
+                n_scored += 1
+        restored = []
+        for row in predictions:
+            job_id, part, pred, made, arrival, done = row
+            pred, made = _number(pred), _number(made, -math.inf)
+            done = 0.0 if done is None else _number(done)
+            problem = (
+                "not a number" if None in (pred, made, done) or not isinstance(part, str)
+                or not isinstance(job_id, int)
+                or not (arrival is None or isinstance(arrival, int) and arrival >= 0)
+                else "made after the restart" if made > now else "")
+            if problem:
+                skipped.append(f"prediction of job {job_id} ({problem})")
+                self._unsaved_dropped.add(job_id)
+                continue
+            restored.append((arrival if arrival is not None else -1, job_id, part, pred,
+                             made, done))
+        for arrival, job_id, part, pred, made, done in sorted(restored):
+            self.predicted[job_id] = pred
+            if done:
+                self._gpu_s[job_id] = done
+            job = jobs.get(job_id)
+            if job is not None:
+                sub = self._subs[job_id] = submission(job)
+                self.state.submitted(sub)
+            if self.gate is not None:
+                arrival = self.gate.record(job_id, part, pred,
+                                           arrival if arrival >= 0 else None)
+            self._made[job_id] = (part, made, arrival if arrival >= 0 else None)
+        if skipped:
+            log.warning("GPU-time predictions: %d stored rows skipped: %s%s", len(skipped),
+                        "; ".join(skipped[:5]), "; ..." if len(skipped) > 5 else "")
+        log.info("GPU-time predictor: %d predictions and %d scored pairs restored from the "
+                 "store", len(restored), n_scored)
+
+    def unsaved(self) -> tuple[list[tuple], list[tuple], list[int], list[int]]:
+        """What the store does not have yet: (predictions made or changed, scored pairs,
+        jobs forgotten, stored scored rows to delete), in ``Store.save_predictions``'s
+        order; ``saved`` once written."""
+        return (list(self._unsaved_made.values()), list(self._unsaved_scored),
+                sorted(self._unsaved_dropped), list(self._unsaved_bad_scored))
+
+    def saved(self) -> None:
+        self._unsaved_made.clear()
+        self._unsaved_scored.clear()
+        self._unsaved_dropped.clear()
+        self._unsaved_bad_scored.clear()
+
+    def _mark_made(self, job_id: int) -> None:
+        part, made, arrival = self._made[job_id]
+        self._unsaved_made[job_id] = (job_id, part, self.predicted[job_id], made, arrival,
+                                      self._gpu_s.get(job_id, 0.0))
+        self._unsaved_dropped.discard(job_id)
+
+    def _forget(self, job_id: int) -> None:
+        self.predicted.pop(job_id, None)
+        self._subs.pop(job_id, None)
+        self._gpu_s.pop(job_id, None)
+        if self._made.pop(job_id, None) is not None:
+            self._unsaved_made.pop(job_id, None)
+            self._unsaved_dropped.add(job_id)
+        if self.gate is not None:
+            self.gate.forget(job_id)
+
+    # ---- each cycle ---------------------------------------------------------------------
     def annotate(self, snap: ClusterSnapshot) -> ClusterSnapshot:
         """The snapshot with every GPU job's prediction; jobs seen for the first time are
         predicted together (one model call per cycle). Jobs gone from Slurm without a
         final run (cancelled while pending) are forgotten."""
         present = {j.job_id for j in snap.jobs}
         for gone in [k for k in self.predicted if k not in present]:
-            self.predicted.pop(gone)
-            self._subs.pop(gone, None)
-            self._gpu_s.pop(gone, None)
-            if self.gate is not None:
-                self.gate.forget(gone)
+            self._forget(gone)
         new = [j for j in snap.jobs
                if j.job_id not in self.predicted and j.num_gpus > 0
                and (j.is_pending or j.is_running)]
@@ -84,8 +213,11 @@ class DaemonPredictor:
             for j, s, gpu_s in zip(new, subs, self.model.predict_gpu_s(rows)):
                 self.predicted[j.job_id] = float(gpu_s)
                 self._subs[j.job_id] = s
+                arrival = None
                 if self.gate is not None:
-                    self.gate.record(j.job_id, j.partition, float(gpu_s))
+                    arrival = self.gate.record(j.job_id, j.partition, float(gpu_s))
+                self._made[j.job_id] = (j.partition, snap.time_s, arrival)
+                self._mark_made(j.job_id)
         if not self.predicted:
             return snap
         pred = self.predicted
@@ -104,18 +236,29 @@ class DaemonPredictor:
                                         for j in snap.jobs))
 
     def run_ended(self, job_id: int, num_gpus: int, start_s: float, end_s: float,
-                  state: str) -> None:
-        """One run of a job ended; a final one teaches the history the job's GPU-time
-        (all its runs together) and forgets the job."""
+                  state: str, now_s: float | None = None) -> None:
+        """One run of a job ended, seen at ``now_s`` (the cycle's time; default ``end_s``);
+        a final one teaches the history the job's GPU-time (all its runs together), scores
+        its prediction in the gate and forgets the job."""
+        scored_s = end_s if now_s is None else now_s
         self._gpu_s[job_id] = self._gpu_s.get(job_id, 0.0) + num_gpus * max(0.0, end_s - start_s)
         if state.split()[0].upper() not in FINAL_STATES:
+            if job_id in self._made:
+                self._mark_made(job_id)     # its runs so far outlive a restart
             return
         sub = self._subs.pop(job_id, None)
         total = self._gpu_s.pop(job_id)
-        self.predicted.pop(job_id, None)
+        made = self._made.get(job_id)
         if sub is not None and math.isfinite(total):
             self.state.ended(sub, total)
-            if self.gate is not None:
-                self.gate.finished(job_id, total)
-        elif self.gate is not None:
-            self.gate.forget(job_id)
+        # made[1] <= scored_s always holds here (a job is predicted only while listed
+        # alive, and run_ended comes before annotate in a cycle); checked all the same, as
+        # ``restore`` checks it, so a restored gate scores exactly the pairs this one did
+        if (self.gate is not None and made is not None and made[1] <= scored_s
+                and math.isfinite(total)):
+            scored = self.gate.finished(job_id, total)
+            if scored is not None:
+                part, predicted, arrival = scored
+                self._unsaved_scored.append((job_id, part, predicted, total, made[1],
+                                             end_s, scored_s, arrival))
+        self._forget(job_id)

@@ -121,7 +121,8 @@ class Agent:
                  store: Store, policy, metrics=None, clock=time.time,
                  predictor=None, partition_policies: dict | None = None) -> None:
         self.config = config
-        # GPU-time predictions (daemon/predictions.py), when a model is configured
+        # GPU-time predictions (daemon/predictions.py), when a model is configured; what
+        # it held before a restart is given back from the store on the first cycle
         self.predictor = predictor
         self.source = source
         self.sink = sink
@@ -293,15 +294,25 @@ class Agent:
 
     def _predicted(self, snap: ClusterSnapshot, finished_runs) -> ClusterSnapshot:
         """The snapshot with GPU-time predictions; a predictor failure costs this cycle its
-        predictions (orders then rank by attained service), never the cycle."""
+        predictions (orders then rank by attained service), never the cycle. On the first
+        cycle the predictor gets back what the store kept of it (the predictions of jobs
+        still alive and the gate's scored pairs); each cycle the store gets what changed
+        (this store object is its one writer; ``_on_start`` restores)."""
         try:
             for run in finished_runs:
                 self.predictor.run_ended(run.job_id, run.num_gpus, run.start_s, run.end_s,
-                                         run.state)
-            return self.predictor.annotate(snap)
+                                         run.state, now_s=snap.time_s)
+            out = self.predictor.annotate(snap)
         except Exception:
             log.exception("GPU-time predictions failed this cycle; ordering without them")
-            return snap
+            out = snap
+        try:
+            made, scored, dropped, bad = self.predictor.unsaved()
+            self.store.save_predictions(made, scored, dropped, self.predictor.window, bad)
+            self.predictor.saved()
+        except Exception:
+            log.exception("could not store the GPU-time predictions; tried again next cycle")
+        return out
 
     def _left_to_slurm(self, snap: ClusterSnapshot, managed: list[str], cycle: int
                        ) -> list[Release]:
@@ -479,6 +490,14 @@ class Agent:
 
     # ---- start-up -----------------------------------------------------------------------
     def _on_start(self, snap: ClusterSnapshot) -> None:
+        if self.predictor is not None:
+            try:
+                self.predictor.restore(
+                    self.store.predictions(),
+                    self.store.scored_predictions(self.predictor.window), snap)
+            except Exception:
+                log.exception("could not restore the GPU-time predictions from the store; "
+                              "the skill gate starts empty")
         if self.config.agent.shadow:
             return
         repaired = self.sink.repair_half_done(snap)
@@ -503,8 +522,10 @@ def build_agent(config: Config, metrics=None) -> Agent:
     from slurm_marl.slurm_integration.source import CliClusterSource
 
     runner = SlurmRunner(config.slurm.slurm_conf, timeout_s=config.slurm.command_timeout_s)
-    source = CliClusterSource(runner, static_ttl_s=60.0)
-    sink = CliDecisionSink(runner, retries=config.slurm.write_retries)
+    source = CliClusterSource(runner, static_ttl_s=60.0,
+                              full_read_s=config.slurm.full_read_s)
+    sink = CliDecisionSink(runner, retries=config.slurm.write_retries,
+                           on_write=source.invalidate)
     policy = build_policy(load_profile(config.agent.profile))
     partition_policies = {}
     for part, name in config.agent.partition_profiles:

@@ -4,8 +4,9 @@ What must outlive a restart lives here: per-job scheduling state (attained GPU s
 last run length, queue, preemptions), what was last written to Slurm (so only changes are
 written), the reservations the agent created, every decision with its reason and Slurm's
 answer (for `slurm-marl decisions` / `explain`), cycle reports, and per-job outcomes as
-records of each run, and the speeds jobs were observed to run at with their co-location
-(`slurm-marl train interference --from-store`).
+records of each run, the speeds jobs were observed to run at with their co-location
+(`slurm-marl train interference --from-store`), and the GPU-time predictions of live jobs
+with the prediction-skill gate's last scored pairs (a restarted agent keeps both).
 """
 
 from __future__ import annotations
@@ -73,6 +74,25 @@ CREATE TABLE IF NOT EXISTS speed_samples (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     time_s REAL NOT NULL, job_id INTEGER NOT NULL, run INTEGER NOT NULL,
     sample TEXT NOT NULL                        -- JSON, the interference model's format
+);
+-- GPU-time predictions (daemon/predictions.py): one row per job the predictor holds (a
+-- live GPU job), written when it is first predicted; deleted when the job is scored or
+-- gone. A restarted agent gives these jobs their stored prediction, not a new one.
+CREATE TABLE IF NOT EXISTS predictions (
+    job_id INTEGER PRIMARY KEY, partition TEXT,
+    predicted_gpu_s REAL, made_s REAL,
+    arrival INTEGER,                            -- the gate's arrival number (SkillGate)
+    done_gpu_s REAL                             -- GPU-s of its runs ended so far (requeues)
+);
+-- The prediction-skill gate's input: (prediction, true GPU-time) of each predicted job
+-- that finished, in the order scored (id); finished_s is the job's end, scored_s the
+-- cycle that saw it. Only the last gate window of each partition is kept (all the gate
+-- reads, pruned as rows are added); a restarted agent rebuilds its gate from them.
+CREATE TABLE IF NOT EXISTS scored_predictions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id INTEGER, partition TEXT,
+    predicted_gpu_s REAL, true_gpu_s REAL,
+    made_s REAL, finished_s REAL, scored_s REAL, arrival INTEGER
 );
 """
 
@@ -448,6 +468,56 @@ class Store:
         """Observed (co-location -> speed) samples, oldest first."""
         return [json.loads(r[0]) for r in
                 self.db.execute("SELECT sample FROM speed_samples ORDER BY id")]
+
+    # ---- GPU-time predictions and the skill gate's scored pairs ------------------------
+    # Tables added after schema version 1 without bumping it: ``_SCHEMA`` creates them in
+    # an older store when the daemon opens it (CREATE TABLE IF NOT EXISTS), and an older
+    # daemon never reads them. Rows are read as they are; daemon/predictions.py checks them.
+    PREDICTION_COLUMNS = ("job_id", "partition", "predicted_gpu_s", "made_s", "arrival",
+                          "done_gpu_s")
+    SCORED_COLUMNS = ("id", "job_id", "partition", "predicted_gpu_s", "true_gpu_s",
+                      "made_s", "finished_s", "scored_s", "arrival")
+
+    def predictions(self) -> list[tuple]:
+        """Every stored prediction (``PREDICTION_COLUMNS``), by job id."""
+        return [tuple(r) for r in self.db.execute(
+            f"SELECT {','.join(self.PREDICTION_COLUMNS)} FROM predictions ORDER BY job_id")]
+
+    def scored_predictions(self, window: int) -> list[tuple]:
+        """The last ``window`` scored pairs of each partition (``SCORED_COLUMNS``), all
+        partitions together in the order they were scored."""
+        return [tuple(r)[:-1] for r in self.db.execute(
+            f"SELECT * FROM (SELECT {','.join(self.SCORED_COLUMNS)}, ROW_NUMBER() OVER "
+            f"(PARTITION BY partition ORDER BY id DESC) AS k FROM scored_predictions) "
+            f"WHERE k <= ? ORDER BY id", (window,))]
+
+    def save_predictions(self, made: Iterable[tuple], scored: Iterable[tuple],
+                         dropped: Iterable[int], window: int,
+                         dropped_scored: Iterable[int] = ()) -> None:
+        """One transaction: upsert ``made`` (``PREDICTION_COLUMNS``), append ``scored``
+        (``SCORED_COLUMNS`` but the id), delete the predictions of ``dropped`` jobs and the
+        scored rows ``dropped_scored`` (ids), then keep only the last ``window`` scored
+        rows of each partition that got one."""
+        made, scored = list(made), list(scored)
+        dropped, dropped_scored = list(dropped), list(dropped_scored)
+        if not (made or scored or dropped or dropped_scored):
+            return
+        cols = self.PREDICTION_COLUMNS
+        with self.transaction() as db:
+            db.executemany(
+                f"INSERT INTO predictions ({','.join(cols)}) VALUES "
+                f"({','.join('?' * len(cols))}) ON CONFLICT(job_id) DO UPDATE SET "
+                + ",".join(f"{c}=excluded.{c}" for c in cols if c != "job_id"), made)
+            db.executemany("DELETE FROM predictions WHERE job_id=?", [(j,) for j in dropped])
+            db.executemany("DELETE FROM scored_predictions WHERE id=?",
+                           [(i,) for i in dropped_scored])
+            cols = self.SCORED_COLUMNS[1:]
+            db.executemany(f"INSERT INTO scored_predictions ({','.join(cols)}) VALUES "
+                           f"({','.join('?' * len(cols))})", scored)
+            for part in {row[1] for row in scored}:
+                db.execute("DELETE FROM scored_predictions WHERE partition IS ? AND id <= "
+                           "(SELECT id FROM scored_predictions WHERE partition IS ? "
+                           "ORDER BY id DESC LIMIT 1 OFFSET ?)", (part, part, window))
 
     def outcomes(self) -> list[dict]:
         return [dict(r) for r in self.db.execute("SELECT * FROM outcomes ORDER BY end_s")]

@@ -233,20 +233,35 @@ class SkillGate:
                     f"on the last {n} finished jobs (< {p.threshold:g})")
         return ""
 
-    def record(self, job_id: int, partition: str, predicted: float | None) -> None:
-        """What was predicted for a job at its submission (None: nothing to score). Jobs are
-        taken to arrive in the order they are recorded (``Gain``'s arrival order)."""
-        if predicted is not None:
-            self._recorded[job_id] = (partition, predicted, self._arrivals)
-            self._arrivals += 1
+    def record(self, job_id: int, partition: str, predicted: float | None,
+               arrival: int | None = None) -> int | None:
+        """What was predicted for a job at its submission (None: nothing to score); returns
+        its arrival number. Jobs are taken to arrive in the order they are recorded
+        (``Gain``'s arrival order), unless ``arrival`` says (a prediction recorded again
+        after a restart keeps the number it had)."""
+        if predicted is None:
+            return None
+        if arrival is None:
+            arrival = self._arrivals
+        self._recorded[job_id] = (partition, predicted, arrival)
+        self._arrivals = max(self._arrivals, arrival + 1)
+        return arrival
 
-    def finished(self, job_id: int, truth_gpu_s: float) -> None:
+    def finished(self, job_id: int, truth_gpu_s: float) -> tuple[str, float, int] | None:
         """The job's GPU-time is known: score its prediction (a job never recorded, or
-        already scored, is ignored)."""
+        already scored, is ignored). Returns what was scored: (partition, prediction,
+        arrival), or None."""
         rec = self._recorded.pop(job_id, None)
         if rec is None:
-            return
-        partition, predicted, arrival = rec
+            return None
+        self.score(*rec[:2], truth_gpu_s, rec[2])
+        return rec
+
+    def score(self, partition: str, predicted: float, truth_gpu_s: float,
+              arrival: int = 0) -> None:
+        """Score one (prediction, truth) pair of ``partition`` directly: ``finished`` does
+        it, and a restarted daemon rebuilds its gate from the pairs it scored before, in the
+        order it scored them (``daemon/predictions.py``)."""
         c = self.scores.get(partition)
         if c is None:
             p = self.params
@@ -254,6 +269,7 @@ class SkillGate:
                 Concordance(p.window, p.weighted) if p.measure == "concordance"
                 else Gain(p.window, log_sizes=p.measure == "log-gain"))
         c.add(predicted, truth_gpu_s, arrival)
+        self._arrivals = max(self._arrivals, arrival + 1)
 
     def forget(self, job_id: int) -> None:
         self._recorded.pop(job_id, None)
