@@ -19,7 +19,11 @@ waiting, and the agent ranks them all and looks for room for each.
 Measured, in this process after the cluster is filled (peak memory reset first):
 - each Slurm client call the agent's snapshot makes, alone: seconds and bytes of answer;
 - the daemon's own cycle (``Agent.cycle``, shadow mode: every step but the writes),
-  first (everything new) and then unchanged, with the snapshot read timed apart;
+  first (everything new) and then the next ones, with the snapshot read timed apart, once
+  with a full read every cycle (``slurm.full_read_s = 0``) and once reading only what
+  changed (``full_read_s`` > 0; 24.11 on: its first two cycles are full reads), side by
+  side on the same cluster. ``--churn N``: before each cycle N running jobs end and N new
+  ones start and N are submitted, as on a busy cluster;
 - the process's peak resident memory growth over the cycles.
 Building the cluster takes minutes (one salloc/sbatch per job, ``--workers`` at a time).
 """
@@ -29,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +48,7 @@ from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
 from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.profile import load_profile
+from slurm_marl.slurm_integration import changes as C
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
@@ -82,6 +86,7 @@ def pending_requests(count: int) -> list[list[str]]:
 
 
 def submit_all(argvs: list[list[str]], env: dict, workers: int, what: str) -> float:
+    from rich.console import Console
     from rich.progress import Progress
     failures: list[str] = []
 
@@ -91,7 +96,9 @@ def submit_all(argvs: list[list[str]], env: dict, workers: int, what: str) -> fl
             failures.append(f"{' '.join(argv[:4])}: {proc.stderr.strip()[-200:]}")
 
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=workers) as pool, Progress() as bar:
+    # the bars on stderr: with --json, stdout is the JSON alone
+    with ThreadPoolExecutor(max_workers=workers) as pool, \
+            Progress(console=Console(stderr=True)) as bar:
         task = bar.add_task(what, total=len(argvs))
         for _ in pool.map(one, argvs):
             bar.update(task, advance=1)
@@ -145,7 +152,8 @@ class RecordingRunner(SlurmRunner):
 # jobs and nodes as Slurm's plain text, a few fields each (what a reader that only looked
 # for changes could ask for).
 TEXT_CALLS = (["squeue", "--json", "--states=PENDING"], ["squeue", "--json", "--states=RUNNING"],
-              ["squeue", "-h", "-o", "%i %T %P %b %N"], ["sinfo", "-h", "-N", "-o", "%N %T %G"])
+              ["squeue", "-h", "-o", "%i %T %P %b %N"], ["sinfo", "-h", "-N", "-o", "%N %T %G"],
+              C.JOB_ROWS, C.NODE_STATES)
 
 
 def client_calls(slurm_conf: str, env: dict, ctld_pid: int) -> list[dict]:
@@ -171,36 +179,90 @@ def client_calls(slurm_conf: str, env: dict, ctld_pid: int) -> list[dict]:
     return calls
 
 
-def measure(cluster: LocalCluster, args) -> dict:
-    env = cluster.env
-    os.environ.update(env)  # the chroot's client wrappers first on PATH, SLURM_CONF
+class Churn:
+    """Before each cycle: ``count`` running jobs end (scancel), as many start on the nodes
+    they left (salloc) and as many are submitted (sbatch), the changes of a busy cluster.
+    The nodes are first put in a reservation of their own, so that no waiting job takes
+    them meanwhile (a stand-in node cannot run a batch job)."""
+
+    def __init__(self, env: dict, count: int, workers: int) -> None:
+        self.env, self.count, self.workers = env, count, workers
+        self.round = 0
+
+    def _run(self, *argv: str) -> str:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True,
+                              check=True).stdout
+
+    def __call__(self) -> None:
+        if not self.count:
+            return
+        self.round += 1
+        rows = [ln.split() for ln in self._run("squeue", "-h", "-t", "R", "-o",
+                                               "%A %N").splitlines() if ln.strip()]
+        chosen = [(jid, node) for jid, node in rows if node != "n1"][:self.count]
+        nodes = [node for _, node in chosen]
+        name = f"churn{self.round}"
+        self._run("scontrol", "create", "reservation", f"ReservationName={name}",
+                  f"Nodes={','.join(nodes)}", "Users=root", "StartTime=now",
+                  "Duration=7-0", "Flags=IGNORE_JOBS")
+        self._run("scancel", *[jid for jid, _ in chosen])
+        starts = [argv + [f"--reservation={name}"]
+                  for argv in running_requests(nodes, len(nodes))]
+        submit_all(starts, self.env, self.workers, "churn: new running jobs")
+        pending = pending_requests(self.count)
+        for argv in pending:
+            argv[argv.index("-J") + 1] += f"-c{self.round}"
+        submit_all(pending, self.env, self.workers, "churn: new pending jobs")
+
+
+def run_cycles(cluster: LocalCluster, args, full_read_s: float, churn: Churn) -> dict:
+    """The daemon's cycles with one source setting; shadow mode."""
     proc = psutil.Process()
-    calls = client_calls(str(cluster.slurm_conf), env, cluster.pids()["slurmctld"])
     runner = SlurmRunner(str(cluster.slurm_conf), timeout_s=600)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": ["gpu"],
                                       "profile": args.profile, "state_dir": tmp},
-                            "slurm": {"slurm_conf": str(cluster.slurm_conf)}})
-        source = TimedSource(CliClusterSource(runner, static_ttl_s=60.0))
-        agent = Agent(cfg, source, CliDecisionSink(runner), Store(Path(tmp) / "s.sqlite"),
-                      build_policy(load_profile(args.profile)))
+                            "slurm": {"slurm_conf": str(cluster.slurm_conf),
+                                      "full_read_s": full_read_s}})
+        source = TimedSource(CliClusterSource(runner, static_ttl_s=60.0,
+                                              full_read_s=full_read_s))
+        agent = Agent(cfg, source, CliDecisionSink(runner, on_write=source.invalidate),
+                      Store(Path(tmp) / "s.sqlite"), build_policy(load_profile(args.profile)))
         reset_peak()
         base = proc.memory_info().rss
-        times, reports = [], []
-        for _ in range(args.cycles):
+        times, reports, reads = [], [], []
+        for i in range(args.cycles):
+            if i:
+                churn()
             t0 = time.perf_counter()
-            report = agent.cycle()
+            if args.cprofile and i == args.cycles - 1:
+                import cProfile
+                with cProfile.Profile() as prof:
+                    report = agent.cycle()
+                prof.dump_stats(f"{args.cprofile}.{full_read_s:.0f}")
+            else:
+                report = agent.cycle()
             times.append(time.perf_counter() - t0)
             reports.append(report)
+            reads.append(dict(source.last_read))
             if report.error is not None:
                 raise SystemExit(f"cycle failed: {report.error}")
         peak = peak_rss()
     last = reports[-1]
-    return {"client_calls": calls, "cycle_s": times, "snapshot_s": source.seconds,
-            "decide_s": [t - s for t, s in zip(times, source.seconds)],
+    return {"full_read_s": full_read_s, "cycle_s": times, "snapshot_s": source.seconds,
+            "decide_s": [t - s for t, s in zip(times, source.seconds)], "reads": reads,
             "pending_seen": last.pending, "running_seen": last.running,
             "decisions_first_cycle": len(reports[0].decisions),
             "rss_before_mib": base / 2**20, "peak_growth_mib": (peak - base) / 2**20}
+
+
+def measure(cluster: LocalCluster, args) -> dict:
+    env = cluster.env
+    os.environ.update(env)  # the chroot's client wrappers first on PATH, SLURM_CONF
+    calls = client_calls(str(cluster.slurm_conf), env, cluster.pids()["slurmctld"])
+    churn = Churn(env, args.churn, args.workers)
+    runs = [run_cycles(cluster, args, full_read_s, churn) for full_read_s in (0.0, 3600.0)]
+    return {"client_calls": calls, "runs": runs}
 
 
 def main() -> None:
@@ -209,10 +271,14 @@ def main() -> None:
     ap.add_argument("--running", type=int, default=10000)
     ap.add_argument("--pending", type=int, default=5000)
     ap.add_argument("--slurm-version", default=None, help="24.11 or 26.05 (default: host's)")
-    ap.add_argument("--cycles", type=int, default=3)
+    ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--churn", type=int, default=20,
+                    help="running jobs ended and started, and jobs submitted, per cycle")
     ap.add_argument("--profile", default="las-consolidate")
     ap.add_argument("--workers", type=int, default=2, help="client calls at once while filling")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cprofile", default="", help="write cProfile stats of the last cycle "
+                    "of each run to PATH.<full_read_s>")
     args = ap.parse_args()
     torch.set_num_threads(1)
     spec = ClusterSpec(nodes=args.nodes, sockets=2, cores_per_socket=32,
@@ -247,14 +313,17 @@ def main() -> None:
         print(f"  {c['argv']}: {c['seconds']:.2f} s (client CPU {c['client_cpu_s']:.2f} s, "
               f"slurmctld CPU {c['slurmctld_cpu_s']:.2f} s), {c['mib']:.1f} MiB "
               f"(rc {c['rc']})")
-    print(f"  agent saw {result['pending_seen']} pending, {result['running_seen']} running; "
-          f"{result['decisions_first_cycle']} decisions in the first cycle")
-    for i, (t, s) in enumerate(zip(result["cycle_s"], result["snapshot_s"])):
-        print(f"  cycle {i + 1}: {t:.2f} s (snapshot {s:.2f} s, deciding {t - s:.2f} s)")
-    print(f"  peak memory growth over the cycles: +{result['peak_growth_mib']:.0f} MiB "
-          f"(from {result['rss_before_mib']:.0f} MiB)")
-    if len(result["cycle_s"]) > 1:
-        print(f"  median unchanged cycle: {statistics.median(result['cycle_s'][1:]):.2f} s")
+    for run in result["runs"]:
+        print(f"  full_read_s = {run['full_read_s']:.0f}: agent saw {run['pending_seen']} "
+              f"pending, {run['running_seen']} running; {run['decisions_first_cycle']} "
+              "decisions in the first cycle")
+        for i, (t, s, r) in enumerate(zip(run["cycle_s"], run["snapshot_s"], run["reads"])):
+            read = r.get("mode", "?") + ("" if r.get("mode") != "changes" else
+                                         f", {r['jobs_read']} jobs / {r['nodes_read']} nodes")
+            print(f"    cycle {i + 1}: {t:.2f} s (snapshot {s:.2f} s: {read}; deciding "
+                  f"{t - s:.2f} s)")
+        print(f"    peak memory growth over the cycles: +{run['peak_growth_mib']:.0f} MiB "
+              f"(from {run['rss_before_mib']:.0f} MiB)")
 
 
 if __name__ == "__main__":
