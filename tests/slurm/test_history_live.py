@@ -85,3 +85,46 @@ def test_import_reports_a_failing_sacct(acct_cluster, tmp_path):
         env=acct_cluster.local.env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "sacct failed" in proc.stderr and not (tmp_path / "h.csv").exists()
+
+
+def test_slurmdbd_that_dies_while_starting_is_started_again(monkeypatch):
+    """slurmdbd's first start dies (its port held: "fatal: ... Address already in use") and
+    MariaDB dies with it: the harness starts MariaDB and slurmdbd again, and accounting
+    answers, instead of waiting out its timeout and failing the cluster."""
+    import os
+    import signal
+    import socket
+
+    held: list[socket.socket] = []
+    mariadb_pids: list[int] = []
+    run_daemon, wait_for_dbd = LocalCluster._run_daemon, LocalCluster._wait_for_dbd
+
+    def hold_port_first(self, cmd, label):
+        if label == "slurmdbd" and not held:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self.accounting_ports.slurmdbd))
+            sock.listen()
+            held.append(sock)
+        return run_daemon(self, cmd, label)
+
+    def then_kill_mariadb(self, *args, **kwargs):
+        started = wait_for_dbd(self, *args, **kwargs)
+        if not started and not mariadb_pids:
+            mariadb_pids.append(self.pids()["mariadb"])
+            os.kill(mariadb_pids[0], signal.SIGKILL)
+            held[0].close()
+        return started
+
+    monkeypatch.setattr(LocalCluster, "_run_daemon", hold_port_first)
+    monkeypatch.setattr(LocalCluster, "_wait_for_dbd", then_kill_mariadb)
+    local = LocalCluster(spec=cluster_spec(nodes=1, accounting=True)).up(timeout_s=45)
+    try:
+        log = (local.root / "log" / "slurmdbd.log").read_text()
+        assert log.count("Address already in use") >= 1 and log.count(" fatal: ") == 1
+        assert mariadb_pids and local.pids()["mariadb"] != mariadb_pids[0]
+        proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
+                              env=local.env, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0 and proc.stdout.strip()
+    finally:
+        local.down()

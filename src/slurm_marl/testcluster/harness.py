@@ -37,6 +37,10 @@ __all__ = ["ClusterSpec", "HarnessError", "LocalCluster", "ensure_installed", "f
            "missing_binaries", "render_configs"]
 
 
+# how many times slurmdbd is started before the harness gives up on it
+DBD_STARTS = 3
+
+
 def free_ports(count: int) -> list[int]:
     """Ports free on loopback now; all held open together so they are distinct."""
     socks, ports = [], []
@@ -190,27 +194,66 @@ class LocalCluster:
         """MariaDB (which stays in the foreground: started in its own session, its output
         in its log) on loopback, slurmdbd's user, slurmdbd.conf, then slurmdbd. MariaDB is
         always the host's: a chroot's slurmdbd (24.11, 26.05) stops on its own MariaDB 11.8
-        ("Number of columns in result set exceeds maximum" at its first query)."""
+        ("Number of columns in result set exceeds maximum" at its first query). The same
+        happens over TLS to the host's MariaDB, which is why it gets no certificate: the
+        chroot's MariaDB Connector/C 3.4 asks for TLS first, fails ("SSL is required, but
+        the server does not support it") and slurmdbd connects in plain text 5 s later.
+        slurmdbd that dies while starting (seen once in CI on 24.11: "Lost connection to
+        server during query" at its first table check) is started again, up to
+        ``DBD_STARTS`` times, MariaDB too if it is gone; each death is logged."""
         assert self.root is not None and self.accounting_ports is not None
         ports = self.accounting_ports
         try:
             acct.install_db(self.root, self.env)
         except RuntimeError as exc:
             raise HarnessError(str(exc)) from None
-        with open(self.root / "log" / "mariadb.out", "ab") as out:
-            subprocess.Popen(acct.mariadb_argv(self.root, ports.mariadb), env=self.env,
-                             stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                             start_new_session=True)
-        sock = self.root / "mysql" / "mysql.sock"
-        self._wait_for(lambda: sock.exists() and (self.root / "run" / "mariadb.pid").exists(),
-                       timeout_s, "MariaDB to listen", log_label="mariadb")
+        self._start_mariadb(timeout_s)
         try:
             password = acct.create_db_user(self.root, self.env)
         except RuntimeError as exc:
             raise HarnessError(f"{exc}\n{self._log_tail('mariadb')}") from None
         acct.write_slurmdbd_conf(self.root, ports, password)
-        self._run_daemon(["slurmdbd"], "slurmdbd")
-        self._wait_for(self._dbd_answers, timeout_s, "slurmdbd to answer", log_label="slurmdbd")
+        for attempt in range(1, DBD_STARTS + 1):
+            if attempt > 1 and "mariadb" not in self.pids():
+                log.warning("MariaDB is gone (log below); starting it again\n%s",
+                            self._log_tail("mariadb"))
+                self._start_mariadb(timeout_s)
+            fatal_before = self._count_fatal("slurmdbd")
+            self._run_daemon(["slurmdbd"], "slurmdbd")
+            if self._wait_for_dbd(timeout_s, fatal_before, last=attempt == DBD_STARTS):
+                return
+            log.warning("slurmdbd died while starting (attempt %d of %d); starting it again"
+                        "\n%s", attempt, DBD_STARTS, self._log_tail("slurmdbd"))
+
+    def _start_mariadb(self, timeout_s: float) -> None:
+        assert self.root is not None and self.accounting_ports is not None
+        (self.root / "run" / "mariadb.pid").unlink(missing_ok=True)
+        with open(self.root / "log" / "mariadb.out", "ab") as out:
+            subprocess.Popen(acct.mariadb_argv(self.root, self.accounting_ports.mariadb),
+                             env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             start_new_session=True)
+        sock = self.root / "mysql" / "mysql.sock"
+        self._wait_for(lambda: sock.exists() and (self.root / "run" / "mariadb.pid").exists(),
+                       timeout_s, "MariaDB to listen", log_label="mariadb")
+
+    def _count_fatal(self, label: str) -> int:
+        assert self.root is not None
+        path = self.root / "log" / f"{label}.log"
+        if not path.exists():
+            return 0
+        return sum(" fatal: " in line for line in path.read_text(errors="replace").splitlines())
+
+    def _wait_for_dbd(self, timeout_s: float, fatal_before: int, last: bool) -> bool:
+        """True once slurmdbd answers; False as soon as its log shows a new ``fatal:`` (it
+        stopped) unless this is the ``last`` start, which waits out ``timeout_s`` and
+        raises with both logs' tails."""
+        died = lambda: self._count_fatal("slurmdbd") > fatal_before  # noqa: E731
+        try:
+            self._wait_for(lambda: (not last and died()) or self._dbd_answers(), timeout_s,
+                           "slurmdbd to answer", log_label="slurmdbd")
+        except HarnessError as exc:
+            raise HarnessError(f"{exc}\n{self._log_tail('mariadb')}") from None
+        return not died()
 
     def _dbd_answers(self) -> bool:
         proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
