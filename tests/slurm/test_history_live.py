@@ -94,6 +94,9 @@ def test_slurmdbd_that_dies_while_starting_is_started_again(monkeypatch):
     import os
     import signal
     import socket
+    import time
+
+    from slurm_marl.testcluster.processes import alive
 
     held: list[socket.socket] = []
     mariadb_pids: list[int] = []
@@ -113,6 +116,9 @@ def test_slurmdbd_that_dies_while_starting_is_started_again(monkeypatch):
         if not started and not mariadb_pids:
             mariadb_pids.append(self.pids()["mariadb"])
             os.kill(mariadb_pids[0], signal.SIGKILL)
+            deadline = time.monotonic() + 10     # SIGKILL lands asynchronously
+            while alive(mariadb_pids[0]) and time.monotonic() < deadline:
+                time.sleep(0.05)
             held[0].close()
         return started
 
