@@ -92,9 +92,9 @@ class DaemonPredictor:
         self._unsaved_scored: list[tuple] = []
         self._unsaved_dropped: set[int] = set()
         self._unsaved_bad_scored: list[int] = []
-        # history rows (``Store.ENDED_COLUMNS`` but the id) and stored ones to delete
-        self._unsaved_ended: list[tuple] = []
-        self._unsaved_bad_ended: list[int] = []
+        # history rows (``Store.HISTORY_COLUMNS`` but the id) and stored ones to delete
+        self._unsaved_history: list[tuple] = []
+        self._unsaved_bad_history: list[int] = []
         log.info("GPU-time predictor: model %s, %d jobs of history", model_dir, len(past))
 
     @property
@@ -107,9 +107,9 @@ class DaemonPredictor:
 
     # ---- the store ----------------------------------------------------------------------
     def restore(self, predictions: list[tuple], scored: list[tuple],
-                snap: ClusterSnapshot, ended: list[tuple] = ()) -> None:
+                snap: ClusterSnapshot, history: list[tuple] = ()) -> None:
         """Take back what a store holds (``Store.predictions``,
-        ``Store.scored_predictions`` and ``Store.ended_history``) when the agent starts,
+        ``Store.scored_predictions`` and ``Store.feature_history``) when the agent starts,
         before any other call; the agent has restarted at ``snap.time_s``. The feature
         history goes on from the history CSV with the stored history rows, in the order
         the predictor before the restart learned them (a job also in the CSV is taken
@@ -125,7 +125,7 @@ class DaemonPredictor:
         now = snap.time_s
         jobs = {j.job_id: j for j in snap.jobs}
         skipped: list[str] = []
-        n_history = self._restore_history(ended, now, skipped)
+        n_history, stored_subs = self._restore_history(history, now, skipped)
         n_scored = 0
         if self.gate is not None:
             for row in scored:
@@ -165,8 +165,13 @@ class DaemonPredictor:
             self.predicted[job_id] = pred
             if done:
                 self._gpu_s[job_id] = done
+            # the request it was predicted from (in the features already), or for a store
+            # without it, the request Slurm lists now
+            sub = stored_subs.get(job_id)
             job = jobs.get(job_id)
-            if job is not None:
+            if sub is not None:
+                self._subs[job_id] = sub
+            elif job is not None:
                 sub = self._subs[job_id] = submission(job)
                 self.state.submitted(sub)
             if self.gate is not None:
@@ -179,45 +184,52 @@ class DaemonPredictor:
         log.info("GPU-time predictor: %d predictions, %d scored pairs and %d history rows "
                  "restored from the store", len(restored), n_scored, n_history)
 
-    def _restore_history(self, rows: list[tuple], now: float, skipped: list[str]) -> int:
-        """Feed the stored history rows (``Store.ENDED_COLUMNS``) to the features, in their
-        order, as the predictor before the restart learned them: each job submitted, and
-        taught its GPU-time if it ended. Skipped: a job of the history CSV (sacct's row is
-        the one replayed), a row seen, ended or submitted after ``now``, a strange row
-        (added to ``skipped`` and deleted at the next save). Returns the rows taken."""
+    def _restore_history(self, rows: list[tuple], now: float, skipped: list[str]
+                         ) -> tuple[int, dict[int, Submission]]:
+        """Feed the stored history rows (``Store.HISTORY_COLUMNS``) to the features in
+        their order, as the predictor before the restart learned them: a submission row
+        (``end_s`` and ``gpu_time_s`` NULL) submits its job, an end row teaches its
+        GPU-time. Skipped: a job of the history CSV (sacct's row was replayed), a row seen,
+        ended or submitted after ``now``, a strange row (added to ``skipped`` and deleted
+        at the next save). Returns (rows taken, each job's submission by its id)."""
         csv_ids, self._history_ids = self._history_ids or set(), None
         taken = 0
+        subs: dict[int, Submission] = {}
         for row in rows:
             (row_id, job_id, name, user, account, part, qos, _stem, gpus, nodes, limit,
              submit, start, end, state, gpu_s, seen) = row
             submit, seen = _number(submit, -math.inf), _number(seen, -math.inf)
-            gone = end is None and gpu_s is None        # left Slurm's list without an end
-            end, gpu_s = (None, None) if gone else (_number(end, -math.inf), _number(gpu_s))
+            submitted = end is None and gpu_s is None
+            end, gpu_s = (None, None) if submitted else (_number(end, -math.inf),
+                                                         _number(gpu_s))
             problem = (
                 "not a number or missing" if None in (submit, seen)
-                or not gone and None in (end, gpu_s)
+                or not submitted and None in (end, gpu_s)
                 or not (start is None or _number(start, -math.inf) is not None)
                 or not (limit is None or _number(limit) is not None)
                 or not all(isinstance(v, str) for v in (name, user, account, part, qos, state))
                 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                            for v in (job_id, gpus, nodes))
-                else "seen after the restart" if max(submit, seen, -math.inf if gone else end) > now
-                else "")
+                else "seen after the restart"
+                if max(submit, seen, -math.inf if submitted else end) > now else "")
             if problem:
                 skipped.append(f"history row of job {job_id} ({problem})")
-                self._unsaved_bad_ended.append(row_id)
-                continue
-            if str(job_id) in csv_ids:
+                self._unsaved_bad_history.append(row_id)
                 continue
             sub = Submission(user=user, account=account, partition=part, qos=qos, name=name,
                              gpus=gpus, nodes=nodes,
                              time_limit_s=None if limit is None else float(limit),
                              submit_s=submit)
-            self.state.submitted(sub)
-            if not gone:
+            if submitted:
+                subs[job_id] = sub
+            if str(job_id) in csv_ids:
+                continue
+            if submitted:
+                self.state.submitted(sub)
+            else:
                 self.state.ended(sub, gpu_s)
             taken += 1
-        return taken
+        return taken, subs
 
     def unsaved(self) -> tuple[list[tuple], list[tuple], list[int], list[int],
                                list[tuple], list[int]]:
@@ -227,21 +239,21 @@ class DaemonPredictor:
         once written."""
         return (list(self._unsaved_made.values()), list(self._unsaved_scored),
                 sorted(self._unsaved_dropped), list(self._unsaved_bad_scored),
-                list(self._unsaved_ended), list(self._unsaved_bad_ended))
+                list(self._unsaved_history), list(self._unsaved_bad_history))
 
     def saved(self) -> None:
         self._unsaved_made.clear()
         self._unsaved_scored.clear()
         self._unsaved_dropped.clear()
         self._unsaved_bad_scored.clear()
-        self._unsaved_ended.clear()
-        self._unsaved_bad_ended.clear()
+        self._unsaved_history.clear()
+        self._unsaved_bad_history.clear()
 
     def _learned(self, job_id: int, sub: Submission, start_s: float | None,
                  end_s: float | None, state: str, gpu_s: float | None,
                  seen_s: float) -> None:
-        """The job's history row for the store (``Store.ENDED_COLUMNS`` but the id)."""
-        self._unsaved_ended.append((
+        """A history row for the store (``Store.HISTORY_COLUMNS`` but the id)."""
+        self._unsaved_history.append((
             job_id, sub.name, sub.user, sub.account, sub.partition, sub.qos,
             name_stem(sub.name), sub.gpus, sub.nodes, sub.time_limit_s, sub.submit_s,
             start_s, end_s, state, gpu_s, seen_s))
@@ -270,9 +282,6 @@ class DaemonPredictor:
         self._history_ids = None        # no restore after the first cycle
         present = {j.job_id for j in snap.jobs}
         for gone in [k for k in self.predicted if k not in present]:
-            sub = self._subs.get(gone)
-            if sub is not None:             # its submission stays in the features
-                self._learned(gone, sub, None, None, "GONE", None, snap.time_s)
             self._forget(gone)
         new = [j for j in snap.jobs
                if j.job_id not in self.predicted and j.num_gpus > 0
@@ -285,6 +294,7 @@ class DaemonPredictor:
             for j, s, gpu_s in zip(new, subs, self.model.predict_gpu_s(rows)):
                 self.predicted[j.job_id] = float(gpu_s)
                 self._subs[j.job_id] = s
+                self._learned(j.job_id, s, None, None, "SUBMITTED", None, snap.time_s)
                 arrival = None
                 if self.gate is not None:
                     arrival = self.gate.record(j.job_id, j.partition, float(gpu_s))
@@ -325,8 +335,6 @@ class DaemonPredictor:
             self.state.ended(sub, total)
             self._learned(job_id, sub, start_s, end_s, state.split()[0].upper(), total,
                           scored_s)
-        elif sub is not None:               # submitted, never taught: as if gone
-            self._learned(job_id, sub, None, None, "GONE", None, scored_s)
         # made[1] <= scored_s always holds here (a job is predicted only while listed
         # alive, and run_ended comes before annotate in a cycle); checked all the same, as
         # ``restore`` checks it, so a restored gate scores exactly the pairs this one did

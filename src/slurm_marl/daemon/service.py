@@ -308,9 +308,9 @@ class Agent:
             log.exception("GPU-time predictions failed this cycle; ordering without them")
             out = snap
         try:
-            made, scored, dropped, bad, ended, bad_ended = self.predictor.unsaved()
+            made, scored, dropped, bad, history, bad_history = self.predictor.unsaved()
             self.store.save_predictions(made, scored, dropped, self.predictor.window, bad,
-                                        ended, bad_ended,
+                                        history, bad_history,
                                         keep_recent=self.predictor.keep_recent)
             self.predictor.saved()
         except Exception:
@@ -498,7 +498,7 @@ class Agent:
                 self.predictor.restore(
                     self.store.predictions(),
                     self.store.scored_predictions(self.predictor.window), snap,
-                    self.store.ended_history())
+                    self.store.feature_history())
             except Exception:
                 log.exception("could not restore the GPU-time predictions from the store; "
                               "the skill gate starts empty")

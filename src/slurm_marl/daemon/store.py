@@ -95,19 +95,21 @@ CREATE TABLE IF NOT EXISTS scored_predictions (
     predicted_gpu_s REAL, true_gpu_s REAL,
     made_s REAL, finished_s REAL, scored_s REAL, arrival INTEGER
 );
--- The predictor's feature history since the history CSV (history/features.py): one row per
--- predicted job it learned the end of, in the order it learned them (id), with what the
--- CSV would hold of it (HistoryJob's fields) and gpu_time_s, the GPU-s it was taught (all
--- runs: not gpus x (end - start) after a requeue), seen_s the cycle that saw it end. A
--- predicted job that left Slurm's list without a final run has end_s and gpu_time_s NULL
--- (state GONE): its submission still counts in the features. A restarted agent replays
--- these rows after the CSV. Kept: the rows among the last ``keep_recent`` ended rows of
--- any key the features group by (user + name stem, user + GPUs, user, account + GPUs,
--- account, site; they read only the last RECENT jobs of each key, so an older row cannot
--- change them), and the rows submitted in the last ``keep_submits_s`` before the newest
--- submission (the recent-submissions count); pruned as rows are added. Bounded by the
--- site's users, accounts and job names, not by time.
-CREATE TABLE IF NOT EXISTS ended_history (
+-- The predictor's feature history since the history CSV (history/features.py), in the
+-- order the predictor learned it (id): a submission row (end_s and gpu_time_s NULL, state
+-- SUBMITTED) for each job it predicted, written when predicted, and an end row for each
+-- of them it learned the final GPU-time of (what the history CSV would hold of the job:
+-- HistoryJob's fields, start_s the last run's start; gpu_time_s the GPU-s it was taught,
+-- all runs together, so not gpus x (end_s - start_s) after a requeue). seen_s: the cycle
+-- that predicted it / saw it end. A restarted agent replays these rows after the CSV.
+-- Kept (pruned as rows are added): end rows among the last ``keep_recent`` end rows of any
+-- key the features group by (user + name stem, user + GPUs, user, account + GPUs, account,
+-- site: the features read only the last RECENT ended jobs of each key, so an older row
+-- cannot change them); submission rows of jobs still in ``predictions`` (a restarted agent
+-- takes their request from here); any row submitted less than ``keep_submits_s`` before
+-- the newest submission (the features count the submissions of the last hour). Bounded by
+-- the site's users, accounts and job names and a few days of submissions, not by time.
+CREATE TABLE IF NOT EXISTS feature_history (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id INTEGER, name TEXT, user TEXT, account TEXT, partition TEXT, qos TEXT,
     stem TEXT,                                  -- history.features.name_stem(name)
@@ -142,18 +144,20 @@ class JobRecord:
     model_type: str | None = None
 
 
-# The history rows no feature can read any more (see the ended_history table): not among the
-# last ? ended rows of any key, and submitted more than ? s before the newest submission.
-# Ranked among the ended rows alone (rows of jobs gone without an end teach no key).
+# The history rows no feature can read any more (see the feature_history table): an end row
+# not among the last ? end rows of any of its keys, or a submission row of a job no longer
+# in ``predictions``; and submitted more than ? s before the newest submission. Ranked
+# among the end rows alone (submission rows teach no key).
 _RANKS = ", ".join(
     f"ROW_NUMBER() OVER (PARTITION BY end_s IS NULL{key} ORDER BY id DESC) AS r{k}"
     for k, key in enumerate((", user, stem", ", user, gpus", ", user", ", account, gpus",
                              ", account", "")))
-_PRUNE_ENDED = (
-    "DELETE FROM ended_history WHERE id IN (SELECT id FROM (SELECT id, end_s, submit_s, "
-    f"{_RANKS} FROM ended_history) WHERE (end_s IS NULL OR (r0 > ? AND r1 > ? AND r2 > ? "
-    "AND r3 > ? AND r4 > ? AND r5 > ?)) AND NOT submit_s >= "
-    "(SELECT MAX(submit_s) FROM ended_history) - ?)")
+_PRUNE_HISTORY = (
+    "DELETE FROM feature_history WHERE id IN (SELECT id FROM (SELECT id, end_s, submit_s, "
+    f"job_id, {_RANKS} FROM feature_history) WHERE (CASE WHEN end_s IS NULL THEN job_id "
+    "NOT IN (SELECT job_id FROM predictions) ELSE r0 > ? AND r1 > ? AND r2 > ? AND r3 > ? "
+    "AND r4 > ? AND r5 > ? END) AND NOT submit_s >= "
+    "(SELECT MAX(submit_s) FROM feature_history) - ?)")
 
 
 class StoreError(RuntimeError):
@@ -512,7 +516,7 @@ class Store:
                           "done_gpu_s")
     SCORED_COLUMNS = ("id", "job_id", "partition", "predicted_gpu_s", "true_gpu_s",
                       "made_s", "finished_s", "scored_s", "arrival")
-    ENDED_COLUMNS = ("id", "job_id", "name", "user", "account", "partition", "qos", "stem",
+    HISTORY_COLUMNS = ("id", "job_id", "name", "user", "account", "partition", "qos", "stem",
                      "gpus", "nodes", "time_limit_s", "submit_s", "start_s", "end_s",
                      "state", "gpu_time_s", "seen_s")
 
@@ -529,27 +533,27 @@ class Store:
             f"(PARTITION BY partition ORDER BY id DESC) AS k FROM scored_predictions) "
             f"WHERE k <= ? ORDER BY id", (window,))]
 
-    def ended_history(self) -> list[tuple]:
-        """Every stored history row (``ENDED_COLUMNS``), in the order they were added."""
+    def feature_history(self) -> list[tuple]:
+        """Every stored history row (``HISTORY_COLUMNS``), in the order they were added."""
         return [tuple(r) for r in self.db.execute(
-            f"SELECT {','.join(self.ENDED_COLUMNS)} FROM ended_history ORDER BY id")]
+            f"SELECT {','.join(self.HISTORY_COLUMNS)} FROM feature_history ORDER BY id")]
 
     def save_predictions(self, made: Iterable[tuple], scored: Iterable[tuple],
                          dropped: Iterable[int], window: int,
-                         dropped_scored: Iterable[int] = (), ended: Iterable[tuple] = (),
-                         dropped_ended: Iterable[int] = (), keep_recent: int = 10,
+                         dropped_scored: Iterable[int] = (), history: Iterable[tuple] = (),
+                         dropped_history: Iterable[int] = (), keep_recent: int = 10,
                          keep_submits_s: float = 2 * 86400.0) -> None:
         """One transaction: upsert ``made`` (``PREDICTION_COLUMNS``), append ``scored``
-        (``SCORED_COLUMNS`` but the id) and ``ended`` (``ENDED_COLUMNS`` but the id),
+        (``SCORED_COLUMNS`` but the id) and ``history`` (``HISTORY_COLUMNS`` but the id),
         delete the predictions of ``dropped`` jobs and the scored and history rows
-        ``dropped_scored`` and ``dropped_ended`` (ids), then keep only the last ``window``
+        ``dropped_scored`` and ``dropped_history`` (ids), then keep only the last ``window``
         scored rows of each partition that got one and, when history rows were added, the
         history rows the features can read (``keep_recent``, ``keep_submits_s``: see the
         table's comment)."""
-        made, scored, ended = list(made), list(scored), list(ended)
+        made, scored, history = list(made), list(scored), list(history)
         dropped, dropped_scored = list(dropped), list(dropped_scored)
-        dropped_ended = list(dropped_ended)
-        if not (made or scored or dropped or dropped_scored or ended or dropped_ended):
+        dropped_history = list(dropped_history)
+        if not (made or scored or dropped or dropped_scored or history or dropped_history):
             return
         cols = self.PREDICTION_COLUMNS
         with self.transaction() as db:
@@ -567,13 +571,13 @@ class Store:
                 db.execute("DELETE FROM scored_predictions WHERE partition IS ? AND id <= "
                            "(SELECT id FROM scored_predictions WHERE partition IS ? "
                            "ORDER BY id DESC LIMIT 1 OFFSET ?)", (part, part, window))
-            db.executemany("DELETE FROM ended_history WHERE id=?",
-                           [(i,) for i in dropped_ended])
-            cols = self.ENDED_COLUMNS[1:]
-            db.executemany(f"INSERT INTO ended_history ({','.join(cols)}) VALUES "
-                           f"({','.join('?' * len(cols))})", ended)
-            if ended:
-                db.execute(_PRUNE_ENDED, (keep_recent,) * 6 + (keep_submits_s,))
+            db.executemany("DELETE FROM feature_history WHERE id=?",
+                           [(i,) for i in dropped_history])
+            cols = self.HISTORY_COLUMNS[1:]
+            db.executemany(f"INSERT INTO feature_history ({','.join(cols)}) VALUES "
+                           f"({','.join('?' * len(cols))})", history)
+            if history:
+                db.execute(_PRUNE_HISTORY, (keep_recent,) * 6 + (keep_submits_s,))
 
     def outcomes(self) -> list[dict]:
         return [dict(r) for r in self.db.execute("SELECT * FROM outcomes ORDER BY end_s")]
