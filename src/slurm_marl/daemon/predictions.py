@@ -31,6 +31,21 @@ it was scored. A stored row that is not so, or not a plain number, is skipped wi
 warning (a clock set back across a restart can cost pairs, never add any). A store without
 these rows (new, or written by an older version) starts the gate empty: predictions are
 withheld until enough predicted jobs of a partition have ended.
+
+The features' history outlives a restart too (table ``feature_history``): each job's
+request is stored when it is predicted and its history row (``HistoryJob``'s fields, and
+the GPU-time it taught, all runs together) when its final run ends; a restarted predictor
+replays the history CSV, then these rows in the order the predictor before it learned
+them (not by end time: within a cycle, ends are learned in Slurm's listing order, and which
+job ended "last" is a feature), then submits the live jobs, each with the request it was
+predicted from. So a job first seen after a restart is predicted as it would have been
+without one. Not taken: a job also in the CSV (matched by job id: sacct's row, replayed by
+end time; an array task, "123_4" in the CSV, is not matched and counts twice), a row seen,
+ended or submitted after the restart, a strange row (skipped with a warning, deleted). Not
+exact where the submissions before the restart are only partly known: a predicted job
+that vanished while the daemon was down is never counted again, and the features' count of
+recent submissions, for a job submitted over ~23 h before the newest one seen, may depend
+on the order submissions were learned in.
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ CREATE TABLE IF NOT EXISTS scored_predictions (
 -- cannot change them); submission rows of jobs still in ``predictions`` (a restarted agent
 -- takes their request from here); any row submitted less than ``keep_submits_s`` before
 -- the newest submission (the features count the submissions of the last hour). Bounded by
--- the site's users, accounts and job names and a few days of submissions, not by time.
+-- the site's users, accounts and job names and a few days of submissions (plus up to
+-- ``prune_every`` rows added since the last prune), not by time.
 CREATE TABLE IF NOT EXISTS feature_history (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id INTEGER, name TEXT, user TEXT, account TEXT, partition TEXT, qos TEXT,
@@ -211,6 +212,7 @@ class Store:
         # so they are what a read would give, without reading 15,000 rows a cycle.
         # ``forget_live`` drops them (a cycle that failed half-way reads the file again).
         self._live: dict[int, JobRecord] | None = None
+        self._history_added = 0             # feature_history rows added since its prune
         try:
             if readonly:
                 self.db = sqlite3.connect(self._readonly_uri(), uri=True, timeout=10,
@@ -542,14 +544,16 @@ class Store:
                          dropped: Iterable[int], window: int,
                          dropped_scored: Iterable[int] = (), history: Iterable[tuple] = (),
                          dropped_history: Iterable[int] = (), keep_recent: int = 10,
-                         keep_submits_s: float = 2 * 86400.0) -> None:
+                         keep_submits_s: float = 2 * 86400.0,
+                         prune_every: int = 1000) -> None:
         """One transaction: upsert ``made`` (``PREDICTION_COLUMNS``), append ``scored``
         (``SCORED_COLUMNS`` but the id) and ``history`` (``HISTORY_COLUMNS`` but the id),
         delete the predictions of ``dropped`` jobs and the scored and history rows
         ``dropped_scored`` and ``dropped_history`` (ids), then keep only the last ``window``
-        scored rows of each partition that got one and, when history rows were added, the
-        history rows the features can read (``keep_recent``, ``keep_submits_s``: see the
-        table's comment)."""
+        scored rows of each partition that got one and, once ``prune_every`` history rows
+        were added since the last time, the history rows the features can read
+        (``keep_recent``, ``keep_submits_s``: see the table's comment; 0.3 s at 50,000
+        rows, so not every cycle)."""
         made, scored, history = list(made), list(scored), list(history)
         dropped, dropped_scored = list(dropped), list(dropped_scored)
         dropped_history = list(dropped_history)
@@ -576,8 +580,10 @@ class Store:
             cols = self.HISTORY_COLUMNS[1:]
             db.executemany(f"INSERT INTO feature_history ({','.join(cols)}) VALUES "
                            f"({','.join('?' * len(cols))})", history)
-            if history:
+            self._history_added += len(history)
+            if history and self._history_added >= prune_every:
                 db.execute(_PRUNE_HISTORY, (keep_recent,) * 6 + (keep_submits_s,))
+                self._history_added = 0
 
     def outcomes(self) -> list[dict]:
         return [dict(r) for r in self.db.execute("SELECT * FROM outcomes ORDER BY end_s")]
