@@ -36,8 +36,9 @@ USERS = [("ann", "resnet-a"), ("bob", "bert_b"), ("cy", "gpt"), ("ann", "gpt"),
 
 def save(p: DaemonPredictor, store: Store) -> None:
     """What the agent does at the end of each cycle."""
-    made, scored, dropped, bad = p.unsaved()
-    store.save_predictions(made, scored, dropped, p.window, bad)
+    made, scored, dropped, bad, ended, bad_ended = p.unsaved()
+    store.save_predictions(made, scored, dropped, p.window, bad, ended, bad_ended,
+                           keep_recent=p.keep_recent)
     p.saved()
 
 

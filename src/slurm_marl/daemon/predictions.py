@@ -31,6 +31,21 @@ it was scored. A stored row that is not so, or not a plain number, is skipped wi
 warning (a clock set back across a restart can cost pairs, never add any). A store without
 these rows (new, or written by an older version) starts the gate empty: predictions are
 withheld until enough predicted jobs of a partition have ended.
+
+The features' history outlives a restart too (table ``feature_history``): each job's
+request is stored when it is predicted and its history row (``HistoryJob``'s fields, and
+the GPU-time it taught, all runs together) when its final run ends; a restarted predictor
+replays the history CSV, then these rows in the order the predictor before it learned
+them (not by end time: within a cycle, ends are learned in Slurm's listing order, and which
+job ended "last" is a feature), then submits the live jobs, each with the request it was
+predicted from. So a job first seen after a restart is predicted as it would have been
+without one. Not taken: a job also in the CSV (matched by job id: sacct's row, replayed by
+end time; an array task, "123_4" in the CSV, is not matched and counts twice), a row seen,
+ended or submitted after the restart, a strange row (skipped with a warning, deleted). Not
+exact where the submissions before the restart are only partly known: a predicted job
+that vanished while the daemon was down is never counted again, and the features' count of
+recent submissions, for a job submitted over ~23 h before the newest one seen, may depend
+on the order submissions were learned in.
 """
 
 from __future__ import annotations
@@ -41,7 +56,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from slurm_marl.domain import ClusterSnapshot, Job
-from slurm_marl.history.features import Submission
+from slurm_marl.history.features import RECENT, Submission, name_stem
 from slurm_marl.history.predictor import GpuTimeModel, replay
 from slurm_marl.history.records import read_history
 from slurm_marl.history.skill import GateParams, SkillGate
@@ -78,6 +93,9 @@ class DaemonPredictor:
         past = [j for j in read_history(history_csv) if j.submit_s < now_s] \
             if history_csv else []
         self.state = replay(past, lambda *_: None, until_s=now_s)
+        # the CSV's job ids, which ``restore`` does not take again from the store; dropped
+        # after the first cycle (the ids of a large history are not kept for nothing)
+        self._history_ids: set[str] | None = {j.job_id for j in past}
         self.predicted: dict[int, float] = {}
         self._subs: dict[int, Submission] = {}
         self._gpu_s: dict[int, float] = {}
@@ -89,6 +107,9 @@ class DaemonPredictor:
         self._unsaved_scored: list[tuple] = []
         self._unsaved_dropped: set[int] = set()
         self._unsaved_bad_scored: list[int] = []
+        # history rows (``Store.HISTORY_COLUMNS`` but the id) and stored ones to delete
+        self._unsaved_history: list[tuple] = []
+        self._unsaved_bad_history: list[int] = []
         log.info("GPU-time predictor: model %s, %d jobs of history", model_dir, len(past))
 
     @property
@@ -96,12 +117,19 @@ class DaemonPredictor:
         """How many scored pairs per partition the store keeps: what the gate reads."""
         return (self.gate.params if self.gate is not None else GateParams()).window
 
+    # how many ended jobs of each key the features read (the store keeps those)
+    keep_recent = RECENT
+
     # ---- the store ----------------------------------------------------------------------
     def restore(self, predictions: list[tuple], scored: list[tuple],
-                snap: ClusterSnapshot) -> None:
-        """Take back what a store holds (``Store.predictions`` and
-        ``Store.scored_predictions``) when the agent starts, before any other call; the
-        agent has restarted at ``snap.time_s``. Stored predictions are kept as they were
+                snap: ClusterSnapshot, history: list[tuple] = ()) -> None:
+        """Take back what a store holds (``Store.predictions``,
+        ``Store.scored_predictions`` and ``Store.feature_history``) when the agent starts,
+        before any other call; the agent has restarted at ``snap.time_s``. The feature
+        history goes on from the history CSV with the stored history rows, in the order
+        the predictor before the restart learned them (a job also in the CSV is taken
+        from the CSV only; a row seen after ``snap.time_s`` is never taken), then the live
+        jobs of the stored predictions are submitted. Stored predictions are kept as they were
         made (a job of ``snap`` is not predicted again, and its prediction is recorded in
         the gate as pending again, with its arrival number); the gate scores the stored
         pairs again, in their order. Out of sample: a pair finished or scored after
@@ -112,6 +140,7 @@ class DaemonPredictor:
         now = snap.time_s
         jobs = {j.job_id: j for j in snap.jobs}
         skipped: list[str] = []
+        n_history, stored_subs = self._restore_history(history, now, skipped)
         n_scored = 0
         if self.gate is not None:
             for row in scored:
@@ -151,8 +180,13 @@ class DaemonPredictor:
             self.predicted[job_id] = pred
             if done:
                 self._gpu_s[job_id] = done
+            # the request it was predicted from (in the features already), or for a store
+            # without it, the request Slurm lists now
+            sub = stored_subs.get(job_id)
             job = jobs.get(job_id)
-            if job is not None:
+            if sub is not None:
+                self._subs[job_id] = sub
+            elif job is not None:
                 sub = self._subs[job_id] = submission(job)
                 self.state.submitted(sub)
             if self.gate is not None:
@@ -162,21 +196,82 @@ class DaemonPredictor:
         if skipped:
             log.warning("GPU-time predictions: %d stored rows skipped: %s%s", len(skipped),
                         "; ".join(skipped[:5]), "; ..." if len(skipped) > 5 else "")
-        log.info("GPU-time predictor: %d predictions and %d scored pairs restored from the "
-                 "store", len(restored), n_scored)
+        log.info("GPU-time predictor: %d predictions, %d scored pairs and %d history rows "
+                 "restored from the store", len(restored), n_scored, n_history)
 
-    def unsaved(self) -> tuple[list[tuple], list[tuple], list[int], list[int]]:
+    def _restore_history(self, rows: list[tuple], now: float, skipped: list[str]
+                         ) -> tuple[int, dict[int, Submission]]:
+        """Feed the stored history rows (``Store.HISTORY_COLUMNS``) to the features in
+        their order, as the predictor before the restart learned them: a submission row
+        (``end_s`` and ``gpu_time_s`` NULL) submits its job, an end row teaches its
+        GPU-time. Skipped: a job of the history CSV (sacct's row was replayed), a row seen,
+        ended or submitted after ``now``, a strange row (added to ``skipped`` and deleted
+        at the next save). Returns (rows taken, each job's submission by its id)."""
+        csv_ids, self._history_ids = self._history_ids or set(), None
+        taken = 0
+        subs: dict[int, Submission] = {}
+        for row in rows:
+            (row_id, job_id, name, user, account, part, qos, _stem, gpus, nodes, limit,
+             submit, start, end, state, gpu_s, seen) = row
+            submit, seen = _number(submit, -math.inf), _number(seen, -math.inf)
+            submitted = end is None and gpu_s is None
+            end, gpu_s = (None, None) if submitted else (_number(end, -math.inf),
+                                                         _number(gpu_s))
+            problem = (
+                "not a number or missing" if None in (submit, seen)
+                or not submitted and None in (end, gpu_s)
+                or not (start is None or _number(start, -math.inf) is not None)
+                or not (limit is None or _number(limit) is not None)
+                or not all(isinstance(v, str) for v in (name, user, account, part, qos, state))
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                           for v in (job_id, gpus, nodes))
+                else "seen after the restart"
+                if max(submit, seen, -math.inf if submitted else end) > now else "")
+            if problem:
+                skipped.append(f"history row of job {job_id} ({problem})")
+                self._unsaved_bad_history.append(row_id)
+                continue
+            sub = Submission(user=user, account=account, partition=part, qos=qos, name=name,
+                             gpus=gpus, nodes=nodes,
+                             time_limit_s=None if limit is None else float(limit),
+                             submit_s=submit)
+            if submitted:
+                subs[job_id] = sub
+            if str(job_id) in csv_ids:
+                continue
+            if submitted:
+                self.state.submitted(sub)
+            else:
+                self.state.ended(sub, gpu_s)
+            taken += 1
+        return taken, subs
+
+    def unsaved(self) -> tuple[list[tuple], list[tuple], list[int], list[int],
+                               list[tuple], list[int]]:
         """What the store does not have yet: (predictions made or changed, scored pairs,
-        jobs forgotten, stored scored rows to delete), in ``Store.save_predictions``'s
-        order; ``saved`` once written."""
+        jobs forgotten, stored scored rows to delete, history rows in the order learned,
+        stored history rows to delete), in ``Store.save_predictions``'s order; ``saved``
+        once written."""
         return (list(self._unsaved_made.values()), list(self._unsaved_scored),
-                sorted(self._unsaved_dropped), list(self._unsaved_bad_scored))
+                sorted(self._unsaved_dropped), list(self._unsaved_bad_scored),
+                list(self._unsaved_history), list(self._unsaved_bad_history))
 
     def saved(self) -> None:
         self._unsaved_made.clear()
         self._unsaved_scored.clear()
         self._unsaved_dropped.clear()
         self._unsaved_bad_scored.clear()
+        self._unsaved_history.clear()
+        self._unsaved_bad_history.clear()
+
+    def _learned(self, job_id: int, sub: Submission, start_s: float | None,
+                 end_s: float | None, state: str, gpu_s: float | None,
+                 seen_s: float) -> None:
+        """A history row for the store (``Store.HISTORY_COLUMNS`` but the id)."""
+        self._unsaved_history.append((
+            job_id, sub.name, sub.user, sub.account, sub.partition, sub.qos,
+            name_stem(sub.name), sub.gpus, sub.nodes, sub.time_limit_s, sub.submit_s,
+            start_s, end_s, state, gpu_s, seen_s))
 
     def _mark_made(self, job_id: int) -> None:
         part, made, arrival = self._made[job_id]
@@ -199,6 +294,7 @@ class DaemonPredictor:
         """The snapshot with every GPU job's prediction; jobs seen for the first time are
         predicted together (one model call per cycle). Jobs gone from Slurm without a
         final run (cancelled while pending) are forgotten."""
+        self._history_ids = None        # no restore after the first cycle
         present = {j.job_id for j in snap.jobs}
         for gone in [k for k in self.predicted if k not in present]:
             self._forget(gone)
@@ -213,6 +309,7 @@ class DaemonPredictor:
             for j, s, gpu_s in zip(new, subs, self.model.predict_gpu_s(rows)):
                 self.predicted[j.job_id] = float(gpu_s)
                 self._subs[j.job_id] = s
+                self._learned(j.job_id, s, None, None, "SUBMITTED", None, snap.time_s)
                 arrival = None
                 if self.gate is not None:
                     arrival = self.gate.record(j.job_id, j.partition, float(gpu_s))
@@ -251,6 +348,8 @@ class DaemonPredictor:
         made = self._made.get(job_id)
         if sub is not None and math.isfinite(total):
             self.state.ended(sub, total)
+            self._learned(job_id, sub, start_s, end_s, state.split()[0].upper(), total,
+                          scored_s)
         # made[1] <= scored_s always holds here (a job is predicted only while listed
         # alive, and run_ended comes before annotate in a cycle); checked all the same, as
         # ``restore`` checks it, so a restored gate scores exactly the pairs this one did

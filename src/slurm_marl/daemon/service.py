@@ -296,7 +296,8 @@ class Agent:
         """The snapshot with GPU-time predictions; a predictor failure costs this cycle its
         predictions (orders then rank by attained service), never the cycle. On the first
         cycle the predictor gets back what the store kept of it (the predictions of jobs
-        still alive and the gate's scored pairs); each cycle the store gets what changed
+        still alive, the gate's scored pairs and the history rows of the jobs it saw end);
+        each cycle the store gets what changed
         (this store object is its one writer; ``_on_start`` restores)."""
         try:
             for run in finished_runs:
@@ -307,8 +308,10 @@ class Agent:
             log.exception("GPU-time predictions failed this cycle; ordering without them")
             out = snap
         try:
-            made, scored, dropped, bad = self.predictor.unsaved()
-            self.store.save_predictions(made, scored, dropped, self.predictor.window, bad)
+            made, scored, dropped, bad, history, bad_history = self.predictor.unsaved()
+            self.store.save_predictions(made, scored, dropped, self.predictor.window, bad,
+                                        history, bad_history,
+                                        keep_recent=self.predictor.keep_recent)
             self.predictor.saved()
         except Exception:
             log.exception("could not store the GPU-time predictions; tried again next cycle")
@@ -494,7 +497,8 @@ class Agent:
             try:
                 self.predictor.restore(
                     self.store.predictions(),
-                    self.store.scored_predictions(self.predictor.window), snap)
+                    self.store.scored_predictions(self.predictor.window), snap,
+                    self.store.feature_history())
             except Exception:
                 log.exception("could not restore the GPU-time predictions from the store; "
                               "the skill gate starts empty")

@@ -6,7 +6,8 @@ written), the reservations the agent created, every decision with its reason and
 answer (for `slurm-marl decisions` / `explain`), cycle reports, and per-job outcomes as
 records of each run, the speeds jobs were observed to run at with their co-location
 (`slurm-marl train interference --from-store`), and the GPU-time predictions of live jobs
-with the prediction-skill gate's last scored pairs (a restarted agent keeps both).
+with the prediction-skill gate's last scored pairs, and the history rows of the jobs the
+predictor saw end, which its features read (a restarted agent keeps all three).
 """
 
 from __future__ import annotations
@@ -94,6 +95,29 @@ CREATE TABLE IF NOT EXISTS scored_predictions (
     predicted_gpu_s REAL, true_gpu_s REAL,
     made_s REAL, finished_s REAL, scored_s REAL, arrival INTEGER
 );
+-- The predictor's feature history since the history CSV (history/features.py), in the
+-- order the predictor learned it (id): a submission row (end_s and gpu_time_s NULL, state
+-- SUBMITTED) for each job it predicted, written when predicted, and an end row for each
+-- of them it learned the final GPU-time of (what the history CSV would hold of the job:
+-- HistoryJob's fields, start_s the last run's start; gpu_time_s the GPU-s it was taught,
+-- all runs together, so not gpus x (end_s - start_s) after a requeue). seen_s: the cycle
+-- that predicted it / saw it end. A restarted agent replays these rows after the CSV.
+-- Kept (pruned as rows are added): end rows among the last ``keep_recent`` end rows of any
+-- key the features group by (user + name stem, user + GPUs, user, account + GPUs, account,
+-- site: the features read only the last RECENT ended jobs of each key, so an older row
+-- cannot change them); submission rows of jobs still in ``predictions`` (a restarted agent
+-- takes their request from here); any row submitted less than ``keep_submits_s`` before
+-- the newest submission (the features count the submissions of the last hour). Bounded by
+-- the site's users, accounts and job names and a few days of submissions (plus up to
+-- ``prune_every`` rows added since the last prune), not by time.
+CREATE TABLE IF NOT EXISTS feature_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id INTEGER, name TEXT, user TEXT, account TEXT, partition TEXT, qos TEXT,
+    stem TEXT,                                  -- history.features.name_stem(name)
+    gpus INTEGER, nodes INTEGER, time_limit_s REAL, submit_s REAL,
+    start_s REAL, end_s REAL,                   -- the last run's start, its end
+    state TEXT, gpu_time_s REAL, seen_s REAL
+);
 """
 
 
@@ -119,6 +143,22 @@ class JobRecord:
     gpu_alloc: str = ""
     finished_s: float | None = None
     model_type: str | None = None
+
+
+# The history rows no feature can read any more (see the feature_history table): an end row
+# not among the last ? end rows of any of its keys, or a submission row of a job no longer
+# in ``predictions``; and submitted more than ? s before the newest submission. Ranked
+# among the end rows alone (submission rows teach no key).
+_RANKS = ", ".join(
+    f"ROW_NUMBER() OVER (PARTITION BY end_s IS NULL{key} ORDER BY id DESC) AS r{k}"
+    for k, key in enumerate((", user, stem", ", user, gpus", ", user", ", account, gpus",
+                             ", account", "")))
+_PRUNE_HISTORY = (
+    "DELETE FROM feature_history WHERE id IN (SELECT id FROM (SELECT id, end_s, submit_s, "
+    f"job_id, {_RANKS} FROM feature_history) WHERE (CASE WHEN end_s IS NULL THEN job_id "
+    "NOT IN (SELECT job_id FROM predictions) ELSE r0 > ? AND r1 > ? AND r2 > ? AND r3 > ? "
+    "AND r4 > ? AND r5 > ? END) AND NOT submit_s >= "
+    "(SELECT MAX(submit_s) FROM feature_history) - ?)")
 
 
 class StoreError(RuntimeError):
@@ -172,6 +212,7 @@ class Store:
         # so they are what a read would give, without reading 15,000 rows a cycle.
         # ``forget_live`` drops them (a cycle that failed half-way reads the file again).
         self._live: dict[int, JobRecord] | None = None
+        self._history_added = 0             # feature_history rows added since its prune
         try:
             if readonly:
                 self.db = sqlite3.connect(self._readonly_uri(), uri=True, timeout=10,
@@ -477,6 +518,9 @@ class Store:
                           "done_gpu_s")
     SCORED_COLUMNS = ("id", "job_id", "partition", "predicted_gpu_s", "true_gpu_s",
                       "made_s", "finished_s", "scored_s", "arrival")
+    HISTORY_COLUMNS = ("id", "job_id", "name", "user", "account", "partition", "qos", "stem",
+                     "gpus", "nodes", "time_limit_s", "submit_s", "start_s", "end_s",
+                     "state", "gpu_time_s", "seen_s")
 
     def predictions(self) -> list[tuple]:
         """Every stored prediction (``PREDICTION_COLUMNS``), by job id."""
@@ -491,16 +535,29 @@ class Store:
             f"(PARTITION BY partition ORDER BY id DESC) AS k FROM scored_predictions) "
             f"WHERE k <= ? ORDER BY id", (window,))]
 
+    def feature_history(self) -> list[tuple]:
+        """Every stored history row (``HISTORY_COLUMNS``), in the order they were added."""
+        return [tuple(r) for r in self.db.execute(
+            f"SELECT {','.join(self.HISTORY_COLUMNS)} FROM feature_history ORDER BY id")]
+
     def save_predictions(self, made: Iterable[tuple], scored: Iterable[tuple],
                          dropped: Iterable[int], window: int,
-                         dropped_scored: Iterable[int] = ()) -> None:
+                         dropped_scored: Iterable[int] = (), history: Iterable[tuple] = (),
+                         dropped_history: Iterable[int] = (), keep_recent: int = 10,
+                         keep_submits_s: float = 2 * 86400.0,
+                         prune_every: int = 1000) -> None:
         """One transaction: upsert ``made`` (``PREDICTION_COLUMNS``), append ``scored``
-        (``SCORED_COLUMNS`` but the id), delete the predictions of ``dropped`` jobs and the
-        scored rows ``dropped_scored`` (ids), then keep only the last ``window`` scored
-        rows of each partition that got one."""
-        made, scored = list(made), list(scored)
+        (``SCORED_COLUMNS`` but the id) and ``history`` (``HISTORY_COLUMNS`` but the id),
+        delete the predictions of ``dropped`` jobs and the scored and history rows
+        ``dropped_scored`` and ``dropped_history`` (ids), then keep only the last ``window``
+        scored rows of each partition that got one and, once ``prune_every`` history rows
+        were added since the last time, the history rows the features can read
+        (``keep_recent``, ``keep_submits_s``: see the table's comment; 0.3 s at 50,000
+        rows, so not every cycle)."""
+        made, scored, history = list(made), list(scored), list(history)
         dropped, dropped_scored = list(dropped), list(dropped_scored)
-        if not (made or scored or dropped or dropped_scored):
+        dropped_history = list(dropped_history)
+        if not (made or scored or dropped or dropped_scored or history or dropped_history):
             return
         cols = self.PREDICTION_COLUMNS
         with self.transaction() as db:
@@ -518,6 +575,15 @@ class Store:
                 db.execute("DELETE FROM scored_predictions WHERE partition IS ? AND id <= "
                            "(SELECT id FROM scored_predictions WHERE partition IS ? "
                            "ORDER BY id DESC LIMIT 1 OFFSET ?)", (part, part, window))
+            db.executemany("DELETE FROM feature_history WHERE id=?",
+                           [(i,) for i in dropped_history])
+            cols = self.HISTORY_COLUMNS[1:]
+            db.executemany(f"INSERT INTO feature_history ({','.join(cols)}) VALUES "
+                           f"({','.join('?' * len(cols))})", history)
+            self._history_added += len(history)
+            if history and self._history_added >= prune_every:
+                db.execute(_PRUNE_HISTORY, (keep_recent,) * 6 + (keep_submits_s,))
+                self._history_added = 0
 
     def outcomes(self) -> list[dict]:
         return [dict(r) for r in self.db.execute("SELECT * FROM outcomes ORDER BY end_s")]
