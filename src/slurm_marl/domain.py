@@ -44,7 +44,12 @@ class JobState(str, enum.Enum):
     @property
     def is_active(self) -> bool:
         """Holds (or is about to hold) resources."""
-        return self in (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING)
+        return self in ACTIVE_STATES
+
+
+# the states that hold (or are about to hold) resources: a set, not a tuple built per call
+# (hot loops test it directly: ~100,000 times a cycle at 15,000 jobs)
+ACTIVE_STATES = frozenset({JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
 
 
 @dataclass(frozen=True)
@@ -221,7 +226,7 @@ class Job:
 
     @property
     def is_running(self) -> bool:
-        return self.state.is_active
+        return self.state in ACTIVE_STATES
 
     @property
     def gpu_indices_by_node(self) -> Mapping[str, tuple[int, ...]]:
@@ -263,14 +268,16 @@ class ClusterSnapshot:
     def pending(self) -> tuple[Job, ...]:
         got = self.__dict__.get("_pending")
         if got is None:     # built on first use, kept: a cycle asks many times
-            got = self.__dict__["_pending"] = tuple(j for j in self.jobs if j.is_pending)
+            got = self.__dict__["_pending"] = tuple(
+                j for j in self.jobs if j.state is JobState.PENDING)
         return got
 
     @property
     def running(self) -> tuple[Job, ...]:
         got = self.__dict__.get("_running")
         if got is None:
-            got = self.__dict__["_running"] = tuple(j for j in self.jobs if j.is_running)
+            got = self.__dict__["_running"] = tuple(
+                j for j in self.jobs if j.state in ACTIVE_STATES)
         return got
 
     def node(self, name: str) -> Node | None:

@@ -32,8 +32,8 @@ from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
 from slurm_marl.daemon.writes import (place_key, plan_writes, priority_writes,
                                       site_factor_writes)
-from slurm_marl.domain import (ClusterSnapshot, Decision, EndReservation, Job, Place, Preempt,
-                               Release, Reserve, SetPriority)
+from slurm_marl.domain import (ACTIVE_STATES, ClusterSnapshot, Decision, EndReservation, Job,
+                               JobState, Place, Preempt, Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration.marker import (parse_marker, requested_gpu_fields,
                                                  user_gpu_request)
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, SlurmError,
@@ -85,8 +85,9 @@ def partition_views(snap: ClusterSnapshot, partitions: list[str]
     jobs: dict[str, list] = {p: [] for p in partitions}
     by_nodes: dict[tuple[str, ...], tuple[str, ...]] = {}     # memo: alike jobs abound
     by_request: dict[str, tuple[str, ...]] = {}
+    active = ACTIVE_STATES
     for j in snap.jobs:
-        if j.is_running:
+        if j.state in active:
             parts = by_nodes.get(j.nodes)
             if parts is None:
                 parts = by_nodes[j.nodes] = tuple(sorted(
@@ -420,8 +421,9 @@ class Agent:
         or with a begin time the user set beyond the gate's grace."""
         horizon = view.time_s + self.config.agent.grace_s + 2 * self.config.agent.interval_s
         keep = []
+        pending = JobState.PENDING
         for j in view.jobs:
-            if j.is_pending:
+            if j.state is pending:
                 if j.left_to_slurm or unschedulable(j.pending_reason):
                     continue
                 marker = parse_marker(j.admin_comment)
