@@ -61,6 +61,8 @@ class FakeSlurm:
         self.next_id = 100
         self.calls: list[list[str]] = []
         self.fail_next: str | None = None
+        # what ``scontrol --version`` prints (None: the call fails)
+        self.version: str | None = None
 
     # ---- the cluster changing -----------------------------------------------------
     def submit(self, rng: random.Random) -> int:
@@ -155,6 +157,8 @@ class FakeSlurm:
 
     def run(self, argv):
         self.calls.append(list(argv))
+        if argv == ["scontrol", "--version"] and self.version is not None:
+            return Result(self.version + "\n")
         return Result(ok=False, returncode=1)      # no topology
 
 
@@ -208,6 +212,9 @@ def test_jobs_written_names_updates_and_requeues():
 def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed):
     rng = random.Random(seed)
     slurm = FakeSlurm()
+    # half the runs know the version before the first read (read by changes from the
+    # second snapshot on), half learn it from the first JSON answer
+    slurm.version = "slurm-wlm 24.11.5" if seed % 2 else None
     clock = Clock()
     source = CliClusterSource(slurm, full_read_s=300, clock=clock)
     for _ in range(6):
@@ -349,3 +356,43 @@ def test_without_full_read_s_every_snapshot_is_a_full_read():
         source.snapshot()
         assert source.last_read == {"mode": "full"}
     assert not any(c[:2] == ["squeue", "-h"] for c in slurm.calls)
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
+def test_layout_of_version_from_recorded_answers(release):
+    from slurm_marl.slurm_integration.parse_layout import KNOWN_PARSERS, layout_of_version
+    text = (Path(__file__).parents[1] / "data" / "slurm" / f"v{release}" /
+            "scontrol_version.txt").read_text()
+    layout = layout_of_version(text)
+    assert layout is not None and KNOWN_PARSERS[layout.parser][0] == release
+    assert layout.reads_by_id == (release != "22.05")
+    assert layout_of_version(text.replace("slurm-wlm", "slurm")) == layout
+
+
+@pytest.mark.parametrize("text", ["slurm 25.05.1", "slurm-wlm", "", "oops 24.11.5",
+                                  "slurm 24", "slurm-wlm 24.11.5 extra"])
+def test_layout_of_an_unknown_version_is_left_to_the_json(text):
+    from slurm_marl.slurm_integration.parse_layout import layout_of_version
+    assert layout_of_version(text) is None
+
+
+@pytest.mark.parametrize("version", [None, "slurm-wlm 24.11.5", "slurm 25.05.0"])
+def test_a_known_version_is_read_by_changes_from_the_second_snapshot(version):
+    """With the version known before the first read (24.11: records read by id), the first
+    snapshot is the one full read (no sinfo --json), and the second reads changes only;
+    otherwise the first JSON answer tells the layout and the second snapshot is full."""
+    slurm = FakeSlurm()
+    slurm.version = version
+    rng = random.Random(0)
+    for _ in range(4):
+        slurm.submit(rng)
+    clock = Clock()
+    source = CliClusterSource(slurm, full_read_s=300, clock=clock)
+    first = source.snapshot()
+    first_calls = [c[:2] for c in slurm.calls]
+    clock.t += 10
+    second = source.snapshot()
+    assert by_id(second) == by_id(first) == full_read(slurm)
+    known = version == "slurm-wlm 24.11.5"
+    assert (["sinfo", "--json"] in first_calls) == (not known)
+    assert source.last_read["mode"] == ("changes" if known else "full")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from slurm_marl.domain import Job, JobState
 from slurm_marl.slurm_gres import parse_gpu_request, parse_gres_indices, single_type, total_gpus
-from slurm_marl.slurm_integration.parse_layout import (Layout, job_state_text, layout_of, num,
-                                                       read_record)
+from slurm_marl.slurm_integration.parse_layout import (Layout, job_state_text, layout_of,
+                                                       layout_of_version, num, read_record)
 from slurm_marl.slurm_integration.parse_nodes import (SCONTROL_NODES, SINFO, NodesReader,
                                                       gpu_groups_from_gres, node_from_json,
                                                       nodes_from_scontrol, nodes_from_sinfo,
@@ -24,7 +24,7 @@ from slurm_marl.slurm_text import SlurmTextError, expand_host_field
 
 __all__ = ["JobsReader", "Layout", "NodesReader", "SCONTROL_NODES", "SINFO",
            "gpu_groups_from_gres", "job_from_json", "job_state", "jobs_from_squeue",
-           "layout_of", "node_from_json", "nodes_from_scontrol", "nodes_from_sinfo", "num",
+           "layout_of", "layout_of_version", "node_from_json", "nodes_from_scontrol", "nodes_from_sinfo", "num",
            "partitions_from_scontrol", "switches_from_scontrol", "unmodelable_reason"]
 
 SQUEUE = "squeue --json"

@@ -74,6 +74,19 @@ def layout_of(data: dict, what: str) -> Layout:
     return Layout(parser, release, *known[1:])
 
 
+def layout_of_version(text: str) -> Layout | None:
+    """The layout a Slurm of ``scontrol --version``'s answer ("slurm 24.11.5", "slurm-wlm
+    24.11.5") prints, for a release series this reader knows; None otherwise (then the
+    first JSON answer tells). Only a first guess: every JSON answer is still checked."""
+    words = text.split()
+    parts = words[-1].split(".") if len(words) == 2 and words[0].startswith("slurm") else []
+    series = ".".join(parts[:2]) if len(parts) >= 2 else ""
+    for parser, (release, *flags) in KNOWN_PARSERS.items():
+        if release == series:
+            return Layout(parser, words[-1], *flags)
+    return None
+
+
 def num(value: Any, default: float | None = None) -> float | None:
     """A number from 22.05 JSON; later openapi versions wrap it as {set, infinite, number}."""
     if isinstance(value, dict):

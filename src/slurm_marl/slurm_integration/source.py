@@ -104,6 +104,23 @@ class CliClusterSource(ClusterSource):
         self._check_layout(rest, "scontrol show node --json")
         return reader.finish(rest, "nodes" in counts)
 
+    def _layout_from_version(self) -> None:
+        """Before the first read: the layout from ``scontrol --version``, so that a Slurm
+        that reads records by id (24.11+) is read by changes from the first snapshot on (one
+        full read at start, not two, the first of them through ``sinfo --json``). A
+        version this reader does not know, or a failed call, leaves it to the first JSON
+        answer, as before; a JSON answer of another layout is followed (``_check_layout``)."""
+        try:
+            res = self.runner.run(["scontrol", "--version"])
+        except Exception as exc:     # missing client, timeout: the reads will say it
+            log.debug("scontrol --version: %s", exc)
+            return
+        layout = P.layout_of_version(res.stdout) if res.ok else None
+        if layout is not None:
+            log.info("Slurm %s: records read by %s", layout.release,
+                     "changes" if layout.reads_by_id else "full reads")
+            self.layout = layout
+
     def _check_layout(self, data: dict, what: str) -> None:
         """Follow an answer that names another known layout than the one kept (Slurm
         upgraded under the agent); an unknown one raises SlurmOutputError."""
@@ -128,6 +145,8 @@ class CliClusterSource(ClusterSource):
         taken = time.time()
         parts, switches, leaf_of = self._static_parts()
         problems = list(getattr(self, "_static_problems", []))
+        if self.layout is None and self.full_read_s > 0:
+            self._layout_from_version()
         by_changes = (self.full_read_s > 0 and self.layout is not None
                       and self.layout.reads_by_id)
         if by_changes:
