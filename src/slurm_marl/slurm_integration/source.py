@@ -105,9 +105,10 @@ class CliClusterSource(ClusterSource):
         return reader.finish(rest, "nodes" in counts)
 
     def _layout_from_version(self) -> None:
-        """Before the first read: the layout from ``scontrol --version``, so that a Slurm
-        that reads records by id (24.11+) is read by changes from the first snapshot on (one
-        full read at start, not two, the first of them through ``sinfo --json``). A
+        """Before the first read: the layout from ``scontrol --version``. On a Slurm that
+        reads records by id (24.11+) the first snapshot is then a full read kept with the
+        listings taken before it, and the second reads changes only (one full read at
+        start, not two, the first of them through ``sinfo --json``). A
         version this reader does not know, or a failed call, leaves it to the first JSON
         answer, as before; a JSON answer of another layout is followed (``_check_layout``)."""
         try:
