@@ -21,7 +21,7 @@ Measured, in this process after the cluster is filled (peak memory reset first):
 - the daemon's own cycle (``Agent.cycle``, shadow mode: every step but the writes),
   first (everything new) and then the next ones, with the snapshot read timed apart, once
   with a full read every cycle (``slurm.full_read_s = 0``) and once reading only what
-  changed (``full_read_s`` > 0; 24.11 on: its first two cycles are full reads), side by
+  changed (``full_read_s`` > 0; 24.11 on: its first cycle is a full read), side by
   side on the same cluster. ``--churn N``: before each cycle N running jobs end and N new
   ones start and N are submitted, as on a busy cluster;
 - the process's peak resident memory growth over the cycles.
