@@ -134,3 +134,42 @@ def test_slurmdbd_that_dies_while_starting_is_started_again(monkeypatch):
         assert proc.returncode == 0 and proc.stdout.strip()
     finally:
         local.down()
+
+
+def test_slurmdbd_that_dies_at_every_start_fails_the_cluster_without_waiting(monkeypatch):
+    """Its port held for good: every start stops at once ("fatal"), and the cluster fails
+    after the last start with slurmdbd's own words, not after waiting out its timeout."""
+    import socket
+    import time
+
+    from slurm_marl.testcluster.errors import HarnessError
+    from slurm_marl.testcluster.harness import DBD_STARTS
+
+    held: list[socket.socket] = []
+    run_daemon = LocalCluster._run_daemon
+
+    def hold_port(self, cmd, label):
+        if label == "slurmdbd" and not held:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self.accounting_ports.slurmdbd))
+            sock.listen()
+            held.append(sock)
+        return run_daemon(self, cmd, label)
+
+    monkeypatch.setattr(LocalCluster, "_run_daemon", hold_port)
+    local = LocalCluster(spec=cluster_spec(nodes=1, accounting=True))
+    started = time.monotonic()
+    try:
+        with pytest.raises(HarnessError, match=f"stopped while starting, {DBD_STARTS} times"
+                           ) as err:
+            local.up(timeout_s=60)
+    finally:
+        held[0].close()
+    assert time.monotonic() - started < 60        # not one timeout waited out
+    assert "Address already in use" in str(err.value)
+    # up() tore everything down: no daemon of this cluster (MariaDB included) is left
+    import psutil
+    left = [p.pid for p in psutil.process_iter(["cmdline"])
+            if str(local.root) in " ".join(p.info["cmdline"] or [])]
+    assert left == []

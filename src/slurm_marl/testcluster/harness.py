@@ -245,19 +245,22 @@ class LocalCluster:
 
     def _wait_for_dbd(self, timeout_s: float, fatal_before: int, last: bool) -> bool:
         """True once slurmdbd answers; False as soon as its log shows a new ``fatal:`` (it
-        stopped) unless this is the ``last`` start, which waits out ``timeout_s`` and
-        raises with both logs' tails."""
+        stopped), or, on the ``last`` start, a HarnessError then, with both logs' tails (as
+        when it does not answer within ``timeout_s``)."""
         died = lambda: self._count_fatal("slurmdbd") > fatal_before  # noqa: E731
         try:
-            self._wait_for(lambda: (not last and died()) or self._dbd_answers(), timeout_s,
+            self._wait_for(lambda: died() or self._dbd_answers(), timeout_s,
                            "slurmdbd to answer", log_label="slurmdbd")
         except HarnessError as exc:
             raise HarnessError(f"{exc}\n{self._log_tail('mariadb')}") from None
+        if died() and last:
+            raise HarnessError(f"slurmdbd stopped while starting, {DBD_STARTS} times\n"
+                               f"{self._log_tail('slurmdbd')}\n{self._log_tail('mariadb')}")
         return not died()
 
     def _dbd_answers(self) -> bool:
         proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
-                              env=self.env, capture_output=True, text=True, timeout=10)
+                              env=self.env, capture_output=True, text=True, timeout=5)
         return proc.returncode == 0
 
     def _run_daemon(self, cmd: list[str], label: str) -> None:
