@@ -87,6 +87,26 @@ def test_import_reports_a_failing_sacct(acct_cluster, tmp_path):
     assert "sacct failed" in proc.stderr and not (tmp_path / "h.csv").exists()
 
 
+def holding_slurmdbd_port(held: list):
+    """A ``LocalCluster._run_daemon`` that, before slurmdbd's first start, holds its port
+    (a listening socket, appended to ``held``; the caller closes it), so that start stops
+    at once: "fatal: slurm_init_msg_engine_port error Address already in use"."""
+    import socket
+
+    run_daemon = LocalCluster._run_daemon
+
+    def run(self, cmd, label):
+        if label == "slurmdbd" and not held:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", self.accounting_ports.slurmdbd))
+            sock.listen()
+            held.append(sock)
+        return run_daemon(self, cmd, label)
+
+    return run
+
+
 def test_slurmdbd_that_dies_while_starting_is_started_again(monkeypatch):
     """slurmdbd's first start dies (its port held: "fatal: ... Address already in use") and
     MariaDB dies with it: the harness starts MariaDB and slurmdbd again, and accounting
@@ -100,16 +120,7 @@ def test_slurmdbd_that_dies_while_starting_is_started_again(monkeypatch):
 
     held: list[socket.socket] = []
     mariadb_pids: list[int] = []
-    run_daemon, wait_for_dbd = LocalCluster._run_daemon, LocalCluster._wait_for_dbd
-
-    def hold_port_first(self, cmd, label):
-        if label == "slurmdbd" and not held:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", self.accounting_ports.slurmdbd))
-            sock.listen()
-            held.append(sock)
-        return run_daemon(self, cmd, label)
+    wait_for_dbd = LocalCluster._wait_for_dbd
 
     def then_kill_mariadb(self, *args, **kwargs):
         started = wait_for_dbd(self, *args, **kwargs)
@@ -122,7 +133,7 @@ def test_slurmdbd_that_dies_while_starting_is_started_again(monkeypatch):
             held[0].close()
         return started
 
-    monkeypatch.setattr(LocalCluster, "_run_daemon", hold_port_first)
+    monkeypatch.setattr(LocalCluster, "_run_daemon", holding_slurmdbd_port(held))
     monkeypatch.setattr(LocalCluster, "_wait_for_dbd", then_kill_mariadb)
     local = LocalCluster(spec=cluster_spec(nodes=1, accounting=True)).up(timeout_s=45)
     try:
@@ -146,18 +157,7 @@ def test_slurmdbd_that_dies_at_every_start_fails_the_cluster_without_waiting(mon
     from slurm_marl.testcluster.harness import DBD_STARTS
 
     held: list[socket.socket] = []
-    run_daemon = LocalCluster._run_daemon
-
-    def hold_port(self, cmd, label):
-        if label == "slurmdbd" and not held:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", self.accounting_ports.slurmdbd))
-            sock.listen()
-            held.append(sock)
-        return run_daemon(self, cmd, label)
-
-    monkeypatch.setattr(LocalCluster, "_run_daemon", hold_port)
+    monkeypatch.setattr(LocalCluster, "_run_daemon", holding_slurmdbd_port(held))
     local = LocalCluster(spec=cluster_spec(nodes=1, accounting=True))
     started = time.monotonic()
     try:
