@@ -20,7 +20,7 @@ import pytest
 
 from slurm_marl.slurm_integration import changes as C
 from slurm_marl.slurm_integration.json_stream import stream_object
-from slurm_marl.slurm_integration.runner import SlurmError
+from slurm_marl.slurm_integration.runner import SlurmError, SlurmUnavailable
 from slurm_marl.slurm_integration.sink import jobs_written
 from slurm_marl.slurm_integration.source import CliClusterSource
 from slurm_marl.slurm_text import collapse_hosts
@@ -157,6 +157,8 @@ class FakeSlurm:
 
     def run(self, argv):
         self.calls.append(list(argv))
+        if argv == ["scontrol", "--version"] and self.version == "raise":
+            raise SlurmUnavailable(argv, -1, "timed out after 30 s")
         if argv == ["scontrol", "--version"] and self.version is not None:
             return Result(self.version + "\n")
         return Result(ok=False, returncode=1)      # no topology
@@ -376,11 +378,12 @@ def test_layout_of_an_unknown_version_is_left_to_the_json(text):
     assert layout_of_version(text) is None
 
 
-@pytest.mark.parametrize("version", [None, "slurm-wlm 24.11.5", "slurm 25.05.0"])
+@pytest.mark.parametrize("version", [None, "slurm-wlm 24.11.5", "slurm 25.05.0", "raise"])
 def test_a_known_version_is_read_by_changes_from_the_second_snapshot(version):
     """With the version known before the first read (24.11: records read by id), the first
     snapshot is the one full read (no sinfo --json), and the second reads changes only;
-    otherwise the first JSON answer tells the layout and the second snapshot is full."""
+    otherwise (failed, unknown, or a client that times out) the first JSON answer tells the
+    layout and the second snapshot is full."""
     slurm = FakeSlurm()
     slurm.version = version
     rng = random.Random(0)
