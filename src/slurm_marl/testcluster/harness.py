@@ -253,10 +253,11 @@ class LocalCluster:
                            "slurmdbd to answer", log_label="slurmdbd")
         except HarnessError as exc:
             raise HarnessError(f"{exc}\n{self._log_tail('mariadb')}") from None
-        if died() and last:
+        stopped = died()     # read once: the raise and the answer agree
+        if stopped and last:
             raise HarnessError(f"slurmdbd stopped while starting, {DBD_STARTS} times\n"
                                f"{self._log_tail('slurmdbd')}\n{self._log_tail('mariadb')}")
-        return not died()
+        return not stopped
 
     def _dbd_answers(self) -> bool:
         proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
