@@ -81,3 +81,31 @@ def test_preemption_of_running_jobs_only_and_stale_reservations_end():
                   reservations=resv)
     assert [(type(w), w.job_id) for w in out] == [(Preempt, 7), (EndReservation, 7),
                                                   (EndReservation, 9)]
+
+
+def test_priority_writes_are_the_policy_decisions_with_only_their_priority_changed():
+    """Each write is its decision with the planned priority (reason, queue and plugin kept:
+    ``explain`` shows them), for pending jobs only, highest first; SiteFactor writes are
+    marked so. Checked field by field against ``dataclasses.replace``."""
+    from dataclasses import replace
+
+    from slurm_marl.daemon.writes import priority_writes, site_factor_writes
+    from slurm_marl.domain import SetPriority
+
+    jobs = [job(1), job(2), job(3, state=JobState.RUNNING), job(4)]
+    jobs[1] = jobs[1].with_(priority=7)
+    snap = ClusterSnapshot(time_s=NOW, jobs=tuple(jobs))
+    order = [SetPriority(job_id=j, plugin="tiresias_las", reason=f"queue {q}", priority=p,
+                         queue=q)
+             for j, p, q in ((4, 1, 1), (1, 4, 0), (2, 3, 0), (3, 2, 0), (99, 5, 0))]
+    out = priority_writes(snap, order, priority_base=1000)
+    by_job = {d.job_id: d for d in order}
+    assert [d.job_id for d in out] == [1, 2, 4]
+    assert [d.priority for d in out] == sorted((d.priority for d in out), reverse=True)
+    for d in out:
+        assert d == replace(by_job[d.job_id], priority=d.priority)
+        assert hash(d) == hash(replace(by_job[d.job_id], priority=d.priority))
+    factors = site_factor_writes(snap, order, 1_000_000, {})
+    assert [d.job_id for d in factors] == [1, 2, 4]
+    for d in factors:
+        assert d == replace(by_job[d.job_id], priority=d.priority, site_factor=True)

@@ -10,11 +10,10 @@ within one grace). Pure: the agent passes in what its store and memory say was w
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 from slurm_marl.daemon.config import AgentSection
 from slurm_marl.daemon.priorities import plan_priorities
-from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Place,
+from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Reserve, SetPriority)
 from slurm_marl.slurm_integration.vocabulary import MAX_PRIORITY, reservation_name
 
@@ -24,17 +23,40 @@ def place_key(p: Place) -> str:
                        p.start_now])
 
 
+def _pending_in_order(snap: ClusterSnapshot, order: list[SetPriority]
+                      ) -> list[tuple[SetPriority, Job]]:
+    """``order``'s decisions of pending jobs with their jobs, highest priority first (the
+    policy hands them so; sorting a sorted list is one pass)."""
+    job = snap.job
+    ranked = [(d, j) for d in order if (j := job(d.job_id)) is not None and j.is_pending]
+    ranked.sort(key=_minus_priority)
+    return ranked
+
+
+def _minus_priority(dj: tuple[SetPriority, Job]) -> int:
+    return -dj[0].priority
+
+
+def _with_priority(d: SetPriority, priority: int, site_factor: bool) -> SetPriority:
+    """``replace(d, priority=..., site_factor=...)`` without its ``__init__``: a shadow
+    agent plans every pending job's write every cycle (5,000 a cycle: 10 ms -> 2 ms)."""
+    new = object.__new__(SetPriority)
+    new.__dict__.update(d.__dict__)
+    new.__dict__["priority"] = priority
+    new.__dict__["site_factor"] = site_factor
+    return new
+
+
 def priority_writes(snap: ClusterSnapshot, order: list[SetPriority], priority_base: int
                     ) -> list[SetPriority]:
     """The priorities to write so Slurm's order of this partition's pending jobs is the
     policy's, changing as few jobs as possible (``plan_priorities``)."""
-    ranked = sorted(((d, j) for d in order if (j := snap.job(d.job_id)) is not None
-                     and j.is_pending), key=lambda dj: -dj[0].priority)
+    ranked = _pending_in_order(snap, order)
     if not ranked:
         return []
     current = [j.priority for _, j in ranked]
     planned = plan_priorities(current, priority_base + 1, MAX_PRIORITY)
-    return [replace(d, priority=p)
+    return [_with_priority(d, p, d.site_factor)
             for (d, _), p, c in zip(ranked, planned, current) if p != c]
 
 
@@ -44,8 +66,7 @@ def site_factor_writes(snap: ClusterSnapshot, order: list[SetPriority], site_fac
     to Slurm's multifactor priority): values in [1, ``site_factor_max``]. Slurm shows a
     SiteFactor only through sprio, so the current values are the ones this agent wrote
     (``written``: (job, "site_factor") -> value, the store's)."""
-    ranked = sorted(((d, j) for d in order if (j := snap.job(d.job_id)) is not None
-                     and j.is_pending), key=lambda dj: -dj[0].priority)
+    ranked = _pending_in_order(snap, order)
     if not ranked:
         return []
     current: list[int | None] = []
@@ -54,7 +75,7 @@ def site_factor_writes(snap: ClusterSnapshot, order: list[SetPriority], site_fac
         current.append(int(value) if value is not None and value.lstrip("-").isdigit()
                        else None)
     planned = plan_priorities(current, 1, site_factor_max)
-    return [replace(d, priority=p, site_factor=True)
+    return [_with_priority(d, p, True)
             for (d, _), p, c in zip(ranked, planned, current) if p != c]
 
 
