@@ -54,7 +54,8 @@ case "$cmd" in
     export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
     # Import rules first (pyproject.toml [tool.importlinter], docs/architecture.md).
     "$VENV/bin/lint-imports" --no-cache || { echo "import rules broken" >&2; exit 1; }
-    exec "$VENV/bin/python" -m pytest -q "$@" ;;
+    # The slowest tests are listed at the end: CI's time budget is watched from there.
+    exec "$VENV/bin/python" -m pytest -q --durations=15 "$@" ;;
   test-versions)
     install_system; install_python
     export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -64,7 +65,7 @@ case "$cmd" in
     pids=()
     for version in 24.11 26.05; do
       SLURM_MARL_SLURM_VERSION=$version "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-        tests/slurm "$@" > "$logs/$version.log" 2>&1 &
+        --durations=10 tests/slurm "$@" > "$logs/$version.log" 2>&1 &
       pids+=("$!")
     done
     rc=0
@@ -72,7 +73,7 @@ case "$cmd" in
     for version in 24.11 26.05; do
       echo "== tests/slurm on Slurm $version ==" >&2
       if wait "${pids[$i]}"; then
-        tail -n 5 "$logs/$version.log" >&2
+        tail -n 20 "$logs/$version.log" >&2   # the slowest tests and the summary
       else
         cat "$logs/$version.log" >&2     # the whole log: every failure with its output
         echo "tests/slurm failed on Slurm $version" >&2
