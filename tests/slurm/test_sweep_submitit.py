@@ -4,13 +4,18 @@ and the same sweep in local processes: identical results (issue 17, item 4)."""
 from __future__ import annotations
 
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from slurm_marl.shared_data import data_file
+import slurm_marl
+from slurm_marl.shared_data import data_dir, data_file
 from slurm_marl.sweep import comparable, cross_product, run_sweep
 from slurm_marl.testcluster import ClusterSpec, LocalCluster, default_version
+from slurm_marl.testcluster.chroot import chroot_path, host_path_target, outermost
+from slurm_marl.testcluster.errors import HarnessError
 
 pytestmark = pytest.mark.slurm
 
@@ -21,13 +26,29 @@ PROFILES = ["las-consolidate", "las-spread", "fifo-backfill"]
 SEEDS = [0, 1, 2, 3]
 
 
+def job_host_paths() -> tuple[str, ...]:
+    """What submitit's job needs of this host to run as this test does: the interpreter,
+    its virtualenv, the package's source and the trace. A newer Slurm's jobs run inside its
+    chroot, which sees them bound read-only at the same paths."""
+    return (sys.base_prefix, sys.prefix, str(Path(slurm_marl.__file__).parents[1]),
+            str(data_dir()),
+            *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p))
+
+
 @pytest.fixture(scope="module")
 def local_slurm():
-    """A 2-node cluster of the host's Slurm: 16 one-CPU tasks at a time."""
-    if default_version() is not None:
-        pytest.skip(f"Slurm {default_version()}: its jobs run inside that version's chroot, "
-                    "which has no project venv for submitit's job to run")
-    cluster = LocalCluster(spec=ClusterSpec(nodes=2, cores_per_socket=4)).up()
+    """A 2-node cluster: 16 one-CPU tasks at a time."""
+    spec = ClusterSpec(nodes=2, cores_per_socket=4)
+    version = default_version()
+    if version is not None:
+        paths = job_host_paths()
+        try:    # an interpreter under /usr (Debian's own) cannot be bound: the chroot's is there
+            for path in outermost(paths):
+                host_path_target(chroot_path(version), path)
+        except HarnessError as exc:
+            pytest.skip(f"Slurm {version}: submitit's job cannot run this interpreter: {exc}")
+        spec = ClusterSpec(nodes=2, cores_per_socket=4, host_paths=paths)
+    cluster = LocalCluster(spec=spec).up()
     try:
         yield cluster
     finally:

@@ -15,7 +15,10 @@ Running it:
 - daemons run inside (``chroot ROOT slurmctld ...``, see ``daemon_argv``) with /proc, /sys,
   /dev, /dev/pts and /tmp bind-mounted (``mount_binds``; ``hold``/``release`` share them
   between clusters and unmount them after the last), so a cluster folder under /tmp has
-  the same path inside and out; job scripts run inside too. Slurm >= 23.11 also needs a
+  the same path inside and out; job scripts run inside too. A cluster may ask for more host
+  folders, read-only at their own paths where the chroot has nothing (``host_paths``: a
+  job running the host's interpreter and virtualenv; the chroot then needs ``libffi8``).
+  Slurm >= 23.11 also needs a
   ``cgroup.conf`` with ``CgroupPlugin=disabled`` beside slurm.conf (slurmd otherwise stops
   on "No filesystem mounted on /sys/fs/cgroup");
 - clients must match the daemons (a 22.05 client gets "Invalid Protocol Version"), so
@@ -58,7 +61,9 @@ MIRROR = "http://deb.debian.org/debian"
 DEFAULT_CACHE = Path("/var/cache/slurm-marl")
 CACHE_ENV = "SLURM_MARL_CHROOT_CACHE"
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server",
-            "python3-minimal")
+            "python3-minimal",
+            # ctypes' library: a host interpreter bound in (``host_paths``) imports it
+            "libffi8")
 # The interpreter job scripts find inside the chroot (python3-minimal's).
 PYTHON = "/usr/bin/python3"
 MARKER = ".slurm-marl-complete"
@@ -210,17 +215,45 @@ def _run(cmd: list[str], what: str, env: dict | None = None,
     return proc
 
 
-def mount_binds(root: Path) -> None:
-    """Bind /proc, /sys, /dev, /dev/pts and /tmp into the chroot; those already mounted
-    there are left as they are (idempotent)."""
+def outermost(host_paths: tuple[str, ...]) -> list[str]:
+    """The real paths of ``host_paths`` not inside another of them or a folder of
+    ``BIND_MOUNTS`` (bound already), each once, in the order given."""
+    real = list(dict.fromkeys(os.path.realpath(p) for p in host_paths))
+    covers = [Path(p) for p in real] + [Path(b) for b in BIND_MOUNTS]
+    return [p for p in real if not any(c in Path(p).parents for c in covers)]
+
+
+def host_path_target(root: Path, path: str) -> Path:
+    """Where host folder ``path`` is bound in the chroot: the same path. Refused (a
+    HarnessError) unless it is an absolute, existing folder whose place in the chroot is
+    free (missing or an empty folder), so no chroot file is hidden: a system interpreter
+    under /usr cannot be bound, the chroot's own /usr is there."""
+    if not os.path.isabs(path) or not os.path.isdir(path):
+        raise HarnessError(f"host path {path!r} to bind into the chroot is not an absolute "
+                           f"existing folder")
+    target = Path(os.path.realpath(root)) / os.path.realpath(path).lstrip("/")
+    taken = target.is_symlink() or (target.exists() and (
+        not target.is_dir() or any(target.iterdir())))
+    if taken and str(target) not in mounts_under(root):
+        raise HarnessError(f"host path {path} cannot be bound into the chroot {root}: the "
+                           f"chroot has its own {path}")
+    return target
+
+
+def mount_binds(root: Path, host_paths: tuple[str, ...] = ()) -> None:
+    """Bind /proc, /sys, /dev, /dev/pts and /tmp into the chroot, and ``host_paths``
+    read-only at their own paths (``host_path_target``); those already mounted there are
+    left as they are (idempotent)."""
     root = Path(os.path.realpath(root))
-    for src in BIND_MOUNTS:
-        target = root / src.lstrip("/")
+    binds = [(src, root / src.lstrip("/"), ()) for src in BIND_MOUNTS]
+    binds += [(p, host_path_target(root, p), ("-o", "ro")) for p in outermost(host_paths)]
+    for src, target, options in binds:
         if str(target) in mounts_under(root):
             continue
         target.mkdir(parents=True, exist_ok=True)
         try:
-            _run(["mount", "--bind", src, str(target)], f"bind-mounting {src} into {root}")
+            _run(["mount", "--bind", *options, src, str(target)],
+                 f"bind-mounting {src} into {root}")
         except HarnessError:
             unmount_binds(root)
             raise
@@ -265,12 +298,12 @@ def _holder_file(folder: Path, holder: Path) -> Path:
     return folder / hashlib.sha256(str(Path(holder).absolute()).encode()).hexdigest()[:16]
 
 
-def hold(root: Path, holder: Path) -> None:
+def hold(root: Path, holder: Path, host_paths: tuple[str, ...] = ()) -> None:
     """Register ``holder`` (a cluster folder) as a user of the chroot and make sure its
-    bind mounts are there."""
+    bind mounts are there (``host_paths`` too; all stay until the last holder goes)."""
     with _holders_lock(root) as folder:
         _holder_file(folder, holder).write_text(str(Path(holder).absolute()) + "\n")
-        mount_binds(root)
+        mount_binds(root, host_paths)
 
 
 def release(root: Path, holder: Path) -> None:

@@ -127,7 +127,8 @@ class LocalCluster:
         started = time.monotonic()
         try:
             if version is not None:
-                self.chroot = versions.prepare(version, self.root, self.spec.accounting)
+                self.chroot = versions.prepare(version, self.root, self.spec.accounting,
+                                               self.spec.host_paths)
             self._write_files()
             self._save_state()
             self._start_munge()

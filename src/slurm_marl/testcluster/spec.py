@@ -42,6 +42,9 @@ class ClusterSpec:
     # a job script sent to one would run on the first node's slurmd, so tests and benchmarks
     # give them none.
     slurmd_nodes: int | None = None
+    # Host folders a chroot's Slurm must see at the same paths (bound read-only into the
+    # chroot), e.g. the interpreter and virtualenv a job runs; nothing for the host's Slurm.
+    host_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "slurm_version", versions.normalise(self.slurm_version))

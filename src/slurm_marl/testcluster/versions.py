@@ -8,8 +8,9 @@ instead: builds the chroot when missing and holds its bind mounts (``prepare``),
 ``PluginDir`` and a ``cgroup.conf`` with ``CgroupPlugin=disabled`` (``conf_extras``), starts
 every daemon inside (``inside``), puts wrappers of the chroot's clients first on PATH
 (``ROOT/bin``) and releases the mounts at teardown (``release``). The cluster folder must lie
-under /tmp, the only host folder bound into the chroot (daemons, job scripts and the host
-then see it under one path). Accounting there runs the chroot's slurmdbd against the host's
+under /tmp, a host folder bound into the chroot (daemons, job scripts and the host then
+see it under one path); ``ClusterSpec.host_paths`` binds more, read-only, at their own paths
+(a job that runs this host's interpreter and virtualenv: submitit's). Accounting there runs the chroot's slurmdbd against the host's
 MariaDB: with the chroot's own MariaDB 11.8, slurmdbd 24.11 and 26.05 stop at their first
 query ("Number of columns in result set exceeds maximum allowed number of columns (=0)").
 """
@@ -112,14 +113,16 @@ def check_root(version: str, cluster_root: Path) -> Path:
     return real
 
 
-def prepare(version: str, cluster_root: Path, accounting: bool = False) -> Path:
+def prepare(version: str, cluster_root: Path, accounting: bool = False,
+            host_paths: tuple[str, ...] = ()) -> Path:
     """The chroot of ``version`` built if missing, held for ``cluster_root`` (its bind mounts
-    up), its clients' wrappers written into ``cluster_root/bin``. Returns the chroot."""
+    up, ``host_paths`` among them, read-only), its clients' wrappers written into
+    ``cluster_root/bin``. Returns the chroot."""
     real = check_root(version, cluster_root)
     root = C.ensure_chroot(version)
     if accounting:
         _check_accounting(version, root)
-    C.hold(root, real)
+    C.hold(root, real, host_paths)
     try:
         C.write_client_wrappers(root, real / "bin")
     except BaseException:
