@@ -1,10 +1,9 @@
 """The daemon's GPU-time predictions across a restart (issue 16): live jobs keep the
 prediction they were given, and the prediction-skill gate is rebuilt from the pairs it had
 scored, so its verdict is the one it had (the gain measures too: their arrival order is
-kept); out of sample (no pair known only after the
-restart, none scored with a prediction made after it was scored); an older store opens, and
-strange stored rows are skipped with a warning. The model and history are
-``test_daemon_predictions``'s."""
+kept); out of sample (no pair known only after the restart, none scored with a prediction
+made after it was scored); an older store opens, and strange stored rows are skipped with a
+warning. The model and history are ``test_daemon_predictions``'s."""
 
 from __future__ import annotations
 
