@@ -193,6 +193,11 @@ class Job:
     admin_comment: str = ""
     comment: str = ""
     array_job_id: int = 0
+    # The task's index in its array (squeue's array_task_id): task 4 of array 123 is
+    # "123_4" in sacct, whatever its own job_id. None: not an array task, or an array's
+    # tasks not yet split out (listed as one pending job with the array's id, which its
+    # last task to start keeps).
+    array_task_id: int | None = None
     # Why the agent leaves this job to Slurm (a request it cannot model), "" if it decides it.
     left_to_slurm: str = ""
     # Scheduling state kept across cycles (daemon store or simulator).

@@ -12,7 +12,9 @@ import logging
 import math
 import random
 import sqlite3
+from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_daemon_agent import NODES, PARTS
@@ -21,9 +23,9 @@ from test_daemon_predictions import job, site  # noqa: F401
 
 from slurm_marl.daemon.predictions import DaemonPredictor
 from slurm_marl.daemon.store import Store
-from slurm_marl.domain import ClusterSnapshot
+from slurm_marl.domain import ClusterSnapshot, JobState
 from slurm_marl.history.features import Submission, name_stem
-from slurm_marl.history.records import read_history
+from slurm_marl.history.records import HistoryJob, read_history, write_history
 
 USERS = [("ann", "resnet-a"), ("bob", "bert_b"), ("cy", "gpt"), ("ann", "gpt"),
          ("bob", "resnet-a"), ("cy", "bert_b")]
@@ -146,11 +148,12 @@ def test_any_restart_predicts_as_without_one(site, tmp_path_factory, seed, split
 
 
 def row(i, job_id, user, name, gpus, submit, end, gpu_s, seen, start=None,
-        state="COMPLETED"):
-    """A stored history row (``Store.HISTORY_COLUMNS``); end and gpu_s None: submitted."""
+        state="COMPLETED", sacct_id=None):
+    """A stored history row (``Store.HISTORY_COLUMNS``); end and gpu_s None: submitted;
+    ``sacct_id`` None: as an older version stored it."""
     return (i, job_id, name, user, f"acct-{user}", "gpu", "normal", name_stem(name), gpus, 1,
             3600.0, submit, start, end, state if end is not None else "SUBMITTED", gpu_s,
-            seen)
+            seen, sacct_id)
 
 
 def insert(store: Store, rows) -> None:
@@ -216,6 +219,57 @@ def test_a_job_both_in_the_csv_and_in_the_store_counts_once(site, tmp_path):
     assert got != probe(base, csv7.user, csv7.name, now + 1)
 
 
+@pytest.mark.parametrize("job_id, task_ids", [(10_130, [4]), (10_123, [None, 4])],
+                         ids=["split-out task", "array's own job"])
+def test_an_array_task_both_in_the_csv_and_in_the_store_counts_once(site, tmp_path, job_id,
+                                                                    task_ids):
+    """Task 4 of array 10123, which the agent saw submitted and end (as job 10130, split
+    out of the array when it started, or as job 10123 itself: listed pending for the
+    array's unsplit tasks, then running as its last task), and which a later ``history
+    import`` puts in the CSV as "10123_4": a predictor restarted with both predicts the
+    next job as the one that ran straight through, which learned the task once."""
+    folder, now = site
+    t = [now + 1000.0 * k for k in range(1, 5)]
+    task = replace(job(job_id, "zed", "zzz", t[0], gpus=2), array_job_id=10_123)
+    start, end = t[len(task_ids) - 1] - 100, t[len(task_ids)] - 100
+    cycles = [(t[k], [], (task.with_(array_task_id=i, state=JobState.PENDING if i is None
+                                     else JobState.RUNNING),))
+              for k, i in enumerate(task_ids)]
+    cycles.append((t[len(task_ids)], [(job_id, 2, start, end, "COMPLETED")], ()))
+    later = [(t[3], [], (job(10_001, "zed", "zzz", t[3]),))]
+    straight = DaemonPredictor(folder / "model", folder / "history.csv", now, gate=None)
+    expected = drive(straight, cycles + later)[10_001]
+    store = Store(tmp_path / "s.sqlite")
+    drive(DaemonPredictor(folder / "model", folder / "history.csv", now, gate=None),
+          cycles, store)
+    csv = tmp_path / "reimported.csv"
+    write_history(csv, read_history(folder / "history.csv") + [HistoryJob(
+        "10123_4", "zzz", "zed", "", "gpu", "", 2, 1, None, task.submit_time_s, start, end,
+        "COMPLETED")])
+    p = DaemonPredictor(folder / "model", csv, t[3], gate=None)
+    p.restore(store.predictions(), [], ClusterSnapshot(t[3], NODES, later[0][2], PARTS),
+              store.feature_history())
+    assert drive(p, later)[10_001] == expected
+    # the task's end and its submission known once (the model may round a double count
+    # away in this prediction, not in every one)
+    assert p.state._count == straight.state._count
+    assert p.state._submits == straight.state._submits
+
+
+def test_a_job_that_ends_after_a_restart_is_stored_with_its_sacct_id(site, tmp_path):
+    """Task 4 of array 10123 (job 10130) predicted before a restart and ended, unseen,
+    while the agent was down: its end row carries "10123_4" (from its stored submission
+    row), so a later restart matches it to the CSV even once that row is pruned."""
+    folder, now = site
+    store = Store(tmp_path / "s.sqlite")
+    store.save_predictions([(10_130, "gpu", 500.0, now - 60, None, 0.0)], [], [], 10,
+                           history=[row(0, 10_130, "zed", "zzz", 2, now - 65, None, None,
+                                        now - 60, sacct_id="10123_4")[1:]])
+    p = restarted(folder, held(store), ClusterSnapshot(now, NODES, (), PARTS))
+    drive(p, [(now, [(10_130, 2, now - 50, now - 10, "COMPLETED")], ())], store)
+    assert [r[-1] for r in store.feature_history()] == ["10123_4", "10123_4"]
+
+
 def test_strange_rows_are_skipped_with_a_warning_and_deleted(site, tmp_path, caplog):
     folder, now = site
     store = Store(tmp_path / "s.sqlite")
@@ -229,12 +283,13 @@ def test_strange_rows_are_skipped_with_a_warning_and_deleted(site, tmp_path, cap
         row(7, 10_007, "zed", "zzz", 1, now - 100, math.inf, 4.0, now - 5),
         row(8, 10_008, "zed", "zzz", 1, now - 100, None, 4.0, now - 5),
         (9, 10_009, None, "zed", "acct-zed", "gpu", "normal", "", 1, 1, None,
-         now - 100, None, now - 10, "COMPLETED", 4.0, now - 5)]
+         now - 100, None, now - 10, "COMPLETED", 4.0, now - 5, None),
+        row(10, 10_010, "zed", "zzz", 1, now - 100, now - 10, 4.0, now - 5, sacct_id=b"x")]
     insert(store, [ok] + strange)
     p = DaemonPredictor(folder / "model", None, now, gate=None)
     with caplog.at_level(logging.WARNING):
         p.restore([], [], ClusterSnapshot(now, NODES, (), PARTS), store.feature_history())
-    assert "8 stored rows skipped" in caplog.text
+    assert "9 stored rows skipped" in caplog.text
     assert "history row of job 10002 (not a number or missing)" in caplog.text
     got = probe(p, "zed", "zzz", now)
     assert (got["user_stem_n"], got["user_stem_last"]) == (1.0, math.log1p(777.0))
@@ -256,6 +311,36 @@ def test_an_older_store_without_the_table_opens(site, tmp_path):
     p = restarted(folder, held(store), ClusterSnapshot(now, NODES, (), PARTS))
     drive(p, [(now, [], (job(10_001, "ann", "gpt", now),))], store)
     assert [r[1] for r in store.feature_history()] == [10_001]
+
+
+def test_an_older_store_without_sacct_ids_opens_and_matches_by_job_id(site, tmp_path):
+    """A feature_history table as stored before ``sacct_id``: opening the store adds the
+    column, its rows read NULL there and are matched to the CSV by job id (job "7" counts
+    once); rows written now carry the id."""
+    folder, now = site
+    path = tmp_path / "s.sqlite"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE feature_history")
+    db.execute("CREATE TABLE feature_history (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+               "job_id INTEGER, name TEXT, user TEXT, account TEXT, partition TEXT, "
+               "qos TEXT, stem TEXT, gpus INTEGER, nodes INTEGER, time_limit_s REAL, "
+               "submit_s REAL, start_s REAL, end_s REAL, state TEXT, gpu_time_s REAL, "
+               "seen_s REAL)")
+    csv7 = next(j for j in read_history(folder / "history.csv") if j.job_id == "7")
+    db.execute("INSERT INTO feature_history (job_id, name, user, account, partition, qos, "
+               "stem, gpus, nodes, submit_s, end_s, state, gpu_time_s, seen_s) VALUES "
+               "(7, ?, ?, '', 'gpu', '', '', 1, 1, ?, ?, 'COMPLETED', 1e9, ?)",
+               (csv7.name, csv7.user, csv7.submit_s, csv7.end_s, csv7.end_s))
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert [r[-1] for r in store.feature_history()] == [None]
+    base = DaemonPredictor(folder / "model", folder / "history.csv", now, gate=None)
+    p = restarted(folder, held(store), ClusterSnapshot(now, NODES, (), PARTS))
+    assert p.state._count == base.state._count
+    drive(p, [(now, [], (job(10_001, "ann", "gpt", now),))], store)
+    assert [r[-1] for r in store.feature_history()] == [None, "10001"]
 
 
 def test_the_store_keeps_what_the_features_read(tmp_path):

@@ -1,9 +1,9 @@
 """The daemon's GPU-time predictions across a restart (issue 16): live jobs keep the
 prediction they were given, and the prediction-skill gate is rebuilt from the pairs it had
-scored, so its verdict is the one it had; out of sample (no pair known only after the
-restart, none scored with a prediction made after it was scored); an older store opens, and
-strange stored rows are skipped with a warning. The model and history are
-``test_daemon_predictions``'s."""
+scored, so its verdict is the one it had (the gain measures too: their arrival order is
+kept); out of sample (no pair known only after the restart, none scored with a prediction
+made after it was scored); an older store opens, and strange stored rows are skipped with a
+warning. The model and history are ``test_daemon_predictions``'s."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_daemon_agent import NODES, PARTS
 # ``site``: the trained model and its history CSV, a pytest fixture shared with that module
+from test_daemon_feature_history_restart import drive
 from test_daemon_predictions import job, site  # noqa: F401
 
 from fakes import FakeClusterSource, FakeDecisionSink
@@ -23,7 +24,7 @@ from slurm_marl.daemon.config import parse_config
 from slurm_marl.daemon.predictions import DaemonPredictor
 from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
-from slurm_marl.domain import ClusterSnapshot, JobState
+from slurm_marl.domain import ClusterSnapshot, Job, JobState
 from slurm_marl.history.skill import GateParams, SkillGate
 from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.profile import load_profile
@@ -88,6 +89,66 @@ def test_the_gate_s_verdict_after_a_restart_is_the_one_before(site, tmp_path, tr
     shown = {j.job_id: j for j in after.annotate(snap).jobs}
     for k, v in waiting.items():
         assert shown[k].predicted_gpu_s == (v if gate_open else None)
+
+
+def gain_schedule(now: float, n_cycles: int = 8) -> list[tuple]:
+    """Cycles (time, runs ended, jobs Slurm lists), as ``drive`` takes them: each cycle 4
+    jobs are submitted, in partitions gpu and cpu by turns; job k ends 1-3 cycles later
+    (not in arrival order) after 60 to 6,060 GPU-s of its own, whatever was predicted."""
+    listed: dict[int, Job] = {}
+    ends: dict[int, list[int]] = {}
+    out = []
+    for c in range(n_cycles):
+        t = now + 1000.0 * c
+        ended = []
+        for k in ends.pop(c, []):
+            gpu_s = 60.0 * (1 + k * 37 % 101)
+            ended.append((k, 1, t - 100 - gpu_s, t - 100, "COMPLETED"))
+            del listed[k]
+        for n in range(4):
+            k = 20_000 + 4 * c + n
+            user, name = USERS[k % len(USERS)]
+            listed[k] = job(k, user, name, t).with_(partition=("gpu", "cpu")[n % 2])
+            ends.setdefault(c + 1 + k % 3, []).append(k)
+        out.append((t, ended, tuple(listed.values())))
+    return out
+
+
+@pytest.mark.parametrize("measure", ["gain", "log-gain"])
+def test_a_gain_gate_restarted_goes_on_as_one_that_ran_straight_through(site, tmp_path,
+                                                                        measure):
+    """The gain measures rank the scored jobs of a partition by arrival: a gate restarted
+    from its store (after 4 of 8 cycles) gives, cycle after cycle, each partition the
+    skill and verdict of the gate that ran straight through; so it has the same pairs, and
+    their arrival numbers and the waiting jobs' are kept, and the pairs go in in the order
+    scored (the oldest leave the window first)."""
+    folder, now = site
+    params = GateParams(window=6, min_scored=3, threshold=0.3, measure=measure)
+    cycles = gain_schedule(now)
+
+    def predictor(at: float) -> DaemonPredictor:
+        return DaemonPredictor(folder / "model", folder / "history.csv", at, gate=params)
+
+    def skills(p: DaemonPredictor) -> dict:
+        return {part: (p.gate.skill(part), p.gate.withheld(part)) for part in ("gpu", "cpu")}
+
+    straight, first = predictor(now), predictor(now)
+    store = Store(tmp_path / "s.sqlite")
+    drive(first, cycles[:4], store)
+    t, _, jobs = cycles[4]
+    after = predictor(t)
+    after.restore(store.predictions(), store.scored_predictions(after.window),
+                  ClusterSnapshot(t, NODES, jobs, PARTS), store.feature_history())
+    drive(straight, cycles[:4])
+    seen = []
+    for cycle in cycles[4:]:
+        drive(straight, [cycle])
+        drive(after, [cycle], store)
+        assert skills(after) == skills(straight)
+        seen.append(skills(straight))
+    # the gates scored a full window in each partition, and their verdicts changed
+    assert [n for (_, n), _ in seen[-1].values()] == [params.window] * 2
+    assert len({why == "" for cycle in seen for _, why in cycle.values()}) == 2
 
 
 def test_a_live_job_keeps_its_prediction_across_a_restart(site, tmp_path):

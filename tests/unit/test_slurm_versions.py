@@ -142,7 +142,11 @@ def test_array_tasks_are_left_to_slurm(version):
     assert len(tasks) == 3
     assert {t.array_job_id for t in tasks} == {ids(version)["arr"]}
     assert all(t.left_to_slurm.startswith("job array") for t in tasks)
+    # each task's index (sacct's "arr_2"); the task started last keeps the array's own id
+    assert sorted(t.array_task_id for t in tasks) == [0, 1, 2]
+    assert [t.array_task_id for t in tasks if t.job_id == ids(version)["arr"]] == [2]
     assert one(version, "run_gres").array_job_id == 0
+    assert one(version, "run_gres").array_task_id is None
     assert one(version, "run_gres").left_to_slurm == ""
 
 
@@ -197,7 +201,8 @@ def test_jobs_read_alike_on_every_version():
         return sorted((j.job_id, j.name, j.state, j.gpus_per_node, j.gpus_per_job, j.gpu_type,
                        j.node_count, j.cpus, j.mem_mib, j.nodes, j.gpu_alloc,
                        j.required_nodes, j.excluded_nodes, j.pending_reason,
-                       j.restart_count, j.array_job_id, j.left_to_slurm, j.user, j.partition)
+                       j.restart_count, j.array_job_id, j.array_task_id,
+                       j.left_to_slurm, j.user, j.partition)
                       for js in jobs_by_name(version).values() for j in js)
     assert view("24.11") == view("22.05")
     assert view("26.05") == view("22.05")

@@ -39,10 +39,16 @@ replays the history CSV, then these rows in the order the predictor before it le
 them (not by end time: within a cycle, ends are learned in Slurm's listing order, and which
 job ended "last" is a feature), then submits the live jobs, each with the request it was
 predicted from. So a job first seen after a restart is predicted as it would have been
-without one. Not taken: a job also in the CSV (matched by job id: sacct's row, replayed by
-end time; an array task, "123_4" in the CSV, is not matched and counts twice), a row seen,
-ended or submitted after the restart, a strange row (skipped with a warning, deleted). Not
-exact where the submissions before the restart are only partly known: a predicted job
+without one. Not taken: a job also in the CSV (sacct's row, replayed by end time), a row
+seen, ended or submitted after the restart, a strange row (skipped with a warning,
+deleted). A job is matched to the CSV by the id sacct gives it, which each of its rows
+stores as Slurm last listed the job (``sacct_id``): "123_4" for task 4 of array 123,
+whatever its own job id; all its rows are skipped if one matches (an array's own job,
+listed pending for the array's unsplit tasks, runs as its last task: stored as "123" when
+predicted, "123_9" when it ends). Not matched, so counted twice: a row stored by an older
+version, without that id, of an array task (matched by its job id, as before), and an
+array's own job that started and ended between two cycles (never listed with its task).
+Not exact where the submissions before the restart are only partly known: a predicted job
 that vanished while the daemon was down is never counted again, and the features' count of
 recent submissions, for a job submitted over ~23 h before the newest one seen, may depend
 on the order submissions were learned in.
@@ -73,6 +79,20 @@ def submission(job: Job) -> Submission:
                       time_limit_s=job.time_limit_s, submit_s=job.submit_time_s)
 
 
+def sacct_id(job: Job) -> str:
+    """The job's id as sacct and the history CSV write it: "123_4" for task 4 of array 123
+    (whatever its own job id), else its job id."""
+    if job.array_job_id and job.array_task_id is not None:
+        return f"{job.array_job_id}_{job.array_task_id}"
+    return str(job.job_id)
+
+
+def _stored_sacct_id(row: tuple) -> str:
+    """A stored history row's ``sacct_id`` (its last column); its job id for a row stored
+    by an older version, without one."""
+    return row[-1] if row[-1] is not None else str(row[1])
+
+
 def _number(value, low: float = 0.0) -> float | None:
     """``value`` as a finite float >= ``low``, else None (a strange stored value)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -99,6 +119,9 @@ class DaemonPredictor:
         self.predicted: dict[int, float] = {}
         self._subs: dict[int, Submission] = {}
         self._gpu_s: dict[int, float] = {}
+        # job id -> ``sacct_id`` of a predicted job, as Slurm last listed it (an array's own
+        # job is listed pending for its unsplit tasks, then as its last task) or as stored
+        self._sacct_ids: dict[int, str] = {}
         # job id -> (partition, when predicted, the gate's arrival number)
         self._made: dict[int, tuple[str, float, int | None]] = {}
         # for the store (``unsaved`` / ``saved``): predictions made or changed, scored
@@ -182,13 +205,15 @@ class DaemonPredictor:
                 self._gpu_s[job_id] = done
             # the request it was predicted from (in the features already), or for a store
             # without it, the request Slurm lists now
-            sub = stored_subs.get(job_id)
+            sub, stored_id = stored_subs.get(job_id, (None, None))
             job = jobs.get(job_id)
             if sub is not None:
                 self._subs[job_id] = sub
             elif job is not None:
                 sub = self._subs[job_id] = submission(job)
                 self.state.submitted(sub)
+            if stored_id is not None:      # a listed array job's is updated each cycle
+                self._sacct_ids[job_id] = stored_id
             if self.gate is not None:
                 arrival = self.gate.record(job_id, part, pred,
                                            arrival if arrival >= 0 else None)
@@ -200,19 +225,24 @@ class DaemonPredictor:
                  "restored from the store", len(restored), n_scored, n_history)
 
     def _restore_history(self, rows: list[tuple], now: float, skipped: list[str]
-                         ) -> tuple[int, dict[int, Submission]]:
+                         ) -> tuple[int, dict[int, tuple[Submission, str | None]]]:
         """Feed the stored history rows (``Store.HISTORY_COLUMNS``) to the features in
         their order, as the predictor before the restart learned them: a submission row
         (``end_s`` and ``gpu_time_s`` NULL) submits its job, an end row teaches its
-        GPU-time. Skipped: a job of the history CSV (sacct's row was replayed), a row seen,
-        ended or submitted after ``now``, a strange row (added to ``skipped`` and deleted
-        at the next save). Returns (rows taken, each job's submission by its id)."""
+        GPU-time. Skipped: a job of the history CSV (sacct's row was replayed; every row of
+        a job one of whose rows has an id of the CSV: its ``sacct_id``, or for a row
+        without one, its job id), a row seen, ended or submitted after ``now``, a strange
+        row (added to ``skipped`` and deleted at the next save). Returns (rows taken, each
+        job's submission and stored ``sacct_id`` by its id)."""
         csv_ids, self._history_ids = self._history_ids or set(), None
+        # by job id: an array's own job is stored as "123" when predicted, as its last task
+        # "123_9" when it ends
+        in_csv = {row[1] for row in rows if _stored_sacct_id(row) in csv_ids}
         taken = 0
-        subs: dict[int, Submission] = {}
+        subs: dict[int, tuple[Submission, str | None]] = {}
         for row in rows:
             (row_id, job_id, name, user, account, part, qos, _stem, gpus, nodes, limit,
-             submit, start, end, state, gpu_s, seen) = row
+             submit, start, end, state, gpu_s, seen, sacct) = row
             submit, seen = _number(submit, -math.inf), _number(seen, -math.inf)
             submitted = end is None and gpu_s is None
             end, gpu_s = (None, None) if submitted else (_number(end, -math.inf),
@@ -223,6 +253,7 @@ class DaemonPredictor:
                 or not (start is None or _number(start, -math.inf) is not None)
                 or not (limit is None or _number(limit) is not None)
                 or not all(isinstance(v, str) for v in (name, user, account, part, qos, state))
+                or not (sacct is None or isinstance(sacct, str))
                 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                            for v in (job_id, gpus, nodes))
                 else "seen after the restart"
@@ -236,8 +267,8 @@ class DaemonPredictor:
                              time_limit_s=None if limit is None else float(limit),
                              submit_s=submit)
             if submitted:
-                subs[job_id] = sub
-            if str(job_id) in csv_ids:
+                subs[job_id] = (sub, sacct)
+            if job_id in in_csv:
                 continue
             if submitted:
                 self.state.submitted(sub)
@@ -271,7 +302,8 @@ class DaemonPredictor:
         self._unsaved_history.append((
             job_id, sub.name, sub.user, sub.account, sub.partition, sub.qos,
             name_stem(sub.name), sub.gpus, sub.nodes, sub.time_limit_s, sub.submit_s,
-            start_s, end_s, state, gpu_s, seen_s))
+            start_s, end_s, state, gpu_s, seen_s,
+            self._sacct_ids.get(job_id, str(job_id))))
 
     def _mark_made(self, job_id: int) -> None:
         part, made, arrival = self._made[job_id]
@@ -283,6 +315,7 @@ class DaemonPredictor:
         self.predicted.pop(job_id, None)
         self._subs.pop(job_id, None)
         self._gpu_s.pop(job_id, None)
+        self._sacct_ids.pop(job_id, None)
         if self._made.pop(job_id, None) is not None:
             self._unsaved_made.pop(job_id, None)
             self._unsaved_dropped.add(job_id)
@@ -298,6 +331,9 @@ class DaemonPredictor:
         present = {j.job_id for j in snap.jobs}
         for gone in [k for k in self.predicted if k not in present]:
             self._forget(gone)
+        for j in snap.jobs:
+            if j.array_job_id and j.job_id in self.predicted:
+                self._sacct_ids[j.job_id] = sacct_id(j)
         new = [j for j in snap.jobs
                if j.job_id not in self.predicted and j.num_gpus > 0
                and (j.is_pending or j.is_running)]
@@ -309,6 +345,7 @@ class DaemonPredictor:
             for j, s, gpu_s in zip(new, subs, self.model.predict_gpu_s(rows)):
                 self.predicted[j.job_id] = float(gpu_s)
                 self._subs[j.job_id] = s
+                self._sacct_ids[j.job_id] = sacct_id(j)
                 self._learned(j.job_id, s, None, None, "SUBMITTED", None, snap.time_s)
                 arrival = None
                 if self.gate is not None:

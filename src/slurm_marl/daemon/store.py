@@ -116,9 +116,15 @@ CREATE TABLE IF NOT EXISTS feature_history (
     stem TEXT,                                  -- history.features.name_stem(name)
     gpus INTEGER, nodes INTEGER, time_limit_s REAL, submit_s REAL,
     start_s REAL, end_s REAL,                   -- the last run's start, its end
-    state TEXT, gpu_time_s REAL, seen_s REAL
+    state TEXT, gpu_time_s REAL, seen_s REAL,
+    sacct_id TEXT                               -- "123_4" for an array task (see below)
 );
 """
+# Columns added to a table of ``_SCHEMA`` after it was first released, without bumping
+# the schema version: the daemon adds them to an older store's table (NULL in its rows).
+# feature_history.sacct_id: the job's id as sacct and the history CSV write it, "123_4"
+# for task 4 of array 123 (its own job id otherwise), as Slurm last listed the job.
+_ADDED_COLUMNS = {"feature_history": ("sacct_id TEXT",)}
 
 
 @dataclass
@@ -226,6 +232,7 @@ class Store:
                 self._wal()
                 self.db.execute("PRAGMA synchronous=NORMAL")
                 self.db.executescript(_SCHEMA)
+                self._add_columns()
             version = self.meta("schema_version")
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open state store {self.path}: {exc}") from exc
@@ -243,6 +250,14 @@ class Store:
         if number != SCHEMA_VERSION:
             raise StoreError(f"{self.path}: schema version {version}, this slurm-marl "
                              f"expects {SCHEMA_VERSION}")
+
+    def _add_columns(self) -> None:
+        """``_ADDED_COLUMNS`` that a table of an older store lacks."""
+        for table, columns in _ADDED_COLUMNS.items():
+            have = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
+            for column in columns:
+                if column.split()[0] not in have:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> "Store":
@@ -520,7 +535,7 @@ class Store:
                       "made_s", "finished_s", "scored_s", "arrival")
     HISTORY_COLUMNS = ("id", "job_id", "name", "user", "account", "partition", "qos", "stem",
                      "gpus", "nodes", "time_limit_s", "submit_s", "start_s", "end_s",
-                     "state", "gpu_time_s", "seen_s")
+                     "state", "gpu_time_s", "seen_s", "sacct_id")
 
     def predictions(self) -> list[tuple]:
         """Every stored prediction (``PREDICTION_COLUMNS``), by job id."""

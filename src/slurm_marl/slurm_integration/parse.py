@@ -56,6 +56,7 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
             problems.append(f"job {jid}: {p}; treated as requesting no GPU")
     gpu_type = single_type(per_node + per_job)
     array_job_id = int(num(raw.get("array_job_id"), 0) or 0)
+    task = num(raw.get("array_task_id")) if array_job_id else None
     left_to_slurm = unmodelable_reason(raw, array_job_id, per_node, per_job, bool(p1 or p2))
 
     nodes = hosts("nodes")
@@ -118,6 +119,7 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
         admin_comment=str(raw.get("admin_comment") or ""),
         comment=str(raw.get("comment") or ""),
         array_job_id=array_job_id,
+        array_task_id=None if task is None else int(task),
         left_to_slurm=left_to_slurm,
     )
     return job, problems
