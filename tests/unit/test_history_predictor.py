@@ -219,3 +219,21 @@ def test_train_takes_only_jobs_ended_by_its_cutoff_and_needs_enough():
     assert train(jobs, cutoff)[1] == sum(1 for e in ends if e <= cutoff) == 60
     with pytest.raises(ModelError, match=f"only {MIN_TRAIN - 1} ended jobs"):
         train(jobs, ends[MIN_TRAIN - 2])
+
+
+@pytest.mark.parametrize("user, name", [("ana", "resnet50-lr0.1"), ("", "bert"), ("ana", "7")])
+def test_each_feature_key_is_made_of_the_fields_key_fields_names(user, name):
+    """``key_values`` (spelled out for speed) and ``KEY_FIELDS`` (what the store prunes its
+    history by) name the same keys made of the same fields."""
+    from slurm_marl.history.features import KEY_FIELDS, key_values
+
+    s = Submission(user=user, account="vision", partition="gpu", qos="normal", name=name,
+                   gpus=4, nodes=1, time_limit_s=3600.0, submit_s=0.0)
+    fields = {"user": s.user, "stem": name_stem(s.name), "gpus": s.gpus, "account": s.account}
+    values = key_values(s)
+    assert list(values) == list(KEY_FIELDS)
+    for key, made_of in KEY_FIELDS.items():
+        if values[key] is not None:
+            assert values[key] == tuple(fields[f] for f in made_of), key
+        else:   # a user key without a user, a stem key without a stem
+            assert any(not fields[f] for f in made_of if f in ("user", "stem")), key

@@ -22,6 +22,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from slurm_marl.domain import Decision
+from slurm_marl.history.features import KEY_FIELDS
 
 SCHEMA_VERSION = 1
 
@@ -156,15 +157,14 @@ class JobRecord:
 # in ``predictions``; and submitted more than ? s before the newest submission. Ranked
 # among the end rows alone (submission rows teach no key).
 _RANKS = ", ".join(
-    f"ROW_NUMBER() OVER (PARTITION BY end_s IS NULL{key} ORDER BY id DESC) AS r{k}"
-    for k, key in enumerate((", user, stem", ", user, gpus", ", user", ", account, gpus",
-                             ", account", "")))
+    "ROW_NUMBER() OVER (PARTITION BY " + ", ".join(("end_s IS NULL", *key))
+    + f" ORDER BY id DESC) AS r{k}" for k, key in enumerate(KEY_FIELDS.values()))
 _PRUNE_HISTORY = (
     "DELETE FROM feature_history WHERE id IN (SELECT id FROM (SELECT id, end_s, submit_s, "
     f"job_id, {_RANKS} FROM feature_history) WHERE (CASE WHEN end_s IS NULL THEN job_id "
-    "NOT IN (SELECT job_id FROM predictions) ELSE r0 > ? AND r1 > ? AND r2 > ? AND r3 > ? "
-    "AND r4 > ? AND r5 > ? END) AND NOT submit_s >= "
-    "(SELECT MAX(submit_s) FROM feature_history) - ?)")
+    "NOT IN (SELECT job_id FROM predictions) ELSE "
+    + " AND ".join(f"r{k} > ?" for k in range(len(KEY_FIELDS)))
+    + " END) AND NOT submit_s >= (SELECT MAX(submit_s) FROM feature_history) - ?)")
 
 
 class StoreError(RuntimeError):
@@ -597,7 +597,7 @@ class Store:
                            f"({','.join('?' * len(cols))})", history)
             self._history_added += len(history)
             if history and self._history_added >= prune_every:
-                db.execute(_PRUNE_HISTORY, (keep_recent,) * 6 + (keep_submits_s,))
+                db.execute(_PRUNE_HISTORY, (keep_recent,) * len(KEY_FIELDS) + (keep_submits_s,))
                 self._history_added = 0
 
     def outcomes(self) -> list[dict]:

@@ -58,7 +58,17 @@ def name_stem(name: str) -> str:
     return m.group(0).lower() if m else ""
 
 
+# The keys the features group ended jobs by, each with the request fields it is made of
+# ("stem": ``name_stem`` of the name); ``key_values`` gives their values (a user key needs a
+# user, a stem key a stem). The daemon's store prunes its history rows by the same keys.
+KEY_FIELDS: dict[str, tuple[str, ...]] = {
+    "user_stem": ("user", "stem"), "user_gpus": ("user", "gpus"), "user": ("user",),
+    "account_gpus": ("account", "gpus"), "account": ("account",), "site": ()}
+
+
 def key_values(s: Submission, stem: str | None = None) -> dict[str, tuple]:
+    """Each key of ``KEY_FIELDS`` with its values for ``s`` (None: not a key of ``s``),
+    spelled out: it runs for every job predicted."""
     stem = name_stem(s.name) if stem is None else stem
     return {"user_stem": (s.user, stem) if s.user and stem else None,
             "user_gpus": (s.user, s.gpus) if s.user else None,
