@@ -237,12 +237,14 @@ class LocalCluster:
         self._wait_for(lambda: sock.exists() and (self.root / "run" / "mariadb.pid").exists(),
                        timeout_s, "MariaDB to listen", log_label="mariadb")
 
-    def _count_fatal(self, label: str) -> int:
+    def _log_lines(self, label: str) -> tuple[Path, list[str]]:
+        """A daemon's log file and its lines (none while it does not exist)."""
         assert self.root is not None
         path = self.root / "log" / f"{label}.log"
-        if not path.exists():
-            return 0
-        return sum(" fatal: " in line for line in path.read_text(errors="replace").splitlines())
+        return path, (path.read_text(errors="replace").splitlines() if path.exists() else [])
+
+    def _count_fatal(self, label: str) -> int:
+        return sum(" fatal: " in line for line in self._log_lines(label)[1])
 
     def _wait_for_dbd(self, timeout_s: float, fatal_before: int, last: bool) -> bool:
         """True once slurmdbd answers; False as soon as its log shows a new ``fatal:`` (it
@@ -274,11 +276,8 @@ class LocalCluster:
                                f"{self._log_tail(label)}")
 
     def _log_tail(self, label: str, lines: int = 15) -> str:
-        assert self.root is not None
-        path = self.root / "log" / f"{label}.log"
-        if not path.exists():
-            return ""
-        return f"--- {path} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        path, text = self._log_lines(label)
+        return f"--- {path} ---\n" + "\n".join(text[-lines:]) if path.exists() else ""
 
     def _ping_ctld(self) -> bool:
         proc = subprocess.run(["scontrol", "ping"], env=self.env, capture_output=True,
