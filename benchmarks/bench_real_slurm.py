@@ -22,7 +22,8 @@ Measured, in this process after the cluster is filled (peak memory reset first):
   first (everything new) and then the next ones, with the snapshot read timed apart, once
   with a full read every cycle (``slurm.full_read_s = 0``) and once reading only what
   changed (``full_read_s`` > 0; 24.11 on: its first cycle is a full read), side by
-  side on the same cluster. ``--churn N``: before each cycle N running jobs end and N new
+  side on the same cluster; with ``--compare-batched`` a third run reads changes with the
+  changed jobs always in one call (as before changed jobs were read one per call). ``--churn N``: before each cycle N running jobs end and N new
   ones start and N are submitted, as on a busy cluster;
 - the process's peak resident memory growth over the cycles.
 Building the cluster takes minutes (one salloc/sbatch per job, ``--workers`` at a time).
@@ -49,6 +50,7 @@ from slurm_marl.daemon.store import Store
 from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.slurm_integration import changes as C
+from slurm_marl.slurm_integration import source as S
 from slurm_marl.slurm_integration.runner import SlurmRunner
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
@@ -215,8 +217,20 @@ class Churn:
         submit_all(pending, self.env, self.workers, "churn: new pending jobs")
 
 
-def run_cycles(cluster: LocalCluster, args, full_read_s: float, churn: Churn) -> dict:
-    """The daemon's cycles with one source setting; shadow mode."""
+def run_cycles(cluster: LocalCluster, args, full_read_s: float, churn: Churn,
+               batched: bool = False) -> dict:
+    """The daemon's cycles with one source setting (``batched``: changed jobs read in one
+    call, whatever their number); shadow mode."""
+    single = S.LISTED_PER_SINGLE_READ
+    if batched:
+        S.LISTED_PER_SINGLE_READ = 10**12
+    try:
+        return _run_cycles(cluster, args, full_read_s, churn) | {"batched": batched}
+    finally:
+        S.LISTED_PER_SINGLE_READ = single
+
+
+def _run_cycles(cluster: LocalCluster, args, full_read_s: float, churn: Churn) -> dict:
     proc = psutil.Process()
     runner = SlurmRunner(str(cluster.slurm_conf), timeout_s=600)
     with tempfile.TemporaryDirectory() as tmp:
@@ -261,7 +275,10 @@ def measure(cluster: LocalCluster, args) -> dict:
     os.environ.update(env)  # the chroot's client wrappers first on PATH, SLURM_CONF
     calls = client_calls(str(cluster.slurm_conf), env, cluster.pids()["slurmctld"])
     churn = Churn(env, args.churn, args.workers)
-    runs = [run_cycles(cluster, args, full_read_s, churn) for full_read_s in (0.0, 3600.0)]
+    runs = [run_cycles(cluster, args, 0.0, churn)]
+    if args.compare_batched:     # before the run it compares with: later runs see more churn
+        runs.append(run_cycles(cluster, args, 3600.0, churn, batched=True))
+    runs.append(run_cycles(cluster, args, 3600.0, churn))
     return {"client_calls": calls, "runs": runs}
 
 
@@ -276,6 +293,8 @@ def main() -> None:
                     help="running jobs ended and started, and jobs submitted, per cycle")
     ap.add_argument("--profile", default="las-consolidate")
     ap.add_argument("--workers", type=int, default=2, help="client calls at once while filling")
+    ap.add_argument("--compare-batched", action="store_true",
+                    help="also read changes with the changed jobs always in one call")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--cprofile", default="", help="write cProfile stats of the last cycle "
                     "of each run to PATH.<full_read_s>")
@@ -314,7 +333,8 @@ def main() -> None:
               f"slurmctld CPU {c['slurmctld_cpu_s']:.2f} s), {c['mib']:.1f} MiB "
               f"(rc {c['rc']})")
     for run in result["runs"]:
-        print(f"  full_read_s = {run['full_read_s']:.0f}: agent saw {run['pending_seen']} "
+        print(f"  full_read_s = {run['full_read_s']:.0f}"
+              f"{', changed jobs in one call' if run['batched'] else ''}: agent saw {run['pending_seen']} "
               f"pending, {run['running_seen']} running; {run['decisions_first_cycle']} "
               "decisions in the first cycle")
         for i, (t, s, r) in enumerate(zip(run["cycle_s"], run["snapshot_s"], run["reads"])):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from slurm_marl.slurm_integration import changes as C
+from slurm_marl.slurm_integration import source as S
 from slurm_marl.slurm_integration.json_stream import stream_object
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmUnavailable
 from slurm_marl.slurm_integration.sink import jobs_written
@@ -61,6 +62,8 @@ class FakeSlurm:
         self.next_id = 100
         self.calls: list[list[str]] = []
         self.fail_next: str | None = None
+        # a job purged (MinJobAge) right after the next job listing, before its record is read
+        self.purge_after_listing: int | None = None
         # what ``scontrol --version`` prints (None: the call fails)
         self.version: str | None = None
 
@@ -122,7 +125,11 @@ class FakeSlurm:
             self.fail_next = None
             raise SlurmError(argv, 1, "slurm_load_jobs error: Socket timed out")
         if argv[:2] == ["squeue", "-h"]:
-            return "\n".join(self._row(j) for j in self.jobs.values()) + "\n"
+            listing = "\n".join(self._row(j) for j in self.jobs.values()) + "\n"
+            if self.purge_after_listing is not None:
+                del self.jobs[self.purge_after_listing]
+                self.purge_after_listing = None
+            return listing
         if argv[0] == "sinfo" and "-h" in argv:
             by_state: dict[str, list[str]] = {}
             for n in self.nodes.values():
@@ -135,6 +142,9 @@ class FakeSlurm:
         if argv[:2] == ["squeue", "--json"]:
             ids = next((a.split("=", 1)[1] for a in argv if a.startswith("--jobs=")), None)
             wanted = None if ids is None else {int(x) for x in ids.split(",")}
+            if wanted is not None and len(wanted) == 1 and not wanted & set(self.jobs):
+                # 24.11 and 26.05 alike; a list of ids leaves a missing one out instead
+                raise SlurmError(argv, 1, "slurm_load_jobs error: Invalid job id specified")
             return {"jobs": [j for j in self.jobs.values()
                              if wanted is None or j["job_id"] in wanted], "meta": META}
         if argv[:3] == ["scontrol", "show", "node"]:
@@ -211,9 +221,12 @@ def test_jobs_written_names_updates_and_requeues():
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed):
+def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed, monkeypatch):
     rng = random.Random(seed)
     slurm = FakeSlurm()
+    # a third of the runs read changed jobs one per call (the listing is short here)
+    if seed % 3 == 0:
+        monkeypatch.setattr(S, "LISTED_PER_SINGLE_READ", 1)
     # half the runs know the version before the first read (read by changes from the
     # second snapshot on), half learn it from the first JSON answer
     slurm.version = "slurm-wlm 24.11.5" if seed % 2 else None
@@ -225,7 +238,7 @@ def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed):
     for step in range(60):
         event = rng.choice(["submit", "start", "finish", "purge", "priority", "reason",
                             "limit", "drain", "estimate", "written", "requeue", "nothing",
-                            "time"])
+                            "time", "finish, purged while read"])
         pending = [j for j, r in slurm.jobs.items() if r["job_state"] == ["PENDING"]]
         running = [j for j, r in slurm.jobs.items() if r["job_state"] == ["RUNNING"]]
         done = [j for j, r in slurm.jobs.items() if r["job_state"] == ["COMPLETED"]]
@@ -235,6 +248,10 @@ def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed):
             slurm.start(rng.choice(pending), rng.choice(sorted(slurm.nodes)))
         elif event == "finish" and running:
             slurm.finish(rng.choice(running))
+        elif event == "finish, purged while read" and running:
+            jid = rng.choice(running)
+            slurm.finish(jid)
+            slurm.purge_after_listing = jid
         elif event == "requeue" and running:
             slurm.requeue(rng.choice(running))
         elif event == "purge" and done:
@@ -335,7 +352,6 @@ def test_a_failed_read_makes_the_next_snapshot_a_full_one(failing):
 
 
 def test_many_changes_are_read_whole(monkeypatch):
-    import slurm_marl.slurm_integration.source as S
     monkeypatch.setattr(S, "MAX_BY_ID", 3)
     rng = random.Random(4)
     slurm = FakeSlurm()
@@ -348,6 +364,54 @@ def test_many_changes_are_read_whole(monkeypatch):
     snap = source.snapshot()
     assert ["squeue", "--json", "--states=all"] in slurm.calls
     assert not any(a.startswith("--jobs=") for c in slurm.calls for a in c)
+    assert by_id(snap) == full_read(slurm)
+
+
+def test_few_changed_jobs_are_read_one_per_call_and_a_purged_one_is_left_out(monkeypatch):
+    """One ``--jobs=ID`` call per changed job while they are few against the jobs listed
+    (slurmctld then packs only that job); a job purged between the listing and its read
+    fails its own call ("Invalid job id specified") and is left out, as a list of ids
+    leaves it out; any other failure fails the snapshot."""
+    monkeypatch.setattr(S, "LISTED_PER_SINGLE_READ", 10)
+    rng = random.Random(5)
+    slurm = FakeSlurm(nodes=20)
+    source = CliClusterSource(slurm, full_read_s=300, clock=Clock())
+    jobs = [slurm.submit(rng) for _ in range(30)]
+    for i, jid in enumerate(jobs[:10]):
+        slurm.start(jid, f"n{i + 1}")
+    source.snapshot()
+    source.snapshot()
+    slurm.finish(jobs[0])
+    slurm.start(jobs[10], "n20")
+    slurm.calls.clear()
+    snap = source.snapshot()                     # 2 changed of 30 listed: 2 x 10 <= 30
+    job_calls = [c for c in slurm.calls if c[:2] == ["squeue", "--json"]]
+    assert job_calls == [["squeue", "--json", "--states=all", f"--jobs={jobs[0]}"],
+                         ["squeue", "--json", "--states=all", f"--jobs={jobs[10]}"]]
+    assert by_id(snap) == full_read(slurm)
+    slurm.finish(jobs[1])
+    slurm.finish(jobs[2])
+    slurm.purge_after_listing = jobs[1]
+    slurm.calls.clear()
+    snap = source.snapshot()
+    job_calls = [c for c in slurm.calls if c[:2] == ["squeue", "--json"]]
+    assert job_calls == [["squeue", "--json", "--states=all", f"--jobs={jobs[1]}"],
+                         ["squeue", "--json", "--states=all", f"--jobs={jobs[2]}"]]
+    assert source.last_read["mode"] == "changes"
+    assert jobs[1] not in by_id(snap)[0]
+    assert by_id(snap) == full_read(slurm)
+    slurm.finish(jobs[7])
+    slurm.fail_next = f"--jobs={jobs[7]}"        # a timeout, not a purged job
+    with pytest.raises(SlurmError, match="timed out"):
+        source.snapshot()
+    assert by_id(source.snapshot()) == full_read(slurm)
+    assert source.last_read["mode"] == "full"
+    for jid in jobs[3:7]:                        # 4 changed: 4 x 10 > 29, one call
+        slurm.finish(jid)
+    slurm.calls.clear()
+    snap = source.snapshot()
+    assert [c for c in slurm.calls if c[:2] == ["squeue", "--json"]] == [
+        ["squeue", "--json", "--states=all", "--jobs=" + ",".join(map(str, jobs[3:7]))]]
     assert by_id(snap) == full_read(slurm)
 
 
