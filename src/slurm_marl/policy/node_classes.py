@@ -16,12 +16,18 @@ With a coarse key (no place plugin reads hosts' free CPUs or memory: ``dedupe_ho
 a class is only (free GPUs per group, their sum, GPUs per group), and free CPUs and memory
 are a filter: per class, the first node (in node order) with the GPUs, CPUs and memory the
 job needs. Hosts whose CPU and memory use differ would otherwise make every node a class.
+
+With co-location in the key (a place plugin reads ``colocated_by_level``: least interference,
+the learned plugin's what-if), a class is also alike in the model types co-located in each
+of its groups, read from the state's ``colocated`` lists. Those change only through
+``claim`` and ``release_running``, which ``touch`` their nodes after changing them (claims
+made before the lists are built are noted as they are built, before any class reads them).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 
 from slurm_marl.placement_shapes import node_class
@@ -31,49 +37,57 @@ _first = itemgetter(0)
 
 class NodeClasses:
     """Class -> nodes (ascending), for each pool of nodes asked about (a partition's usable
-    nodes), over the capacity lists ``free``, ``free_cpus``, ``free_mem`` of one state."""
+    nodes), over the capacity lists ``free``, ``free_cpus``, ``free_mem`` of one state and
+    (for classes by co-location) the per node and group model types ``colocated()`` gives,
+    called only when such classes are asked for."""
 
     def __init__(self, free: list[list[int]], free_cpus: list[int], free_mem: list[int],
-                 infos: Sequence) -> None:
+                 infos: Sequence, colocated: Callable[[], list[list[list[str]]]]) -> None:
         self.free, self.free_cpus, self.free_mem = free, free_cpus, free_mem
         self._infos = infos
-        # (id(pool tuple), coarse) -> (pool, coarse, class -> nodes ascending, node -> class)
-        self._pools: dict[tuple[int, bool], tuple[tuple[int, ...], bool,
-                                                  dict[tuple, list[int]], dict[int, tuple]]] = {}
+        self._colocated = colocated
+        # (id(pool tuple), coarse, by colocation) -> (pool, (coarse, by colocation),
+        # class -> nodes ascending, node -> class)
+        self._pools: dict[tuple[int, bool, bool],
+                          tuple[tuple[int, ...], tuple[bool, bool],
+                                dict[tuple, list[int]], dict[int, tuple]]] = {}
         # id(allowed tuple) -> (that tuple, its nodes as a set): a pool minus a few nodes
         self._subsets: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}
 
-    def _key(self, n: int, coarse: bool) -> tuple:
-        """Node ``n``'s class (``placement_shapes.node_class``; coarse: without hosts)."""
+    def _key(self, n: int, kind: tuple[bool, bool]) -> tuple:
+        """Node ``n``'s class (``placement_shapes.node_class``) of ``kind``: (coarse, that
+        is without hosts; with co-located model types)."""
+        coarse, by_colocation = kind
         return node_class(self.free[n], self.free_cpus[n], self.free_mem[n], self._infos[n],
-                          not coarse)
+                          not coarse, self._colocated()[n] if by_colocation else None)
 
-    def _pool(self, pool: tuple[int, ...], coarse: bool):
-        hit = self._pools.get((id(pool), coarse))
+    def _pool(self, pool: tuple[int, ...], kind: tuple[bool, bool]):
+        hit = self._pools.get((id(pool), *kind))
         if hit is not None and hit[0] is pool:
             return hit
         classes: dict[tuple, list[int]] = {}
         class_of: dict[int, tuple] = {}
         for n in pool:                       # ascending, so each class's list is too
-            key = self._key(n, coarse)
+            key = self._key(n, kind)
             class_of[n] = key
             classes.setdefault(key, []).append(n)
-        entry = self._pools[(id(pool), coarse)] = (pool, coarse, classes, class_of)
+        entry = self._pools[(id(pool), *kind)] = (pool, kind, classes, class_of)
         return entry
 
     def touch(self, nodes) -> None:
-        """Nodes whose free GPUs, CPUs or memory changed move to their class now."""
+        """Nodes whose free GPUs, CPUs or memory, or co-located model types, changed move to
+        their class now."""
         if not self._pools:
             return
         for n in nodes:
-            keys: dict[bool, tuple] = {}
-            for _, coarse, classes, class_of in self._pools.values():
+            keys: dict[tuple[bool, bool], tuple] = {}
+            for _, kind, classes, class_of in self._pools.values():
                 old = class_of.get(n)
                 if old is None:
                     continue
-                key = keys.get(coarse)
+                key = keys.get(kind)
                 if key is None:
-                    key = keys[coarse] = self._key(n, coarse)
+                    key = keys[kind] = self._key(n, kind)
                 if key == old:
                     continue
                 members = classes[old]
@@ -84,13 +98,14 @@ class NodeClasses:
                 class_of[n] = key
 
     def fits(self, pool: tuple[int, ...], nodes: tuple[int, ...], need: int, cpus: int,
-             mem: int, coarse: bool = False) -> list[tuple[int, list[int]]] | None:
-        """``single_node_fits`` (dedupe by resources) over ``nodes``, ascending, which are
-        ``pool`` or a subset of it: per class with ``need`` GPUs, ``cpus`` CPUs and ``mem``
-        memory free, its first node in ``nodes`` and the groups holding all ``need``; in
-        node order. ``coarse``: classes by GPUs alone, each giving its first node in
-        ``nodes`` with ``cpus`` and ``mem`` free. None when ``nodes`` is a small part of
-        ``pool`` (scanning it is cheaper)."""
+             mem: int, coarse: bool = False, by_colocation: bool = False
+             ) -> list[tuple[int, list[int]]] | None:
+        """``single_node_fits`` (dedupe) over ``nodes``, ascending, which are ``pool`` or a
+        subset of it: per class with ``need`` GPUs, ``cpus`` CPUs and ``mem`` memory free,
+        its first node in ``nodes`` and the groups holding all ``need``; in node order.
+        ``coarse``: classes by GPUs alone, each giving its first node in ``nodes`` with
+        ``cpus`` and ``mem`` free. ``by_colocation``: classes also by co-located model
+        types. None when ``nodes`` is a small part of ``pool`` (scanning it is cheaper)."""
         allowed = None
         if nodes is not pool:
             if 2 * len(nodes) < len(pool):
@@ -101,8 +116,9 @@ class NodeClasses:
             allowed = hit[1]
         out = []
         fc, fm = self.free_cpus, self.free_mem
-        for key, members in self._pool(pool, coarse)[2].items():
-            # key: (free per group, free GPUs, group sizes[, free CPUs, free memory, ...])
+        for key, members in self._pool(pool, (coarse, by_colocation))[2].items():
+            # key: (free per group, free GPUs, group sizes[, free CPUs, free memory, ...]
+            # [, co-located models])
             if key[1] < need or (not coarse and (key[3] < cpus or key[4] < mem)):
                 continue
             if allowed is None and not coarse:
