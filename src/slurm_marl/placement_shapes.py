@@ -276,14 +276,13 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
     seen: set = set()
     infos = state.infos
     free_cpus, free_mem = state.free_cpus, state.free_mem
-    colocated = state.colocated if dedupe and coloc else None
     for n in nodes:
         row = cap[n]
         if sum(row) < need or free_cpus[n] < cpus or free_mem[n] < mem:
             continue
         if dedupe:
             key = node_class(row, free_cpus[n], free_mem[n], infos[n], host,
-                             colocated[n] if colocated is not None else None)
+                             state.colocated[n] if coloc else None)
             if key in seen:
                 continue
             seen.add(key)

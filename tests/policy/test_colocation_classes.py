@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from slurm_marl.colocation import GROUP, NODE, SPAN
 from slurm_marl.domain import ClusterSnapshot, Job, JobState
 from slurm_marl.policy.framework import build_policy
+from slurm_marl.policy.node_classes import NodeClasses
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.policy.state import CycleState
 from slurm_marl.topology.synthetic import synthetic_snapshot
@@ -101,16 +102,20 @@ def decide(profile, snap: ClusterSnapshot, every_node: bool = False):
     return policy.run_cycle(snap)
 
 
+@pytest.mark.parametrize("scans_first", [0, NodeClasses.SCANS_BEFORE_INDEX])
 @pytest.mark.parametrize("variant", ["las-lif", "neighbours"])
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False))
-def test_colocation_classes_from_the_index_decide_as_the_scan(variant, rng):
+def test_colocation_classes_from_the_index_decide_as_the_scan(variant, scans_first, rng):
+    """The index answering from the first question, or (the default) once the cycle's
+    scans have gone over the pool a few times."""
     snap = co_located_snapshot(rng)
     profile = lif_profile(variant)
-    indexed = decide(profile, snap)
-    with colocation_classes_scanned() as asked:
-        assert decide(profile, snap) == indexed
-    assert asked[0] > 0
+    with mock.patch.object(NodeClasses, "SCANS_BEFORE_INDEX", scans_first):
+        indexed = decide(profile, snap)
+        with colocation_classes_scanned() as asked:
+            assert decide(profile, snap) == indexed
+    assert asked[0] > 0 or scans_first
 
 
 @pytest.mark.parametrize("variant", ["las-lif", "neighbours"])

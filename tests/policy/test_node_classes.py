@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +19,16 @@ from policy_builders import node
 from slurm_marl.domain import ClusterSnapshot, Job, JobState, Switch
 from slurm_marl.placement_shapes import (Candidate, generate_candidates, job_shape,
                                          per_node_share, single_node_fits, split_on_node)
+from slurm_marl.policy.node_classes import NodeClasses
 from slurm_marl.policy.state import CycleState
 from slurm_marl.topology.synthetic import synthetic_snapshot
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _index_from_the_first_question():
+    """The index answers from the first question, not after a few scans of its pool."""
+    with mock.patch.object(NodeClasses, "SCANS_BEFORE_INDEX", 0):
+        yield
 
 
 def _synthetic(rng: random.Random) -> ClusterSnapshot:
@@ -175,3 +185,15 @@ def test_overlays_and_other_node_lists_are_scanned():
     assert state.node_class_fits(job, state.free, nodes, 2, 1, 0) is not None
     assert state.node_class_fits(job, [r[:] for r in state.free], nodes, 2, 1, 0) is None
     assert state.node_class_fits(job, state.free, list(nodes), 2, 1, 0) is None
+
+
+def test_a_pool_is_scanned_until_its_scans_would_have_paid_for_its_classes():
+    snap = synthetic_snapshot(20, busy_fraction=0.5, seed=3)
+    state = CycleState(snap)
+    job = Job(job_id=1, partition="p0", gpus_per_job=2, submit_time_s=0.0)
+    nodes = state.allowed_nodes(job)
+    with mock.patch.object(NodeClasses, "SCANS_BEFORE_INDEX", 3):
+        answers = [state.node_class_fits(job, state.free, nodes, 2, 1, 0) for _ in range(5)]
+    assert [a is None for a in answers] == [True, True, True, False, False]
+    assert answers[3] == single_node_fits(job, state, [r[:] for r in state.free], nodes, 2, 2,
+                                          True, False, True)

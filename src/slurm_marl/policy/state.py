@@ -153,8 +153,7 @@ class CycleState:
         self._claimed: list[tuple[Job, tuple[tuple[int, int, int], ...]]] = []
         # Nodes by class for single-node candidates (``node_class_fits``), over the lists
         # above (and ``colocated``); its pools are built on first use.
-        self._classes = NodeClasses(self.free, self.free_cpus, self.free_mem, self.infos,
-                                    lambda: self.colocated)
+        self._classes = NodeClasses(self.free, self.free_cpus, self.free_mem, self.infos)
 
     @contextmanager
     def judging(self, capacity: Capacity):
@@ -317,7 +316,8 @@ class CycleState:
                 or nodes is not self.allowed_nodes(job)):
             return None
         return classes.fits(self._allowed_nodes(job.partition), nodes, need, cpus, mem,
-                            coarse=not by_host, by_colocation=by_colocation)
+                            coarse=not by_host,
+                            colocated=self.colocated if by_colocation else None)
 
     # -- claims --------------------------------------------------------------------------
     def fits_host(self, job: Job, node: int, gpus_here: int, gpus_total: int) -> bool:
