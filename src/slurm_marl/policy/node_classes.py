@@ -29,7 +29,7 @@ made before the lists are built are noted as they are built, before any class re
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 
 from slurm_marl.placement_shapes import node_class
@@ -40,8 +40,8 @@ _first = itemgetter(0)
 class NodeClasses:
     """Class -> nodes (ascending), for each pool of nodes asked about (a partition's usable
     nodes), over the capacity lists ``free``, ``free_cpus``, ``free_mem`` of one state and,
-    for classes by co-location, its per node and group model types (``colocated``, given
-    with the first question about such classes)."""
+    for classes by co-location, its per node and group model types (got from the state as
+    the first such classes are built)."""
 
     # A pool's classes are built once the scans they would replace have gone over the pool
     # this many times (building them costs a class key per node, about that much), so a
@@ -70,7 +70,8 @@ class NodeClasses:
         return node_class(self.free[n], self.free_cpus[n], self.free_mem[n], self._infos[n],
                           not coarse, self._colocated[n] if by_colocation else None)
 
-    def _classes(self, pool: tuple[int, ...], kind: tuple[bool, bool], asked: int
+    def _classes(self, pool: tuple[int, ...], kind: tuple[bool, bool], asked: int,
+                 colocated: Callable[[], list[list[list[str]]]] | None
                  ) -> dict[tuple, list[int]] | None:
         """The pool's classes of ``kind``; None (scan ``asked`` nodes) until the scans add
         up to ``SCANS_BEFORE_INDEX`` times the pool."""
@@ -83,6 +84,8 @@ class NodeClasses:
         if done < self.SCANS_BEFORE_INDEX * len(pool):
             self._scanned[slot] = (pool, done + asked)
             return None
+        if colocated is not None:
+            self._colocated = colocated()
         classes: dict[tuple, list[int]] = {}
         class_of: dict[int, tuple] = {}
         for n in pool:                       # ascending, so each class's list is too
@@ -116,21 +119,21 @@ class NodeClasses:
                 class_of[n] = key
 
     def fits(self, pool: tuple[int, ...], nodes: tuple[int, ...], need: int, cpus: int,
-             mem: int, coarse: bool = False, colocated: list[list[list[str]]] | None = None
+             mem: int, coarse: bool = False,
+             colocated: Callable[[], list[list[list[str]]]] | None = None
              ) -> list[tuple[int, list[int]]] | None:
         """``single_node_fits`` (dedupe) over ``nodes``, ascending, which are ``pool`` or a
         subset of it: per class with ``need`` GPUs, ``cpus`` CPUs and ``mem`` memory free,
         its first node in ``nodes`` and the groups holding all ``need``; in node order.
         ``coarse``: classes by GPUs alone, each giving its first node in ``nodes`` with
-        ``cpus`` and ``mem`` free. ``colocated`` (the state's model types per node and
-        group, always the same lists): classes also by co-located model types. None when
+        ``cpus`` and ``mem`` free. ``colocated``: classes also by co-located model types,
+        as this gives them (the state's per node and group lists, the same every time;
+        called only to build classes: the lists cost a pass over running jobs). None when
         ``nodes`` is a small part of ``pool`` or the pool's classes are not built yet
         (``SCANS_BEFORE_INDEX``): scanning is cheaper."""
         if nodes is not pool and 2 * len(nodes) < len(pool):
             return None
-        if colocated is not None:
-            self._colocated = colocated
-        classes = self._classes(pool, (coarse, colocated is not None), len(nodes))
+        classes = self._classes(pool, (coarse, colocated is not None), len(nodes), colocated)
         if classes is None:
             return None
         allowed = None

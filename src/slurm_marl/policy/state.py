@@ -315,9 +315,12 @@ class CycleState:
         if (self.free_cpus is not classes.free_cpus or self.free_mem is not classes.free_mem
                 or nodes is not self.allowed_nodes(job)):
             return None
+        # co-location as a function: the lists cost a pass over the running jobs, paid when
+        # classes are built (NodeClasses keeps the lists, not the function, which would
+        # make a reference cycle and keep each cycle's state for the cyclic GC)
         return classes.fits(self._allowed_nodes(job.partition), nodes, need, cpus, mem,
                             coarse=not by_host,
-                            colocated=self.colocated if by_colocation else None)
+                            colocated=(lambda: self.colocated) if by_colocation else None)
 
     # -- claims --------------------------------------------------------------------------
     def fits_host(self, job: Job, node: int, gpus_here: int, gpus_total: int) -> bool:

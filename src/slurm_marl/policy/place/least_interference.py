@@ -17,6 +17,7 @@ neutral one predicts no interference.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 
 from slurm_marl.colocation import ideal_span, span_tags
@@ -73,12 +74,13 @@ class LeastInterference:
         """The job's predicted speed on an ideal placement in this cycle's cluster; the
         framework asks for every candidate of a job in turn, so the last answer is kept."""
         last = self._last_ideal
-        if last is not None and last[0] is job and last[1] is state:
+        if last is not None and last[0] is job and last[1]() is state:
             return last[2]
         groups, nodes = ideal_span(job_shape(job)[0], state.min_nodes(job),
                                    state.largest_group_cap)
         speed = float(self.estimator.predict_speed(job, {"span": span_tags(groups, nodes, 1)}))
-        self._last_ideal = (job, state, speed)
+        # the state by weak reference: kept, it would live on into the next cycle
+        self._last_ideal = (job, weakref.ref(state), speed)
         return speed
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
