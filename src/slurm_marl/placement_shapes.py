@@ -54,11 +54,12 @@ class PlacementState(Protocol):
     def min_nodes(self, job: Job) -> int: ...
 
     def node_class_fits(self, job: Job, cap: Capacity, nodes: Sequence[int], need: int,
-                        cpus: int, mem: int, by_host: bool = True
+                        cpus: int, mem: int, by_host: bool = True, by_colocation: bool = False
                         ) -> list[tuple[int, list[int]]] | None:
-        """What ``single_node_fits`` returns with dedupe by resources alone (``cpus``,
-        ``mem``: the per-node shares), from an index of node classes the state keeps up to
-        date; None where it keeps none for this question (the caller scans the nodes)."""
+        """What ``single_node_fits`` returns with dedupe (``cpus``, ``mem``: the per-node
+        shares; co-located model types part of a class with ``by_colocation``), from an
+        index of node classes the state keeps up to date; None where it keeps none for this
+        question (the caller scans the nodes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +194,8 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
 
 def _class_of(state: PlacementState, cap: Capacity, n: int, by_host: bool,
               by_colocation: bool) -> tuple:
-    key = node_class(cap[n], state.free_cpus[n], state.free_mem[n], state.infos[n], by_host)
-    if by_colocation:
-        key += (tuple(tuple(sorted(m)) for m in state.colocated[n]),)
-    return key
+    return node_class(cap[n], state.free_cpus[n], state.free_mem[n], state.infos[n], by_host,
+                      state.colocated[n] if by_colocation else None)
 
 
 def typed_capacity(gpu_type: str, state: PlacementState, cap: Capacity,
@@ -234,14 +233,22 @@ def has_candidate(job: Job, state: PlacementState, cap: Capacity) -> bool:
     return bool(generate_candidates(job, state, cap, nodes))
 
 
-def node_class(row: Sequence[int], free_cpus: int, free_mem: int, info, by_host: bool
-               ) -> tuple:
+def node_class(row: Sequence[int], free_cpus: int, free_mem: int, info, by_host: bool,
+               colocated: Sequence[Sequence[str]] | None = None) -> tuple:
     """Which nodes single-node candidates treat as alike (they score alike, so one per class
     is kept): (free GPUs per group, their sum, GPUs per group) and, where hosts count
-    (``by_host``), (free CPUs, free memory, CPUs, memory). The scan below and the cycle
-    state's index of node classes both use it."""
-    base = (tuple(row), sum(row), info.group_cap)
-    return base + (free_cpus, free_mem, info.cpus, info.mem_mib) if by_host else base
+    (``by_host``), (free CPUs, free memory, CPUs, memory); where co-location counts, last,
+    the model types co-located in each of its groups (``colocated``: the node's row of
+    ``PlacementState.colocated``). A single-node candidate's co-location by level (its
+    groups' models, the node's other groups' models) and its span (groups, from the free
+    GPUs) are the same on every node of a class. The scan below and the cycle state's index
+    of node classes both use it."""
+    key = (tuple(row), sum(row), info.group_cap)
+    if by_host:
+        key += (free_cpus, free_mem, info.cpus, info.mem_mib)
+    if colocated is not None:
+        key += (tuple(tuple(sorted(models)) for models in colocated),)
+    return key
 
 
 def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequence[int],
@@ -256,13 +263,13 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
     score alike, so only the first of each such class (in node order, which also wins score
     ties) is kept. Without ``by_host`` (default ``state.dedupe_host``) free CPUs and memory
     are no part of the class, only a filter: each class keeps its first node that fits.
-    Without co-location in the class, the state may answer from its index of node classes
-    (``PlacementState.node_class_fits``) instead of this scan."""
+    The state may answer from its index of node classes (``PlacementState.node_class_fits``)
+    instead of this scan."""
     coloc = state.dedupe_colocation if by_colocation is None else by_colocation
     host = state.dedupe_host if by_host is None else by_host
     cpus, mem = per_node_share(job.cpus, need, total), per_node_share(job.mem_mib, need, total)
-    if dedupe and not coloc:
-        indexed = state.node_class_fits(job, cap, nodes, need, cpus, mem, host)
+    if dedupe:
+        indexed = state.node_class_fits(job, cap, nodes, need, cpus, mem, host, coloc)
         if indexed is not None:
             return indexed
     out = []
@@ -274,9 +281,8 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
         if sum(row) < need or free_cpus[n] < cpus or free_mem[n] < mem:
             continue
         if dedupe:
-            key = node_class(row, free_cpus[n], free_mem[n], infos[n], host)
-            if coloc:
-                key += (tuple(tuple(sorted(m)) for m in state.colocated[n]),)
+            key = node_class(row, free_cpus[n], free_mem[n], infos[n], host,
+                             state.colocated[n] if coloc else None)
             if key in seen:
                 continue
             seen.add(key)

@@ -1,13 +1,17 @@
 """The index of node classes (``policy/node_classes.py``, issue 17) answers single-node
 candidate generation exactly as the scan of the nodes does, through any sequence of the
 changes a cycle makes to its state: claims, backfill holds, preempted jobs' releases; with
-hosts' free CPUs and memory part of a class (fine) or only a filter (coarse)."""
+hosts' free CPUs and memory part of a class (fine) or only a filter (coarse), and with or
+without the co-located model types of each GPU group part of a class (what least
+interference reads)."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import replace
+from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,8 +19,16 @@ from policy_builders import node
 from slurm_marl.domain import ClusterSnapshot, Job, JobState, Switch
 from slurm_marl.placement_shapes import (Candidate, generate_candidates, job_shape,
                                          per_node_share, single_node_fits, split_on_node)
+from slurm_marl.policy.node_classes import NodeClasses
 from slurm_marl.policy.state import CycleState
 from slurm_marl.topology.synthetic import synthetic_snapshot
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _index_from_the_first_question():
+    """The index answers from the first question, not after a few scans of its pool."""
+    with mock.patch.object(NodeClasses, "SCANS_BEFORE_INDEX", 0):
+        yield
 
 
 def _synthetic(rng: random.Random) -> ClusterSnapshot:
@@ -79,7 +91,7 @@ def _jobs(rng: random.Random, snap: ClusterSnapshot) -> list[Job]:
         jobs.append(Job(job_id=100_000 + i, partition=rng.choice(parts),
                         cpus=rng.choice([1, 2, 8, 32, 64]),
                         mem_mib=rng.choice([0, 4_000, 64_000, 300_000]), submit_time_s=0.0,
-                        state=JobState.PENDING, model_type=rng.choice(["a", "b"]), **shape,
+                        state=JobState.PENDING, model_type=rng.choice(["a", "b", "c"]), **shape,
                         **kw))
     return jobs
 
@@ -103,24 +115,25 @@ def _random_candidate(rng: random.Random, state: CycleState, spread: bool) -> Ca
 
 def _check(state: CycleState, jobs: list[Job]) -> int:
     """Indexed and scanned answers agree for every job, with hosts' free CPUs and memory in
-    the class (fine) or only a filter (coarse); returns how many the index gave."""
+    the class (fine) or only a filter (coarse), with co-location in the class or not;
+    returns how many the index gave."""
     indexed = 0
     scan_cap = [row[:] for row in state.free]    # not ``state.free``: forces the scan
     for job in jobs:
         total, per_node, _ = job_shape(job)
         need = total if per_node == 0 else per_node
         nodes = state.allowed_nodes(job)
-        for host in (True, False):
-            got = single_node_fits(job, state, state.free, nodes, need, total, True, False,
+        for host, coloc in ((True, False), (False, False), (True, True), (False, True)):
+            got = single_node_fits(job, state, state.free, nodes, need, total, True, coloc,
                                    host)
             assert got == single_node_fits(job, state, scan_cap, nodes, need, total, True,
-                                           False, host)
-            flags = (True, False, host)
+                                           coloc, host)
+            flags = (True, coloc, host)
             assert generate_candidates(job, state, state.free, dedupe=flags) == \
                 generate_candidates(job, state, scan_cap, dedupe=flags)
             from_index = state.node_class_fits(
                 job, state.free, nodes, need, per_node_share(job.cpus, need, total),
-                per_node_share(job.mem_mib, need, total), host) is not None
+                per_node_share(job.mem_mib, need, total), host, coloc) is not None
             if not job.required_nodes and not job.excluded_nodes:
                 assert from_index, "the index answers a job free of node constraints"
             indexed += from_index
@@ -142,8 +155,8 @@ def test_index_matches_the_scan_through_any_cycle(rng, hand_built):
         event = rng.random()
         if event < 0.35:              # a job starts where the generator says
             job = rng.choice(jobs)
-            cands = generate_candidates(job, state, state.free,
-                                        dedupe=(True, False, rng.random() < 0.5))
+            cands = generate_candidates(job, state, state.free, dedupe=(
+                True, rng.random() < 0.5, rng.random() < 0.5))
             if cands:
                 state.claim(job, rng.choice(cands))
         elif event < 0.55:            # any placement, multi-node ones too
@@ -159,9 +172,9 @@ def test_index_matches_the_scan_through_any_cycle(rng, hand_built):
                 job = rng.choice(jobs)
                 for host in (True, False):
                     assert state.node_class_fits(job, state.free, state.allowed_nodes(job),
-                                                 1, 0, 0, host) is None
+                                                 1, 0, 0, host, rng.random() < 0.5) is None
         indexed += _check(state, jobs)
-    assert indexed >= 30
+    assert indexed >= 60
 
 
 def test_overlays_and_other_node_lists_are_scanned():
@@ -172,3 +185,15 @@ def test_overlays_and_other_node_lists_are_scanned():
     assert state.node_class_fits(job, state.free, nodes, 2, 1, 0) is not None
     assert state.node_class_fits(job, [r[:] for r in state.free], nodes, 2, 1, 0) is None
     assert state.node_class_fits(job, state.free, list(nodes), 2, 1, 0) is None
+
+
+def test_a_pool_is_scanned_until_its_scans_would_have_paid_for_its_classes():
+    snap = synthetic_snapshot(20, busy_fraction=0.5, seed=3)
+    state = CycleState(snap)
+    job = Job(job_id=1, partition="p0", gpus_per_job=2, submit_time_s=0.0)
+    nodes = state.allowed_nodes(job)
+    with mock.patch.object(NodeClasses, "SCANS_BEFORE_INDEX", 3):
+        answers = [state.node_class_fits(job, state.free, nodes, 2, 1, 0) for _ in range(5)]
+    assert [a is None for a in answers] == [True, True, True, False, False]
+    assert answers[3] == single_node_fits(job, state, [r[:] for r in state.free], nodes, 2, 2,
+                                          True, False, True)

@@ -246,6 +246,27 @@ def test_least_interference_defers_a_job_below_its_ideal_speed():
     assert 2 in placed(policy.run_cycle(snapshot(free, [big])))
 
 
+def test_least_interference_predicts_a_jobs_ideal_speed_once_for_all_its_candidates():
+    asked = []
+
+    class Counting(SpreadHating):
+        def predict_speed(self, job, colocated_by_level):
+            if set(colocated_by_level) == {"span"}:      # an ideal placement's question
+                asked.append(job.job_id)
+            return super().predict_speed(job, colocated_by_level)
+
+    nodes = [node(f"n{k}", used=range(k)) for k in range(4)]     # 4 classes of nodes
+    jobs = [pending(1, 1, model_type="lm_bs20"), pending(2, 2, model_type="lm_bs20", submit=1)]
+    waits = profile({"least_interference": 1.0},
+                    place_params={"least_interference": {"defer_below": 0.8}})
+    policy = build_policy(waits, interference_estimator=Counting())
+    assert set(placed(policy.run_cycle(snapshot(nodes, jobs)))) == {1, 2}
+    assert asked == [1, 2]
+    asked.clear()
+    policy.run_cycle(snapshot(nodes, jobs))          # a new cycle asks again
+    assert asked == [1, 2]
+
+
 def test_least_interference_can_weigh_the_harm_to_neighbours():
     class Asymmetric:
         def predict_speed(self, job, colocated_by_level):

@@ -453,3 +453,40 @@ def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tin
     assert sorted(asked) == [3, 5] and set(got) == set(range(2, 10))
     assert {2, 4, 6, 8} <= run.fallback and not {2, 4, 6, 8} & run.what_if
     assert all(got[j].plugin == "consolidate" for j in (2, 4, 6, 8))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_jobs_past_the_agent_depth_decide_alike_with_the_node_class_index(tiny_interference,
+                                                                          seed):
+    """Past the agents' depth, jobs go to the what-if heuristic, least interference, whose
+    single-node candidates come from the node-class index with co-location in a class
+    (issue 17): the cycle decides exactly as with the index off (every node scanned)."""
+    import random
+    from unittest import mock
+    from slurm_marl.topology.synthetic import synthetic_snapshot
+    rng = random.Random(seed)
+    snap = synthetic_snapshot(40, busy_fraction=rng.choice([0.3, 0.6]), seed=seed,
+                              gpus_per_node=8, sockets=2, partitions=2, nodes_per_leaf=10)
+    models = ("lm_bs20", "a3c", "resnet50_bs32", None)
+    parts = tuple(p.name for p in snap.partitions)
+    jobs = tuple(replace(j, model_type=rng.choice(models)) for j in snap.jobs) + tuple(
+        replace(pending(800_000 + i, rng.choice([1, 1, 2, 3, 4, 8]), rng.choice(parts),
+                        rng.choice(models), queued_s=float(i)), state=JobState.PENDING)
+        for i in range(30))
+    snap = replace(snap, jobs=jobs, time_s=100.0)
+    torch.manual_seed(seed)
+    ckpt = LearnedCheckpoint(PlacementPolicy(policy_config(tiny_interference, parts, "multi")),
+                             tiny_interference)
+    profile = load_profile("las-learned")
+    profile = replace(profile, place_params={"learned": {**profile.place_params["learned"],
+                                                         "max_agent_jobs": 2}})
+
+    def decide():
+        return build_policy(profile, learned_checkpoint=ckpt).run_cycle(snap)
+
+    from slurm_marl.policy.node_classes import NodeClasses
+    with mock.patch.object(NodeClasses, "SCANS_BEFORE_INDEX", 0):   # from the first job on
+        indexed = decide()
+    assert any(isinstance(d, Place) and d.plugin == "least_interference" for d in indexed)
+    with mock.patch.object(CycleState, "node_class_fits", lambda *args, **kw: None):
+        assert decide() == indexed

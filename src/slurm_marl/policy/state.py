@@ -152,7 +152,7 @@ class CycleState:
         # Placements claimed this cycle, noted before the running index exists.
         self._claimed: list[tuple[Job, tuple[tuple[int, int, int], ...]]] = []
         # Nodes by class for single-node candidates (``node_class_fits``), over the lists
-        # above; its pools are built on first use.
+        # above (and ``colocated``); its pools are built on first use.
         self._classes = NodeClasses(self.free, self.free_cpus, self.free_mem, self.infos)
 
     @contextmanager
@@ -301,20 +301,26 @@ class CycleState:
         return max(1, used)
 
     def node_class_fits(self, job: Job, cap, nodes, need: int, cpus: int, mem: int,
-                        by_host: bool = True) -> list[tuple[int, list[int]]] | None:
-        """``single_node_fits`` deduplicated by resources (not co-location), from the
-        index of node classes (``node_classes``) rather than a scan of the nodes; None where
-        the index does not answer: a what-if capacity (an overlay, a job's GPU type) or
-        hosts (``hosts_as``), or nodes other than the job's allowed ones. Without
-        ``by_host``, classes by GPUs alone with free CPUs and memory as a filter."""
+                        by_host: bool = True, by_colocation: bool = False
+                        ) -> list[tuple[int, list[int]]] | None:
+        """``single_node_fits`` deduplicated, from the index of node classes
+        (``node_classes``) rather than a scan of the nodes; None where the index does not
+        answer: a what-if capacity (an overlay, a job's GPU type) or hosts (``hosts_as``),
+        or nodes other than the job's allowed ones. Without ``by_host``, classes by GPUs
+        alone with free CPUs and memory as a filter; with ``by_colocation``, classes also
+        by the model types co-located in each group."""
         if cap is not self.free:
             return None
         classes = self._classes
         if (self.free_cpus is not classes.free_cpus or self.free_mem is not classes.free_mem
                 or nodes is not self.allowed_nodes(job)):
             return None
+        # co-location as a function: the lists cost a pass over the running jobs, paid when
+        # classes are built (NodeClasses keeps the lists, not the function, which would
+        # make a reference cycle and keep each cycle's state for the cyclic GC)
         return classes.fits(self._allowed_nodes(job.partition), nodes, need, cpus, mem,
-                            coarse=not by_host)
+                            coarse=not by_host,
+                            colocated=(lambda: self.colocated) if by_colocation else None)
 
     # -- claims --------------------------------------------------------------------------
     def fits_host(self, job: Job, node: int, gpus_here: int, gpus_total: int) -> bool:
@@ -333,11 +339,11 @@ class CycleState:
         for n, k in per_node.items():
             self.free_cpus[n] -= per_node_share(job.cpus, k, total)
             self.free_mem[n] -= per_node_share(job.mem_mib, k, total)
-        self._classes.touch(per_node)
         if self._running_allocs is None:
             self._claimed.append((job, cand.allocs))
         else:
             self._note_colocation(job, cand.allocs)
+        self._classes.touch(per_node)     # after the co-location its class may read
 
     def release_running(self, job: Job) -> tuple[tuple[int, int, int], ...]:
         """A preempted job's GPUs go back to the free pool; it no longer holds or

@@ -17,6 +17,7 @@ neutral one predicts no interference.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 
 from slurm_marl.colocation import ideal_span, span_tags
@@ -51,6 +52,7 @@ class LeastInterference:
         self.include_neighbours = include_neighbours
         self.filters = defer_below > 0
         self._last: tuple | None = None
+        self._last_ideal: tuple | None = None
         self._neighbour_memo: dict[tuple[str, str, str], float] = {}
 
     def _evaluate(self, job: Job, cand: Candidate, state: CycleState) -> tuple[float, dict]:
@@ -69,9 +71,17 @@ class LeastInterference:
         return self._evaluate(job, cand, state)[0]
 
     def ideal_speed(self, job: Job, state: CycleState) -> float:
+        """The job's predicted speed on an ideal placement in this cycle's cluster; the
+        framework asks for every candidate of a job in turn, so the last answer is kept."""
+        last = self._last_ideal
+        if last is not None and last[0] is job and last[1]() is state:
+            return last[2]
         groups, nodes = ideal_span(job_shape(job)[0], state.min_nodes(job),
                                    state.largest_group_cap)
-        return float(self.estimator.predict_speed(job, {"span": span_tags(groups, nodes, 1)}))
+        speed = float(self.estimator.predict_speed(job, {"span": span_tags(groups, nodes, 1)}))
+        # the state by weak reference: kept, it would live on into the next cycle
+        self._last_ideal = (job, weakref.ref(state), speed)
+        return speed
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
         if self.defer_below <= 0:
