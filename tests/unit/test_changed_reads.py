@@ -283,15 +283,22 @@ def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed, monkeypat
     assert modes.count("changes") > modes.count("full")
 
 
-def test_reads_only_what_changed_and_ignores_estimates():
-    rng = random.Random(1)
+def thirty_jobs_read_twice(seed: int) -> tuple[FakeSlurm, CliClusterSource, list[int]]:
+    """20 nodes, 30 jobs of which the first 10 run, and a source reading changes that has
+    read them twice: the first read tells the layout, the second keeps what it read."""
+    rng = random.Random(seed)
     slurm = FakeSlurm(nodes=20)
     source = CliClusterSource(slurm, full_read_s=300, clock=Clock())
     jobs = [slurm.submit(rng) for _ in range(30)]
     for i, jid in enumerate(jobs[:10]):
         slurm.start(jid, f"n{i + 1}")
-    source.snapshot()                       # tells the layout: a full read
-    source.snapshot()                       # a full read that keeps what it read
+    source.snapshot()
+    source.snapshot()
+    return slurm, source, jobs
+
+
+def test_reads_only_what_changed_and_ignores_estimates():
+    slurm, source, jobs = thirty_jobs_read_twice(1)
     assert source.last_read["mode"] == "full"
     for jid in jobs[10:]:
         slurm.jobs[jid]["start_time"] = number(1_900_000_000)    # backfill's estimates
@@ -373,14 +380,7 @@ def test_few_changed_jobs_are_read_one_per_call_and_a_purged_one_is_left_out(mon
     fails its own call ("Invalid job id specified") and is left out, as a list of ids
     leaves it out; any other failure fails the snapshot."""
     monkeypatch.setattr(S, "LISTED_PER_SINGLE_READ", 10)
-    rng = random.Random(5)
-    slurm = FakeSlurm(nodes=20)
-    source = CliClusterSource(slurm, full_read_s=300, clock=Clock())
-    jobs = [slurm.submit(rng) for _ in range(30)]
-    for i, jid in enumerate(jobs[:10]):
-        slurm.start(jid, f"n{i + 1}")
-    source.snapshot()
-    source.snapshot()
+    slurm, source, jobs = thirty_jobs_read_twice(5)
     slurm.finish(jobs[0])
     slurm.start(jobs[10], "n20")
     slurm.calls.clear()
