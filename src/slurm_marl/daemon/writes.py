@@ -39,7 +39,8 @@ def _minus_priority(dj: tuple[SetPriority, Job]) -> int:
 
 def _with_priority(d: SetPriority, priority: int, site_factor: bool) -> SetPriority:
     """``replace(d, priority=..., site_factor=...)`` without its ``__init__``: a shadow
-    agent plans every pending job's write every cycle (5,000 a cycle: 10 ms -> 2 ms)."""
+    agent plans every pending job's write every cycle: at 5,000, ``priority_writes`` took
+    9.7 ms with ``replace``, 4.7 ms without."""
     new = object.__new__(SetPriority)
     new.__dict__.update(d.__dict__)
     new.__dict__["priority"] = priority

@@ -10,9 +10,10 @@ every daemon inside (``inside``), puts wrappers of the chroot's clients first on
 (``ROOT/bin``) and releases the mounts at teardown (``release``). The cluster folder must lie
 under /tmp, a host folder bound into the chroot (daemons, job scripts and the host then
 see it under one path); ``ClusterSpec.host_paths`` binds more, read-only, at their own paths
-(a job that runs this host's interpreter and virtualenv: submitit's). Accounting there runs the chroot's slurmdbd against the host's
-MariaDB: with the chroot's own MariaDB 11.8, slurmdbd 24.11 and 26.05 stop at their first
-query ("Number of columns in result set exceeds maximum allowed number of columns (=0)").
+(a job that runs this host's interpreter and virtualenv: submitit's). Accounting there
+runs the chroot's slurmdbd against the host's MariaDB: with the chroot's own MariaDB 11.8,
+slurmdbd 24.11 and 26.05 stop at their first query ("Number of columns in result set
+exceeds maximum allowed number of columns (=0)").
 """
 
 from __future__ import annotations
