@@ -157,3 +157,48 @@ def test_the_learned_checkpoint_is_loaded_once_when_a_daemon_builds_its_policy(m
     policy = build_policy(load_profile("las-learned"))
     assert len(calls) == 1
     assert policy.place[0][0].key == "learned"
+
+
+class HandsEvenJobsOn:
+    """A Delegating plugin: even job ids go to consolidate; its own answers for those are
+    refused outside what-if questions, so the test sees whether the framework asks it."""
+
+    key = "hands_on"
+    filters = False
+    needs_colocation = False
+    node_specific = False
+    reads_host = False
+    pure = True
+
+    def __init__(self) -> None:
+        self.delegate = build_plugin("place", "consolidate")
+        self.asked: list[int] = []
+
+    def plugin_for(self, job, state):
+        return self.delegate if job.job_id % 2 == 0 else self
+
+    def feasible(self, job, cand, state):
+        assert job.job_id % 2 or state.what_if, "asked for a job it hands on"
+        self.asked.append(job.job_id)
+        return True
+
+    def score(self, job, cand, state):
+        assert job.job_id % 2 or state.what_if, "asked for a job it hands on"
+        return 0.5
+
+
+def test_a_delegated_job_is_decided_by_asking_the_delegate_itself():
+    from slurm_marl.domain import Place
+    from slurm_marl.policy.framework import Policy
+    prof = profile_from_mapping({"name": "t", "order": {"plugin": "fifo"},
+                                 "place": {"consolidate": 1.0}})
+    plugin = HandsEvenJobsOn()
+    policy = Policy(prof, build_policy(prof).order, [(plugin, 1.0)])
+    decisions = policy.run_cycle(snapshot([node("n1"), node("n2")],
+                                          [pending(1, 1), pending(2, 2), pending(3, 1)]))
+    places = {d.job_id: d for d in decisions if isinstance(d, Place)}
+    assert set(places) == {1, 2, 3}
+    assert set(plugin.asked) == {1, 3}
+    # the decision names the plugin that decided it, with its own score
+    assert [k for k, _ in places[2].scores] == ["consolidate"]
+    assert places[1].scores == (("hands_on", 0.5),)

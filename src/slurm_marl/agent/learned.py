@@ -167,10 +167,7 @@ class LearnedPlacement:
             self._owned[agent] = looked + 1
         obs = self.observer.observe(job, state, self._deferred_since.get(job.job_id))
         if obs is None:
-            if job.partition not in self._warned:
-                self._warned.add(job.partition)
-                log.warning("learned: no agent for partition %r in this checkpoint; jobs "
-                            "there are placed by %s", job.partition, self.fallback_key)
+            self._no_agent(job.partition)
             choice = _FALLBACK
         else:
             options = self._options(obs)
@@ -197,6 +194,7 @@ class LearnedPlacement:
             return self.fallback
         agent = self._agent_of(job, state)
         if agent is None:
+            self._no_agent(job.partition)
             return self.fallback
         if not self.max_agent_jobs:
             return self
@@ -207,6 +205,12 @@ class LearnedPlacement:
         if choice is not None:
             return self._delegate(choice)
         return self if self._owned.get(agent, 0) < self.max_agent_jobs else self.what_if
+
+    def _no_agent(self, partition: str) -> None:
+        if partition not in self._warned:
+            self._warned.add(partition)
+            log.warning("learned: no agent for partition %r in this checkpoint; jobs "
+                        "there are placed by %s", partition, self.fallback_key)
 
     def _delegate(self, choice: Choice) -> PlacePlugin | LearnedPlacement:
         if choice is _FALLBACK:

@@ -79,7 +79,8 @@ class Policy:
         self._dedupe_host = any(p.reads_host for p, _ in self.place)
         # Plugins that hand some jobs to another plugin (the learned plugin's fallback):
         # candidates for such a job are generated as that plugin needs them.
-        self._delegating = any(isinstance(p, Delegating) for p, _ in self.place)
+        self._delegates = tuple(isinstance(p, Delegating) for p, _ in self.place)
+        self._delegating = any(self._delegates)
         self._place_keys = tuple(p.key for p, _ in self.place)
         self._proposers = tuple(p.propose for p, _ in self.place if isinstance(p, Proposer))
         # "A job of size s found no room, so a larger alike job will not either" holds only
@@ -233,10 +234,11 @@ class Policy:
         best_total = 0.0
         best_terms: tuple = ()
         n_ok = 0
-        keys = self._keys_for(job, state)
+        place = self._deciders(job, state)
+        keys = tuple(p.key for p, _ in place)
         for cand in cands:
             ok = True
-            for plugin, _ in self.place:
+            for plugin, _ in place:
                 if not plugin.feasible(job, cand, state):
                     ok = False
                     break
@@ -244,20 +246,23 @@ class Policy:
                 continue
             n_ok += 1
             terms = tuple((key, weight * plugin.score(job, cand, state))
-                          for (plugin, weight), key in zip(self.place, keys))
+                          for (plugin, weight), key in zip(place, keys))
             total = sum(t[1] for t in terms)
             if best is None or total > best_total + 1e-12:
                 best, best_total, best_terms = cand, total, terms
         return best, best_terms, n_ok
 
-    def _keys_for(self, job: Job, state: CycleState) -> tuple[str, ...]:
-        """The place plugins' keys as a decision names them: for a plugin that hands this
-        job to another (the learned plugin's fallback, or its what-if heuristic past the
-        agents' depth), the key of the plugin that really decides it."""
+    def _deciders(self, job: Job, state: CycleState) -> tuple[tuple[PlacePlugin, float], ...]:
+        """The place plugins with their weights as they decide this job: a plugin that
+        hands the job to another (the learned plugin's fallback, or its what-if heuristic
+        past the agents' depth) is replaced by that one, asked directly (``Delegating``:
+        outside what-if questions its answers are the delegate's), so a decision names the
+        plugin that really decided. Asked once per job and question: what a delegating
+        plugin answers may change as it decides (an agent looks at the job)."""
         if not self._delegating or state.what_if:
-            return self._place_keys
-        return tuple(p.plugin_for(job, state).key if isinstance(p, Delegating) else p.key
-                     for p, _ in self.place)
+            return self.place
+        return tuple((p.plugin_for(job, state) if delegates else p, w)
+                     for (p, w), delegates in zip(self.place, self._delegates))
 
     def best_candidate(self, job: Job, cands: list[Candidate], state: CycleState
                        ) -> Candidate | None:
@@ -271,8 +276,9 @@ class Policy:
         deciding it needs node identity."""
         if not self._delegating:
             return state.dedupe_nodes, state.dedupe_colocation, state.dedupe_host
-        plugins = [p.plugin_for(job, state) if isinstance(p, Delegating) else p
-                   for p, _ in self.place]
+        # what-if questions included: candidates come as the job's own decider needs them
+        plugins = [p.plugin_for(job, state) if delegates else p
+                   for (p, _), delegates in zip(self.place, self._delegates)]
         return (not any(p.node_specific for p in plugins),
                 any(p.needs_colocation for p in plugins),
                 any(p.reads_host for p in plugins))

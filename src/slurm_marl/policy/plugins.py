@@ -95,7 +95,9 @@ class Proposer(Protocol):
 class Delegating(Protocol):
     """A place plugin that hands some jobs to another plugin (the learned plugin's fallback
     for partitions it has no agent for): the framework offers such a job's candidates as
-    the plugin returned here needs them."""
+    the plugin returned here needs them, and outside what-if questions asks that plugin's
+    ``feasible`` and ``score`` directly, so the delegating plugin's own answers for such a
+    job must be the delegate's."""
 
     def plugin_for(self, job: Job, state: "CycleState") -> PlacePlugin:
         """The plugin whose rules decide this job (``self`` or another)."""

@@ -383,9 +383,16 @@ class CycleState:
         same GPU group, same node (other groups), same leaf (multi-node jobs, only for a
         multi-node candidate; one entry per leaf the candidate and the job share, and nodes
         with no leaf switch share the leaf ``None``)."""
-        chosen = {(n, g) for n, g, _ in cand.allocs}
         group_level: list[str] = []
         node_level: list[str] = []
+        if len(cand.nodes) == 1:    # most candidates: one node, no leaf level
+            chosen_groups = {g for _, g, _ in cand.allocs}
+            for g, models in enumerate(self.colocated[cand.nodes[0]]):
+                if models:
+                    (group_level if g in chosen_groups else node_level).extend(models)
+            return {GROUP: tuple(sorted(group_level)), NODE: tuple(sorted(node_level)),
+                    LEAF: ()}
+        chosen = {(n, g) for n, g, _ in cand.allocs}
         for n in cand.nodes:
             for g, models in enumerate(self.colocated[n]):
                 (group_level if (n, g) in chosen else node_level).extend(models)

@@ -1,0 +1,161 @@
+"""Benchmark: one agent cycle on a large generated snapshot, and the agent's memory.
+
+    .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
+        [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
+        [--max-agent-jobs N]
+
+The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
+1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
+own ``Agent.cycle`` (accounting, store, run_cycle per partition, translation) in shadow mode,
+so every step but the scontrol writes runs. Torch threads = 1.
+
+With ``--learned-agents`` (for a profile with the ``learned`` plugin) the plugin gets an
+untrained checkpoint with one agent per generated partition, so every job is decided by a
+GNN agent (cost does not depend on the weights); without it the shipped demo checkpoint is
+used, whose partition has no counterpart here, so every job goes to the fallback heuristic.
+
+With ``--varied-hosts`` each node's hosts use a random (seeded) extra 0-16 CPUs and 0-100,000
+MiB of memory beyond their GPU jobs', as on a real cluster, so nodes alike in GPUs differ in
+free CPUs and memory (issue 17: this made almost every node its own class of alike nodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import torch
+
+from slurm_marl.daemon.config import parse_config
+from slurm_marl.daemon.service import Agent
+from slurm_marl.daemon.store import Store
+from slurm_marl.domain import ClusterSnapshot, Job, JobState
+from slurm_marl.policy.framework import build_policy
+from slurm_marl.policy.profile import load_profile
+from slurm_marl.topology.synthetic import synthetic_snapshot
+
+
+def pending_jobs(n: int, partitions: list[str], now: float, seed: int = 1) -> list[Job]:
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(n):
+        gpus = rng.choice([1, 1, 1, 1, 2, 2, 4, 8, 16])
+        nodes = max(1, gpus // 8)
+        jobs.append(Job(job_id=1_000_000 + i, name=f"job{i}", user=f"u{i % 50}",
+                        partition=rng.choice(partitions), state=JobState.PENDING,
+                        gpus_per_node=gpus // nodes, node_count=nodes, cpus=4 * nodes,
+                        mem_mib=8000 * nodes, submit_time_s=now - rng.uniform(0, 3600),
+                        eligible_time_s=now + 10))
+    return jobs
+
+
+def varied_hosts(snap: ClusterSnapshot, seed: int = 7) -> ClusterSnapshot:
+    """Each node's hosts use 0-16 more CPUs and 0-100,000 MiB more memory (capped at the
+    node's own), seeded."""
+    rng = random.Random(seed)
+    return replace(snap, nodes=tuple(
+        replace(n, alloc_cpus=min(n.cpus, n.alloc_cpus + rng.randint(0, 16)),
+                alloc_memory_mib=min(n.real_memory_mib,
+                                     n.alloc_memory_mib + rng.randint(0, 100_000)))
+        for n in snap.nodes))
+
+
+class FixedSource:
+    """The same snapshot every cycle, the clock moving. With ``fresh_jobs`` its jobs are new
+    (equal) objects each cycle, as parsing Slurm's answer gives (the daemon's source keeps
+    equal nodes the same objects, not jobs)."""
+
+    def __init__(self, snap: ClusterSnapshot, fresh_jobs: bool = False) -> None:
+        self.snap = snap
+        self.fresh_jobs = fresh_jobs
+
+    def snapshot(self) -> ClusterSnapshot:
+        if self.fresh_jobs:
+            return replace(self.snap, time_s=time.time(),
+                           jobs=tuple(j.with_() for j in self.snap.jobs))
+        return replace(self.snap, time_s=time.time())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=2000)
+    ap.add_argument("--pending", type=int, default=1000)
+    ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--profile", default="las-consolidate")
+    ap.add_argument("--learned-agents", action="store_true",
+                    help="an untrained checkpoint with an agent per partition")
+    ap.add_argument("--varied-hosts", action="store_true",
+                    help="random (seeded) extra CPU and memory use on each node")
+    ap.add_argument("--no-reuse", action="store_true",
+                    help="decide every cycle from scratch (agent.reuse_decisions = false)")
+    ap.add_argument("--max-agent-jobs", type=int, default=None,
+                    help="the learned plugin's max_agent_jobs (per agent and cycle)")
+    ap.add_argument("--fresh-jobs", action="store_true",
+                    help="new (equal) job objects every cycle, as the daemon's source gives")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    proc = psutil.Process()
+    rss_start = proc.memory_info().rss
+
+    base = synthetic_snapshot(args.nodes, busy_fraction=0.5, seed=0)
+    if args.varied_hosts:
+        base = varied_hosts(base)
+    now = time.time()
+    partitions = [p.name for p in base.partitions]
+    context = {}
+    if args.learned_agents:
+        from bench_models import model_parts   # untrained agents, as bench_models uses
+        context["learned_checkpoint"] = model_parts(tuple(partitions))
+    snap = replace(base, time_s=now,
+                   jobs=base.jobs + tuple(pending_jobs(args.pending, partitions, now)))
+    profile = load_profile(args.profile)
+    if args.max_agent_jobs is not None:
+        params = {k: dict(v) for k, v in profile.place_params.items()}
+        params.setdefault("learned", {})["max_agent_jobs"] = args.max_agent_jobs
+        profile = replace(profile, place_params=params)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = parse_config({"agent": {"shadow": True, "managed_partitions": partitions,
+                                      "profile": args.profile, "state_dir": tmp,
+                                      "reuse_decisions": not args.no_reuse}})
+        agent = Agent(cfg, FixedSource(snap, args.fresh_jobs), sink=None,
+                      store=Store(Path(tmp) / "s.sqlite"),
+                      policy=build_policy(profile, **context))
+        import cProfile; prof = cProfile.Profile(); times = []
+        for _ in range(args.cycles):
+            if len(times) == 1: prof.enable()
+            t0 = time.perf_counter()
+            report = agent.cycle()
+            times.append(time.perf_counter() - t0)
+            assert report.error is None, report.error
+        prof.disable(); prof.dump_stats("/tmp/cyc.prof")
+        rss = proc.memory_info().rss
+    result = {
+        "nodes": args.nodes, "gpus": sum(n.gpu_count for n in snap.nodes),
+        "running_jobs": len(base.jobs), "pending_jobs": args.pending,
+        "profile": args.profile + (" (untrained agents)" if args.learned_agents else ""),
+        "max_agent_jobs": args.max_agent_jobs,
+        "varied_hosts": args.varied_hosts,
+        "decisions_last_cycle": len(report.decisions),
+        "reuse_decisions": not args.no_reuse,
+        "fresh_jobs": args.fresh_jobs,
+        "reused_partition_cycles": agent.policy.reused_cycles,
+        "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
+        "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for k, v in result.items():
+            print(f"{k:>22}: {v:.3f}" if isinstance(v, float) else f"{k:>22}: {v}")
+
+
+if __name__ == "__main__":
+    main()
