@@ -27,33 +27,20 @@ from slurm_marl.testcluster import accounting as acct
 from slurm_marl.testcluster import versions
 from slurm_marl.testcluster.errors import HarnessError
 from slurm_marl.testcluster.spec import ClusterSpec, render_configs
+from slurm_marl.testcluster.ports import release as release_ports
+from slurm_marl.testcluster.ports import reserve as reserve_ports
 from slurm_marl.testcluster.processes import alive, end_processes, kill_strays
 from slurm_marl.testcluster.versions import ensure_installed, missing_binaries
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "cluster.json"
-__all__ = ["ClusterSpec", "HarnessError", "LocalCluster", "ensure_installed", "free_ports",
+__all__ = ["ClusterSpec", "HarnessError", "LocalCluster", "ensure_installed",
            "missing_binaries", "render_configs"]
 
 
 # how many times slurmdbd is started before the harness gives up on it
 DBD_STARTS = 3
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free on loopback now; all held open together so they are distinct."""
-    socks, ports = [], []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
 
 
 @dataclass
@@ -121,7 +108,7 @@ class LocalCluster:
         os.chmod(self.root, 0o755)
         extra = 2 if self.spec.accounting else 0
         daemons = len(self.spec.daemon_node_names)
-        ports = free_ports(1 + daemons + extra)
+        ports = reserve_ports(1 + daemons + extra, self.root)
         self.ctld_port, self.node_ports = ports[0], ports[1:1 + daemons]
         self.acct_ports = ports[1 + daemons:]
         started = time.monotonic()
@@ -391,8 +378,10 @@ class LocalCluster:
         controller first makes slurmd linger 10 s+). Removes the folder if this object
         created it; releases the chroot (its bind mounts go with its last cluster)."""
         if self.root is None or not self.root.exists():
-            if self.root is not None and self.chroot is not None:
-                versions.release(self.chroot, self.root)
+            if self.root is not None:
+                release_ports(self.root)
+                if self.chroot is not None:
+                    versions.release(self.chroot, self.root)
             return
         pids = self.pids()
         if "slurmctld" in pids:
@@ -406,6 +395,7 @@ class LocalCluster:
         # Job steps left behind: slurmstepd and job scripts working under this folder.
         kill_strays(self.root)
         try:
+            release_ports(self.root)
             if self.chroot is not None:
                 versions.release(self.chroot, self.root)
         finally:

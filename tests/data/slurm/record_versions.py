@@ -42,7 +42,8 @@ import time
 from pathlib import Path
 
 from slurm_marl.testcluster import chroot as C
-from slurm_marl.testcluster.harness import ClusterSpec, HarnessError, free_ports, render_configs
+from slurm_marl.testcluster.harness import ClusterSpec, HarnessError, render_configs
+from slurm_marl.testcluster.ports import kernel_ports
 from slurm_marl.testcluster.processes import alive, end_processes, kill_strays
 
 log = logging.getLogger("record_versions")
@@ -97,7 +98,7 @@ class Cluster:
         for sub in ("etc", "state", "spool", "run", "log", "dev", "munge", "out"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o755)
-        ports = free_ports(1 + self.spec.nodes)
+        ports = kernel_ports(1 + self.spec.nodes)
         confs = render_configs(self.spec, self.root, ports[0], ports[1:], socket.gethostname())
         if self.chroot is not None:
             # Plugins by their host path (clients run from the host); inside the chroot it
