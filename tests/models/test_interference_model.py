@@ -133,3 +133,21 @@ def test_weights_that_do_not_match_the_metadata(tmp_path):
 
 def test_mae():
     assert mae([1.0, 0.5], [0.5, 0.5]) == pytest.approx(0.25)
+
+
+def test_a_query_asked_in_any_order_or_form_gets_the_speed_of_a_fresh_model():
+    """predict_speed's memo of queries as asked must give what the canonical query gives:
+    levels in another order, lists for tuples, a model type the vocabulary does not know."""
+    model = InterferenceModel.new(Vocabulary.fit([f"{f}_bs32" for f in FAMILIES]), seed=3)
+    rng = random.Random(4)
+    for _ in range(200):
+        job = Job(job_id=1, model_type=rng.choice(FAMILIES + ("other", None)),
+                  gpus_per_job=rng.choice((1, 2, 4)))
+        coloc = {"group": tuple(sorted(rng.choices(FAMILIES, k=rng.randint(0, 2)))),
+                 "node": tuple(sorted(rng.choices(FAMILIES, k=rng.randint(0, 2)))),
+                 "span": rng.choice(((), ("multi_group",), ("multi_node",)))}
+        fresh = InterferenceModel(model.net, model.vocab, 8, 64).predict_speed(job, coloc)
+        reordered = dict(reversed(list(coloc.items())))
+        as_lists = {k: list(v) for k, v in coloc.items()}
+        for query in (coloc, reordered, as_lists, coloc):
+            assert model.predict_speed(job, query) == fresh

@@ -158,6 +158,7 @@ class InterferenceModel:
         self.hidden = hidden
         self.metrics = dict(metrics or {})
         self._memo: dict = {}
+        self._quick: dict = {}    # predict_speed's queries as asked -> speed
 
     @classmethod
     def new(cls, vocab: Vocabulary, embed_dim: int = 8, hidden: int = 64,
@@ -190,17 +191,30 @@ class InterferenceModel:
 
     def predict_speed(self, job: Job, colocated_by_level: Mapping[str, Sequence[str]]
                       ) -> float:
-        """The estimator protocol of ``policy/interference.py`` (memoised per query)."""
-        key = (self.vocab.index(job.model_type), job.num_gpus,
-               tuple(sorted((k, tuple(v)) for k, v in colocated_by_level.items())))
-        hit = self._memo.get(key)
+        """The estimator protocol of ``policy/interference.py`` (memoised per query). A
+        query asked again as it was (same levels in the same order, tuples: how least
+        interference asks for every candidate) is found by its items as given, without
+        building the canonical key; any other query goes through the canonical key."""
+        try:
+            quick = (job.model_type, job.num_gpus, tuple(colocated_by_level.items()))
+            hit = self._quick.get(quick)
+        except TypeError:    # lists among the values: not hashable as given
+            quick, hit = None, None
         if hit is not None:
             return hit
-        speed = float(self.predict_tensors(*self.query_tensors(
-            job.model_type, job.num_gpus, colocated_by_level))[0])
-        if len(self._memo) > 100_000:
-            self._memo.clear()
-        self._memo[key] = speed
+        key = (self.vocab.index(job.model_type), job.num_gpus,
+               tuple(sorted((k, tuple(v)) for k, v in colocated_by_level.items())))
+        speed = self._memo.get(key)
+        if speed is None:
+            speed = float(self.predict_tensors(*self.query_tensors(
+                job.model_type, job.num_gpus, colocated_by_level))[0])
+            if len(self._memo) > 100_000:
+                self._memo.clear()
+            self._memo[key] = speed
+        if quick is not None:
+            if len(self._quick) > 100_000:
+                self._quick.clear()
+            self._quick[quick] = speed
         return speed
 
     # -- files ---------------------------------------------------------------------------
