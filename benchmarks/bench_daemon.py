@@ -146,6 +146,8 @@ def main() -> None:
         "fresh_jobs": args.fresh_jobs,
         "reused_partition_cycles": agent.policy.reused_cycles,
         "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
+        # the cycles after the first: their spread (the shared VM's noise shows here)
+        "later_cycles_min_max_s": [min(times[1:] or times), max(times[1:] or times)],
         "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,
     }
     if args.json:
