@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
         [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
-        [--max-agent-jobs N]
+        [--max-agent-jobs N] [--cprofile FILE]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -22,6 +22,7 @@ free CPUs and memory (issue 17: this made almost every node its own class of ali
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import random
 import statistics
@@ -99,6 +100,8 @@ def main() -> None:
                     help="the learned plugin's max_agent_jobs (per agent and cycle)")
     ap.add_argument("--fresh-jobs", action="store_true",
                     help="new (equal) job objects every cycle, as the daemon's source gives")
+    ap.add_argument("--cprofile", metavar="FILE", default=None,
+                    help="write a cProfile of the cycles after the first to FILE (pstats)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -129,11 +132,17 @@ def main() -> None:
                       store=Store(Path(tmp) / "s.sqlite"),
                       policy=build_policy(profile, **context))
         times = []
-        for _ in range(args.cycles):
+        prof = cProfile.Profile() if args.cprofile else None
+        for i in range(args.cycles):
+            if prof is not None and i == 1:
+                prof.enable()
             t0 = time.perf_counter()
             report = agent.cycle()
             times.append(time.perf_counter() - t0)
             assert report.error is None, report.error
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(args.cprofile)
         rss = proc.memory_info().rss
     result = {
         "nodes": args.nodes, "gpus": sum(n.gpu_count for n in snap.nodes),
