@@ -124,7 +124,8 @@ def split_on_node(row: Sequence[int], gpus: int) -> tuple[tuple[int, int], ...] 
 
 def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
                         nodes: Sequence[int] | None = None,
-                        dedupe: tuple[bool, ...] | None = None) -> list[Candidate]:
+                        dedupe: tuple[bool, ...] | None = None,
+                        alike_in: Capacity | None = None) -> list[Candidate]:
     """Feasible placements of ``job`` on capacity ``cap`` (free GPUs per node and group).
 
     Bounded on purpose: one candidate per fitting GPU group, one multi-group split per node
@@ -132,7 +133,9 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
     across leaves. Deterministic: node order, then group order. ``dedupe``: (one node per
     class of alike nodes, co-located model types part of the class[, free CPUs and memory
     part of the class]); default the state's ``dedupe_nodes``, ``dedupe_colocation`` and
-    ``dedupe_host``.
+    ``dedupe_host``. ``alike_in``: a second capacity nodes of one class must also agree in
+    (the preemption search judges a what-if capacity but prefers the candidate taking the
+    fewest GPUs from running jobs, which the free GPUs now decide).
     """
     total, per_node, count = job_shape(job)
     if total <= 0:
@@ -148,7 +151,7 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
     if per_node == 0 or count == 1:
         need = total if per_node == 0 else per_node
         single = _single_node_candidates(job, state, cap, nodes, need, total, dedupe[0],
-                                         dedupe[1], by_host)
+                                         dedupe[1], by_host, alike_in)
         if single or per_node:
             return single
         return _flexible_multi_node(job, state, cap, nodes, total)
@@ -176,8 +179,8 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
         if dedupe[0]:
             # Leaves whose chosen nodes are alike (as single-node candidates count alike)
             # give candidates that score alike: the first is kept, as it wins the tie.
-            key = tuple(_class_of(state, cap, n, by_host, dedupe[1]) for n in chosen) \
-                + (len({leaf_of[n] for n in chosen}),)
+            key = tuple(_class_of(state, cap, n, by_host, dedupe[1], alike_in)
+                        for n in chosen) + (len({leaf_of[n] for n in chosen}),)
             if key in classes:
                 continue
             classes.add(key)
@@ -193,9 +196,10 @@ def generate_candidates(job: Job, state: PlacementState, cap: Capacity,
 
 
 def _class_of(state: PlacementState, cap: Capacity, n: int, by_host: bool,
-              by_colocation: bool) -> tuple:
-    return node_class(cap[n], state.free_cpus[n], state.free_mem[n], state.infos[n], by_host,
-                      state.colocated[n] if by_colocation else None)
+              by_colocation: bool, alike_in: Capacity | None = None) -> tuple:
+    key = node_class(cap[n], state.free_cpus[n], state.free_mem[n], state.infos[n], by_host,
+                     state.colocated[n] if by_colocation else None)
+    return key if alike_in is None else key + (tuple(alike_in[n]),)
 
 
 def typed_capacity(gpu_type: str, state: PlacementState, cap: Capacity,
@@ -253,7 +257,8 @@ def node_class(row: Sequence[int], free_cpus: int, free_mem: int, info, by_host:
 
 def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequence[int],
                      need: int, total: int, dedupe: bool, by_colocation: bool | None = None,
-                     by_host: bool | None = None) -> list[tuple[int, list[int]]]:
+                     by_host: bool | None = None, alike_in: Capacity | None = None
+                     ) -> list[tuple[int, list[int]]]:
     """The nodes of ``nodes`` (in order) that can take ``need`` of the job's ``total`` GPUs
     (free GPUs, CPUs and memory), each with its groups that hold all ``need`` (none: the node
     splits them over its groups, ``split_on_node``).
@@ -263,12 +268,13 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
     score alike, so only the first of each such class (in node order, which also wins score
     ties) is kept. Without ``by_host`` (default ``state.dedupe_host``) free CPUs and memory
     are no part of the class, only a filter: each class keeps its first node that fits.
-    The state may answer from its index of node classes (``PlacementState.node_class_fits``)
-    instead of this scan."""
+    With ``alike_in`` (``generate_candidates``), nodes of a class also agree in that
+    capacity. The state may answer from its index of node classes
+    (``PlacementState.node_class_fits``) instead of this scan, but not with ``alike_in``."""
     coloc = state.dedupe_colocation if by_colocation is None else by_colocation
     host = state.dedupe_host if by_host is None else by_host
     cpus, mem = per_node_share(job.cpus, need, total), per_node_share(job.mem_mib, need, total)
-    if dedupe:
+    if dedupe and alike_in is None:
         indexed = state.node_class_fits(job, cap, nodes, need, cpus, mem, host, coloc)
         if indexed is not None:
             return indexed
@@ -283,6 +289,8 @@ def single_node_fits(job: Job, state: PlacementState, cap: Capacity, nodes: Sequ
         if dedupe:
             key = node_class(row, free_cpus[n], free_mem[n], infos[n], host,
                              state.colocated[n] if coloc else None)
+            if alike_in is not None:
+                key += (tuple(alike_in[n]),)
             if key in seen:
                 continue
             seen.add(key)
@@ -314,10 +322,11 @@ def single_node_fit_arrays(job: Job, state: PlacementState, group_free: np.ndarr
 
 
 def _single_node_candidates(job, state, cap, nodes, need, total, alike: bool,
-                            by_colocation: bool, by_host: bool = True) -> list[Candidate]:
+                            by_colocation: bool, by_host: bool = True,
+                            alike_in: Capacity | None = None) -> list[Candidate]:
     out = []
     for n, fitting in single_node_fits(job, state, cap, nodes, need, total, alike,
-                                       by_colocation, by_host):
+                                       by_colocation, by_host, alike_in):
         if fitting:
             for g in fitting:
                 out.append(Candidate(allocs=((n, g, need),), nodes=(n,), groups=1, leaves=1))

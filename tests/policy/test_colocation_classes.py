@@ -118,14 +118,14 @@ def test_colocation_classes_from_the_index_decide_as_the_scan(variant, scans_fir
     assert asked[0] > 0 or scans_first
 
 
+@pytest.mark.parametrize("preemption", [False, True])
 @pytest.mark.parametrize("variant", ["las-lif", "neighbours"])
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False))
-def test_one_node_per_colocation_class_decides_as_every_node(variant, rng):
-    """Without preemption: its search keeps one node per class of the what-if capacity
-    (running jobs gone), then prefers the fewest GPUs taken from running jobs, which nodes
-    of one such class need not share, so there one node per class may choose other
-    victims than every node would (before issue 17's change too)."""
+def test_one_node_per_colocation_class_decides_as_every_node(variant, preemption, rng):
+    """Preemption included: its search prefers the fewest GPUs taken from running jobs, so
+    its classes are of the what-if capacity and the free GPUs now together (before session
+    29 the what-if capacity alone, and one node per class could choose other victims)."""
     snap = co_located_snapshot(rng)
-    profile = replace(lif_profile(variant), preemption=False)
+    profile = replace(lif_profile(variant), preemption=preemption)
     assert decide(profile, snap) == decide(profile, snap, every_node=True)

@@ -294,3 +294,19 @@ def test_filtering_plugins_disable_the_failed_size_shortcut():
     jobs = [pending(1, 8, model_type="vgg19"), pending(2, 12, model_type="vgg19", submit=1)]
     d = placed(run_cycle(snapshot(nodes, jobs), prof))
     assert set(d) == {2}
+
+
+def test_preemption_takes_the_node_needing_fewest_victim_gpus_among_alike_nodes():
+    """nA and nB look alike once their running jobs are gone (8 free GPUs each), but nA
+    needs vX's 4 GPUs and vM's, nB only vM's (its other 4 are free). Found by hypothesis: the
+    search kept one node per class of the what-if capacity, nA, and preempted both."""
+    from slurm_marl.domain import JobState
+    prof = profile({"consolidate": 1.0}, preemption=True)
+    nodes = [node("nA"), node("nB")]
+    v_m = running(10, {"nA": (4, 5, 6, 7), "nB": (4, 5, 6, 7)}, submit=10.0)
+    v_x = running(11, {"nA": (0, 1, 2, 3)}, submit=20.0)      # ranked lowest: added first
+    job = Job(job_id=1, partition="gpu", state=JobState.PENDING, gpus_per_node=8,
+              node_count=1, submit_time_s=0.0, queue_since_s=0.0)
+    decisions = run_cycle(snapshot(nodes, [v_m, v_x, job]), prof)
+    assert [d.job_id for d in kinds(decisions, "Preempt")] == [10]
+    assert placed(decisions)[1].nodes == ("nB",)

@@ -41,7 +41,8 @@ class CyclePolicy(Protocol):
     def rank(self, jobs: Sequence[Job], now_s: float) -> list[RankedJob]: ...
 
     def generate(self, job: Job, state: CycleState, cap: Capacity,
-                 flags: tuple[bool, bool, bool] | None = None) -> list[Candidate]: ...
+                 flags: tuple[bool, bool, bool] | None = None,
+                 alike_in: Capacity | None = None) -> list[Candidate]: ...
 
     def score(self, job: Job, cands: list[Candidate], state: CycleState) -> tuple: ...
 
@@ -135,7 +136,11 @@ class Preemption:
                 added.append(victim)
                 if free_now < total:
                     continue
-                cands = policy.generate(job, state, overlay)
+                # One node per class of alike nodes on the what-if capacity *and* the free
+                # GPUs now: the rule below prefers the fewest GPUs taken from running jobs,
+                # which the free GPUs now decide (nodes alike on the overlay alone need not
+                # agree: 4 free + a 4-GPU victim, or 8 GPUs of victims).
+                cands = policy.generate(job, state, overlay, alike_in=state.free)
                 if not cands:
                     continue
                 # Fewest GPUs taken from running jobs first, then the plugins' preference.

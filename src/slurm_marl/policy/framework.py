@@ -284,10 +284,12 @@ class Policy:
                 any(p.reads_host for p in plugins))
 
     def generate(self, job: Job, state: CycleState, cap,
-                 flags: tuple[bool, bool, bool] | None = None) -> list[Candidate]:
-        """The job's candidates on capacity ``cap``, deduplicated as its plugins allow."""
+                 flags: tuple[bool, bool, bool] | None = None, alike_in=None
+                 ) -> list[Candidate]:
+        """The job's candidates on capacity ``cap``, deduplicated as its plugins allow (and,
+        with ``alike_in``, by that capacity too: ``generate_candidates``)."""
         return generate_candidates(job, state, cap, dedupe=(
-            self._dedupe_for(job, state) if flags is None else flags))
+            self._dedupe_for(job, state) if flags is None else flags), alike_in=alike_in)
 
     def _best(self, job: Job, state: CycleState, cap):
         flags = self._dedupe_for(job, state)
