@@ -291,3 +291,50 @@ def test_build_agent_loads_each_partitions_profile_and_names_a_bad_one(tmp_path)
     with pytest.raises(ProfileError, match=r"agent.partition_profiles.cpu: unknown profile"):
         build_agent(parse_config({"agent": {**base,
                                             "partition_profiles": {"cpu": "no-such"}}}))
+
+
+def test_a_job_demoted_this_cycle_can_be_preempted_from_a_second_partition_on_its_node(
+        tmp_path):
+    """Tiresias: a running job demoted this cycle sits at the tail of its new queue, behind
+    that queue's waiting jobs, which may preempt it. Partition "cpu" shares n1 with "gpu";
+    the policy's queue lists serve both. Settled view by view, "gpu"'s view entered J in
+    queue 1 and "cpu"'s view, which sees J too, moved it ahead of W at once, so W (queue
+    1, waiting in "cpu") could not preempt it."""
+    from slurm_marl.policy.framework import build_policy
+    from slurm_marl.policy.profile import load_profile
+    cfg = parse_config({"agent": {"state_dir": str(tmp_path), "shadow": True,
+                                  "managed_partitions": ["gpu", "cpu"],
+                                  "preempt_partitions": ["gpu", "cpu"]}})
+    src = FakeClusterSource(None)
+    a = Agent(cfg, src, FakeDecisionSink(), Store(tmp_path / "s.sqlite"),
+              build_policy(load_profile("las-consolidate")))
+    n1 = replace(NODES[0], partitions=("gpu", "cpu"))
+
+    def at(now, jobs):
+        used = {i for j in jobs if j.state is JobState.RUNNING for _, g in j.gpu_alloc
+                for i in g}
+        src.snap = ClusterSnapshot(now, (replace(n1, used_gpu_indices=frozenset(used)),
+                                         NODES[1]), tuple(jobs), PARTS)
+        report = a.cycle()
+        assert report.error is None, report.error
+        return report
+
+    def w_job(state, **kw):
+        return Job(7, name="w", user="u", partition="cpu", gpus_per_node=4, node_count=1,
+                   submit_time_s=0.0, state=state, **kw)
+
+    def j_job(start):
+        return Job(8, name="j", user="u", partition="gpu", gpus_per_node=4, node_count=1,
+                   submit_time_s=100.0, state=JobState.RUNNING, start_time_s=start,
+                   nodes=("n1",), gpu_alloc=(("n1", (0, 1, 2, 3)),))
+
+    # W ran 900 s on n1's 4 GPUs (3,600 GPU-s: queue 1), then was requeued
+    at(1000.0, [w_job(JobState.RUNNING, start_time_s=100.0, nodes=("n1",),
+                      gpu_alloc=(("n1", (0, 1, 2, 3)),))])
+    # J took n1 (2,000 GPU-s by 1,500: queue 0); W waits in queue 1
+    report = at(1500.0, [w_job(JobState.PENDING, restart_count=1), j_job(1000.0)])
+    assert not [d for d in report.decisions if isinstance(d, Preempt)]
+    # J passes 3,250 GPU-s: demoted to queue 1, behind W, which preempts it
+    report = at(1900.0, [w_job(JobState.PENDING, restart_count=1), j_job(1000.0)])
+    assert [d.job_id for d in report.decisions if isinstance(d, Preempt)] == [8]
+    assert [d.job_id for d in report.decisions if isinstance(d, Place)] == [7]

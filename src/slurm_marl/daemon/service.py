@@ -227,8 +227,10 @@ class Agent:
         # each partition's order, planned apart
         orders: list[tuple[str, list[SetPriority]]] = []
         views = partition_views(held, managed)
+        decidable = {part: self._decidable(views[part]) for part in managed}
+        self._settle_orders(decidable, held.time_s)
         for part in managed:
-            view = self._decidable(views[part])
+            view = decidable[part]
             report.pending += len(view.pending)
             report.running += len(view.running)
             order: list[SetPriority] = []
@@ -277,6 +279,21 @@ class Agent:
             [(r.decision, r.status.value, r.message) for r in results]
             + [(d, "planned", "waits; nothing written") for d in advice]
             + [(d, "planned", "order kept; no write needed") for d in kept])
+
+    def _settle_orders(self, views: dict[str, ClusterSnapshot], now_s: float) -> None:
+        """Each policy's order state (Tiresias' queue lists) settled once a cycle over the
+        jobs of all the partitions it decides, as the simulator settles its one snapshot
+        (``Policy.settle_order``); a policy without such state is left alone."""
+        groups: dict[int, tuple[object, dict[int, Job]]] = {}
+        for part, view in views.items():
+            policy = self.partition_policies.get(part, self.policy)
+            jobs = groups.setdefault(id(policy), (policy, {}))[1]
+            for job in view.jobs:
+                jobs.setdefault(job.job_id, job)
+        for policy, jobs in groups.values():
+            settle = getattr(policy, "settle_order", None)
+            if settle is not None:
+                settle(tuple(jobs.values()), now_s)
 
     def _shadow_changes(self, decisions: list[Decision], snap: ClusterSnapshot
                         ) -> list[Decision]:

@@ -88,6 +88,7 @@ class Policy:
         self._monotone = not any(p.filters for p, _ in self.place)
         # Reuse of the last cycle's preemptions and placements (module docstring).
         self.reuse_decisions = False
+        self._settled_at: float | None = None    # settle_order's time, if it was called
         self._pure = all(p.pure for p, _ in self.place)
         self._reuse: dict[tuple, tuple[tuple, list[Decision]]] = {}
         self.reused_cycles = 0
@@ -118,10 +119,21 @@ class Policy:
         return nxt
 
     # -- the cycle -----------------------------------------------------------------------
+    def settle_order(self, jobs: Sequence[Job], now_s: float) -> None:
+        """Bring the order plugin's state kept across cycles (``CycleAwareOrder``: Tiresias'
+        queue lists) up to ``now_s`` over ``jobs``, for a caller that decides one cycle in
+        several views (the daemon: a partition at a time); ``run_cycle`` at that time then
+        does not do it again. Done view by view, a running job seen by two views (on nodes
+        of two partitions) would be moved twice in one cycle: a job demoted this cycle would
+        leave the tail of its new queue before the second view is decided."""
+        if self._begin_cycle is not None:
+            self._begin_cycle(jobs, now_s)
+            self._settled_at = now_s
+
     def run_cycle(self, snapshot: ClusterSnapshot) -> list[Decision]:
         now = snapshot.time_s
         profile = self.profile
-        if self._begin_cycle is not None:
+        if self._begin_cycle is not None and self._settled_at != now:
             self._begin_cycle(snapshot.jobs, now)
         pending = [j for j in snapshot.jobs if j.state is PENDING]
         ranked = self.rank(pending, now)
