@@ -81,7 +81,6 @@ class Policy:
         # candidates for such a job are generated as that plugin needs them.
         self._delegates = tuple(isinstance(p, Delegating) for p, _ in self.place)
         self._delegating = any(self._delegates)
-        self._place_keys = tuple(p.key for p, _ in self.place)
         self._proposers = tuple(p.propose for p, _ in self.place if isinstance(p, Proposer))
         # "A job of size s found no room, so a larger alike job will not either" holds only
         # when no plugin filters candidates (a filter may accept a larger job's shape).
@@ -273,6 +272,11 @@ class Policy:
         plugin answers may change as it decides (an agent looks at the job)."""
         if not self._delegating or state.what_if:
             return self.place
+        return self._resolved(job, state)
+
+    def _resolved(self, job: Job, state: CycleState) -> tuple[tuple[PlacePlugin, float], ...]:
+        """The place plugins with their weights, each delegating one replaced by the plugin
+        it hands this job to (``plugin_for``)."""
         return tuple((p.plugin_for(job, state) if delegates else p, w)
                      for (p, w), delegates in zip(self.place, self._delegates))
 
@@ -289,8 +293,7 @@ class Policy:
         if not self._delegating:
             return state.dedupe_nodes, state.dedupe_colocation, state.dedupe_host
         # what-if questions included: candidates come as the job's own decider needs them
-        plugins = [p.plugin_for(job, state) if delegates else p
-                   for (p, _), delegates in zip(self.place, self._delegates)]
+        plugins = [p for p, _ in self._resolved(job, state)]
         return (not any(p.node_specific for p in plugins),
                 any(p.needs_colocation for p in plugins),
                 any(p.reads_host for p in plugins))
