@@ -1,8 +1,10 @@
-"""Where the shared public data lives (Philly and Tiresias traces, Gavel measurements).
+"""Where the public data lives (Philly and Tiresias traces, Gavel measurements, reference runs).
 
-Looked up in ``$SLURM_MARL_DATA`` if set, else ``../shared/data`` next to the repository
-(the layout of the development machines and CI), else ``../shared/data`` from the current
-directory. Missing data is a clear error, never a silent skip.
+The data ships inside the package, in ``slurm_marl/data/public`` (its README says what each
+file is, with its licence): a clone or an installed wheel has it. ``$SLURM_MARL_DATA``, when
+set, points the lookup at another folder with the same layout (``traces/``,
+``interference/``, ``reference/``) instead. Missing data is a clear error, never a silent
+skip.
 """
 
 from __future__ import annotations
@@ -11,31 +13,25 @@ import os
 from pathlib import Path
 
 ENV_VAR = "SLURM_MARL_DATA"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+BUNDLED = Path(__file__).resolve().parent / "data" / "public"
 
 
 class DataNotFound(FileNotFoundError):
     pass
 
 
-def _candidates() -> list[Path]:
-    return [REPO_ROOT.parent / "shared" / "data", Path.cwd().parent / "shared" / "data",
-            Path.cwd() / ".." / ".." / "shared" / "data"]
-
-
 def data_dir() -> Path:
+    """``$SLURM_MARL_DATA`` if set, else the data shipped in the package."""
     env = os.environ.get(ENV_VAR)
     if env:
         path = Path(env).expanduser()
         if not path.is_dir():
             raise DataNotFound(f"${ENV_VAR} points to {path}, which is not a directory")
         return path
-    for path in _candidates():
-        if path.is_dir():
-            return path.resolve()
-    raise DataNotFound(
-        f"shared data not found: set ${ENV_VAR} to the folder holding traces/ and "
-        f"interference/ (looked in {', '.join(str(p) for p in _candidates())})")
+    if not BUNDLED.is_dir():
+        raise DataNotFound(f"the package's data folder {BUNDLED} is missing (a broken "
+                           f"install?); reinstall slurm-marl or set ${ENV_VAR}")
+    return BUNDLED
 
 
 def data_file(relative: str) -> Path:

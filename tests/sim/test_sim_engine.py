@@ -8,6 +8,7 @@ from slurm_marl.policy.framework import Policy, build_policy
 from slurm_marl.policy.interference import FittedEstimator
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.sim.cluster import parse_cluster
+from slurm_marl import shared_data
 from slurm_marl.shared_data import ENV_VAR, DataNotFound, data_dir, data_file
 from slurm_marl.sim.engine import FINISH, Simulator
 from slurm_marl.sim.jobs import SimulationError
@@ -176,6 +177,22 @@ def test_data_dir_honours_the_environment(monkeypatch, tmp_path):
         data_file("traces/none.csv")
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "nowhere"))
     with pytest.raises(DataNotFound, match=ENV_VAR):
+        data_dir()
+
+
+def test_data_dir_defaults_to_the_data_shipped_in_the_package(monkeypatch, tmp_path):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    package = Path(shared_data.__file__).resolve().parent
+    assert data_dir() == package / "data" / "public"
+    for name in ("traces/philly.csv", "traces/tiresias_60_job.csv",
+                 "traces/tiresias_yarn_gput1000.csv", "interference/gavel_pairwise_colocation.csv",
+                 "interference/gavel_simulation_throughputs.json",
+                 "reference/tiresias_windows.md"):
+        assert data_file(name).is_relative_to(package)
+    monkeypatch.chdir(tmp_path)                      # the current directory plays no part
+    assert data_dir() == package / "data" / "public"
+    monkeypatch.setattr(shared_data, "BUNDLED", tmp_path / "gone")
+    with pytest.raises(DataNotFound, match="data folder .* is missing"):
         data_dir()
 
 

@@ -52,7 +52,7 @@ def test_example_config_is_valid_and_documents_every_key():
     from dataclasses import fields
     from slurm_marl.daemon import config as C
 
-    example = Path(__file__).parents[2] / "systemd" / "config.example.toml"
+    example = Path(__file__).parents[2] / "src/slurm_marl/data/systemd/config.example.toml"
     cfg = load_config(example)
     assert cfg == C.Config(source=str(example))  # the example shows the defaults
     text = example.read_text()

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-UNIT = Path(__file__).parents[2] / "systemd" / "slurm-marl.service"
+UNIT = Path(__file__).parents[2] / "src/slurm_marl/data/systemd/slurm-marl.service"
 
 
 def test_unit_file_verifies(tmp_path):

@@ -1,7 +1,8 @@
 """The agent's TOML configuration (``/etc/slurm-marl/config.toml``), validated at start.
 
-Every key is documented in ``systemd/config.example.toml``; an unknown key, a wrong type or
-an out-of-range value is an error naming the file and the key, never a silent default.
+Every key is documented in ``src/slurm_marl/data/systemd/config.example.toml`` (shipped in
+the package too); an unknown key, a wrong type or an out-of-range value is an error naming
+the file and the key, never a silent default.
 """
 
 from __future__ import annotations
