@@ -22,7 +22,7 @@ import torch
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reward-model", required=True)
-    ap.add_argument("--trace", default="../shared/data/traces/philly.csv")
+    ap.add_argument("--trace", default=None, help="default: the bundled Philly trace")
     ap.add_argument("--window", required=True)
     ap.add_argument("--cluster", default="4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b")
     ap.add_argument("--interference", default="high")
@@ -38,7 +38,9 @@ def main() -> None:
     from slurm_marl.train.cli import _load_cluster_and_jobs
     from slurm_marl.train.env import PlacementEnv
     from slurm_marl.train.acting import run_episodes
+    from slurm_marl.shared_data import data_file
 
+    args.trace = args.trace or str(data_file("traces/philly.csv"))
     model = InterferenceModel.load(args.reward_model)
     cluster, (jobs,) = _load_cluster_and_jobs(args.trace, [args.window], args.cluster)
     env = PlacementEnv(cluster, [jobs], model, strength=args.interference,

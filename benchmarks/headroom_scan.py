@@ -31,7 +31,9 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-TRACE = "/work/shared/data/traces/philly.csv"
+from slurm_marl.shared_data import data_file  # noqa: E402 (after the thread setting)
+
+TRACE = str(data_file("traces/philly.csv"))
 CLUSTER = "4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b"
 # Excluded (used before): 6c71a0 0:2400 and 4800:9600, b436b2 0:800, 0e4a51 all,
 # 7f04ca all, 103959 0:800. Left out for time: 6214e9 rows 5000, 20000, 25000 (loads 8.3,

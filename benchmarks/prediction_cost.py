@@ -23,7 +23,9 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-TRACE = "/work/shared/data/traces/philly.csv"
+from slurm_marl.shared_data import data_file  # noqa: E402 (after the thread setting)
+
+TRACE = str(data_file("traces/philly.csv"))
 
 
 def main(argv=None) -> int:

@@ -27,7 +27,9 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-TRACE = "/work/shared/data/traces/philly.csv"
+from slurm_marl.shared_data import data_file  # noqa: E402 (after the thread setting)
+
+TRACE = str(data_file("traces/philly.csv"))
 CLUSTER = "4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b"
 WINDOWS = [f"vc={vc},rows={a}:{a + 800}" for vc, a in [
     ("6214e9", 10000), ("6214e9", 15000), ("6214e9", 30000), ("6c71a0", 4000),

@@ -1,9 +1,9 @@
 """This simulator against Tiresias' own on the reference Philly windows, side by side.
 
-For every window and cluster of ../shared/data/reference/tiresias_windows.md and every
-schedule (fifo, dlas-gpu, shortest-gpu), runs the matching profile (slurm_marl.sim.fidelity)
-and prints Tiresias' average JCT, ours, the ratio, how many jobs end within 1% (or 1 s) of
-Tiresias' time, and preemptions. With ``--variants`` it also runs dlas-gpu with the
+For every window and cluster of src/slurm_marl/data/public/reference/tiresias_windows.md
+and every schedule (fifo, dlas-gpu, shortest-gpu), runs the matching profile
+(slurm_marl.sim.fidelity) and prints Tiresias' average JCT, ours, the ratio, how many jobs end
+within 1% (or 1 s) of Tiresias' time, and preemptions. With ``--variants`` it also runs dlas-gpu with the
 ``running_first`` in-queue order (this project's order before it reproduced Tiresias').
 
     python benchmarks/tiresias_fidelity.py [--variants] [--json]

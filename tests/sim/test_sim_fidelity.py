@@ -1,10 +1,10 @@
 """Fidelity against the Tiresias simulator's own figures.
 
-tiresias_60_job.csv (shared/data/README.md) and the Philly windows of
-reference/tiresias_windows.md: placement by GPU count only (jobs may split across nodes), no
-interference; average JCT within 5% (60 jobs) and 1% (windows) of Tiresias' fifo, dlas-gpu
-and shortest-gpu, and job for job. Needs the shared data (fails, naming where it looked, if
-it is missing).
+tiresias_60_job.csv and the Philly windows of reference/tiresias_windows.md (both in
+src/slurm_marl/data/public, whose README has the reference figures): placement by GPU count
+only (jobs may split across nodes), no interference; average JCT within 5% (60 jobs) and 1%
+(windows) of Tiresias' fifo, dlas-gpu and shortest-gpu, and job for job. Reads the data
+shipped in the package (fails, naming the missing file, if it is not there).
 """
 
 import pytest
@@ -30,8 +30,8 @@ def test_average_jct_matches_tiresias(cluster, profile):
 
 
 # -- Larger Philly windows against Tiresias' simulator, job for job ----------------------------
-# (../shared/data/reference/tiresias_windows.md). The first two windows demote and preempt a
-# thousand times; the last two are light. fifo and shortest-gpu agree job for job; under
+# (src/slurm_marl/data/public/reference/tiresias_windows.md). The first two windows demote
+# and preempt a thousand times; the last two are light. fifo and shortest-gpu agree job for job; under
 # dlas-gpu a one-second difference (Tiresias truncates times to integers and wakes late for
 # multi-GPU demotions) changes which job a preemption hits, and from there single jobs
 # diverge while the average stays within 0.2%.

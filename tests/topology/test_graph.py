@@ -1,5 +1,5 @@
 """Graph builder on the project's test cluster: 4 nodes x 2 sockets x 4 GPUs, two leaves
-under one spine (SLURM_NOTES.md, "A configuration that worked")."""
+under one spine (tests/data/topology/testcluster, as src/slurm_marl/testcluster writes it)."""
 
 import json
 import sys

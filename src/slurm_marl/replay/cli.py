@@ -175,7 +175,7 @@ def render(report: dict, console: Console) -> None:
 
 
 def replay(trace: Annotated[Optional[Path], typer.Option(
-               help="trace CSV (default: Philly from ../shared/data)")] = None,
+               help="trace CSV (default: the Philly trace shipped in the package)")] = None,
            window: str = typer.Option(DEFAULT_WINDOW, help="trace window (vc=, rows=A:B)"),
            speedup: float = typer.Option(60.0, min=1.0, help="time compression factor"),
            nodes: int = typer.Option(8, min=2, max=32),

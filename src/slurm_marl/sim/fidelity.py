@@ -1,6 +1,6 @@
 """This simulator against Tiresias' own, on the reference Philly windows.
 
-The reference (``reference/tiresias_windows.md`` in the shared data folder) holds, per window
+The reference (``reference/tiresias_windows.md`` in the package's data folder) holds, per window
 and cluster, what Tiresias' simulator (SymbioticLab/Tiresias ``simulator/run_sim.py``, run
 unmodified but for a Python 3 port) gave for ``fifo``, ``dlas-gpu`` and ``shortest-gpu`` with
 placement ``count``, job by job. ``compare`` runs the same window through ``simulate`` with

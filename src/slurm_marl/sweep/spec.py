@@ -1,7 +1,7 @@
 """A sweep: the cross product windows x interference strengths x profiles x seeds (x prediction
 errors) over one trace and one simulated cluster, read from a TOML file.
 
-    trace = "traces/tiresias_60_job.csv"   # absolute, beside this file, or in the shared data
+    trace = "traces/tiresias_60_job.csv"   # absolute, beside this file, or a bundled one
     cluster = "2x1x4"                      # as `slurm-marl simulate --cluster`
     windows = ["rows=0:30", "rows=30:60"]  # optional; default: the whole trace
     strengths = ["none", "high"]
@@ -167,7 +167,7 @@ def _trace(where: _Where, value, folder: Path) -> str:
         found = shared.resolve() if shared.is_file() else None
     if found is None:
         where.fail("trace", f"{value} not found (absolute, beside the sweep file, or under "
-                            "the shared data folder)")
+                            "a name in the data folder such as traces/philly.csv)")
     return str(found)
 
 
