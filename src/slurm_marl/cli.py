@@ -56,6 +56,30 @@ def _register() -> None:
 _register()
 
 
+def version_text() -> str:
+    """The installed distribution's version (``slurm-marl --version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return f"slurm-marl {version('slurm-marl')}"
+    except PackageNotFoundError:
+        import slurm_marl
+        return (f"slurm-marl {slurm_marl.__version__} (not installed: no package metadata; "
+                f"running from {os.path.dirname(slurm_marl.__file__)})")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version,
+                                          is_eager=True, help="Print the version and exit.")
+             ) -> None:
+    """Scheduling agent for Slurm GPU clusters (Tiresias + learned placement)."""
+
+
 def main() -> None:
     logging.basicConfig(level=os.environ.get("SLURM_MARL_LOG", "INFO"),
                         format="%(levelname)s %(name)s: %(message)s")

@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from slurm_marl.console import output_console
 from slurm_marl.testcluster.versions import OPTION_HELP as VERSION_HELP
 
 DEMO_WINDOW = "vc=6214e9,rows=8870:8950"
@@ -103,7 +104,7 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
     from slurm_marl.testcluster import HarnessError
     from slurm_marl.testcluster.versions import requested
 
-    console = Console(stderr=json_output)
+    console = output_console(stderr=json_output)
     try:
         version = requested(slurm_version)
         trace = data_file("traces/philly.csv")

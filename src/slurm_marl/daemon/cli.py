@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from slurm_marl.console import output_console
 
 ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", "-c", help="agent config (default /etc/slurm-marl/config.toml)")]
@@ -133,7 +134,7 @@ def decisions(config: ConfigOpt = None, store: StoreOpt = None,
         answer = r["status"] + (f": {r['message']}" if r["message"] else "")
         table.add_row(format_time(r["time_s"]), str(r["cycle"]), str(r["job_id"]), describe_decision(r),
                       r["plugin"] or "", r["reason"] or "", answer)
-    Console().print(table)
+    output_console().print(table)
 
 
 def explain(job_id: int, config: ConfigOpt = None, store: StoreOpt = None,
@@ -156,7 +157,7 @@ def explain(job_id: int, config: ConfigOpt = None, store: StoreOpt = None,
         json.dump(info, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return
-    con = Console()
+    con = output_console()
     con.print(f"[bold]job {job_id}[/]")
     if rec:
         con.print(f"  user {rec.user}, name {rec.name}, partition {rec.partition}, "
@@ -202,7 +203,7 @@ def queues(config: ConfigOpt = None, store: StoreOpt = None,
         table.add_row(str(r.queue if r.queue is not None else "-"), str(r.job_id), r.user,
                       str(r.num_gpus), f"{r.attained_gpu_s:.0f}", format_time(r.queue_since_s),
                       str(r.preemptions))
-    Console().print(table)
+    output_console().print(table)
 
 
 def status(config: ConfigOpt = None, store: StoreOpt = None,

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from slurm_marl.console import output_console
 from slurm_marl.testcluster.versions import OPTION_HELP as VERSION_HELP
 
 DEFAULT_WINDOW = "vc=6214e9,rows=8750:8950"
@@ -204,7 +205,7 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
 
     trace = trace or data_file("traces/philly.csv")
     modes = ("slurm", "agent") if mode == "both" else (mode,)
-    console = Console(stderr=json_output)
+    console = output_console(stderr=json_output)
     for what, path in (("interference model", interference_model),
                        ("GPU-time model", gpu_time_model), ("history", history)):
         if path is not None and not path.exists():

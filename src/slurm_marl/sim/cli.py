@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
     TimeElapsedColumn
 from rich.table import Table
 
+from slurm_marl.console import output_console
 from slurm_marl.policy.profile import ProfileError, load_profile
 from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
 from slurm_marl.sim.jobs import SimulationError
@@ -164,9 +165,9 @@ def simulate(
     for key, value in run.summary.items():
         table.add_row(key, "-" if value is None else f"{value:,}" if isinstance(
             value, (int, float)) else str(value))
-    Console().print(table)
+    output_console().print(table)
     if out is not None:
-        Console().print(f"wrote {out}/summary.json, jobs.csv, jct_cdf.png"
+        output_console().print(f"wrote {out}/summary.json, jobs.csv, jct_cdf.png"
                         + (", samples.jsonl" if samples else ""))
 
 
@@ -224,7 +225,7 @@ def compare(
     for strength, series in cdfs.items():
         plots.append(plot_dir / f"jct_cdf_{strength}.png")
         plot_jct_cdf(plots[-1], series, f"{trace.name} {window or ''} on {cluster}, {strength}")
-    Console(stderr=as_json).print("wrote " + ", ".join(str(p) for p in plots)
+    output_console(stderr=as_json).print("wrote " + ", ".join(str(p) for p in plots)
                                   + (f" and {out}/compare.json" if out is not None else ""))
     if as_json:
         print(json.dumps(doc, indent=2))
@@ -240,7 +241,7 @@ def compare(
                      and x["interference"] == s)
             row.append(f"{r['avg_jct_s']:,.0f}" if r["avg_jct_s"] is not None else "-")
         table.add_row(*row)
-    Console().print(table)
+    output_console().print(table)
     detail = Table(title="details (seconds)")
     columns = (("profile", "profile"), ("interference", "strength"), ("avg_jct_s", "avg JCT"),
                ("median_jct_s", "median"), ("p95_jct_s", "p95"),
@@ -251,7 +252,7 @@ def compare(
                           else "right")
     for r in results:
         detail.add_row(*[_cell(r[key], key) for key, _ in columns])
-    Console().print(detail)
+    output_console().print(detail)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.tree import Tree
 
+from slurm_marl.console import output_console
 from slurm_marl.topology.consistency import (NOTE, PROBLEM, Finding, check_files,
                                              compare_views, compress_hosts_ints)
 from slurm_marl.topology.errors import TopologyConfigError
@@ -172,7 +173,7 @@ def show(slurm_conf: Path | None = SlurmConfOption,
          probe_dir: Path | None = ProbeDirOption,
          json_output: bool = JsonOption) -> None:
     """Tree view: switch -> node -> socket / GPU group -> GPUs."""
-    console = Console()
+    console = output_console()
     try:
         slurm, topo, gres = load_files(slurm_conf, topology_conf, gres_conf)
         probes = load_probe_documents(probe_dir) if probe_dir else None
@@ -202,7 +203,7 @@ def check(slurm_conf: Path | None = SlurmConfOption,
           json_output: bool = JsonOption) -> None:
     """List inconsistencies: nodes in no switch, GRES counts vs gres.conf, GPUs without a
     socket, files vs live view. Exit code 1 when there is a problem."""
-    console = Console()
+    console = output_console()
     findings: list[Finding] = []
     live_diffs: list[str] = []
     try:

@@ -286,10 +286,11 @@ def probe(output_dir: Path, gres_conf: Path | None = None, slurm_conf: Path | No
 
 
 def print_probe_summary(document: dict, path: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from slurm_marl.console import output_console
+
+    console = output_console()
     nvml_state = "available" if document["nvml"]["available"] else \
         f"unavailable: {document['nvml']['error']}"
     console.print(f"[bold]{document['node']}[/bold]: {len(document['gpus'])} GPU(s), "

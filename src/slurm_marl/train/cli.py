@@ -18,6 +18,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from rich.table import Table
 
 from slurm_marl.colocation import POOR_VS_IDEAL
+from slurm_marl.console import output_console
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Train the interference (reward) model, the placement agents and "
@@ -129,8 +130,8 @@ def interference(
     for key in ("val_mae", "baseline_val_mae", "train_mae", "best_epoch", "train_samples",
                 "val_samples", "val_jobs"):
         table.add_row(key, str(doc[key]))
-    Console().print(table)
-    Console().print(f"wrote {pt} and {meta}")
+    output_console().print(table)
+    output_console().print(f"wrote {pt} and {meta}")
 
 
 def _load_cluster_and_jobs(trace: Path, windows: list[str], cluster: str):
@@ -279,8 +280,8 @@ def marl(
     table.add_column("value", justify="right")
     for key in ("updates", "env_steps", "episodes", "wall_s", "best_eval_avg_jct_s"):
         table.add_row(key, str(doc[key]))
-    Console().print(table)
-    Console().print(f"wrote {out}/policy.pt, policy.json, train_log.csv, training_curve.png")
+    output_console().print(table)
+    output_console().print(f"wrote {out}/policy.pt, policy.json, train_log.csv, training_curve.png")
 
 
 @app.command("thresholds")
@@ -366,14 +367,14 @@ def thresholds(
     for label, c in (("fixed (start)", result.start), ("learned", result.best)):
         table.add_row(f"{label}: {escape(c.knobs.describe())}",
                       *[f"{j:,.0f}" for j in c.jct_s])
-    Console().print(table)
+    output_console().print(table)
     if verdict is not None:
         ratio = "unfinished jobs" if verdict.ratio is None else f"{verdict.ratio:.3f}"
-        Console().print(
+        output_console().print(
             f"validation on {', '.join(verdict.windows)}: learned / fixed JCT {ratio}; "
             + ("learned knobs kept" if verdict.learned_kept else
                f"fixed knobs kept (a gain of at least {min_gain:.0%} is required)"))
-    Console().print(f"wrote {out}: {escape(knobs.describe())}")
+    output_console().print(f"wrote {out}: {escape(knobs.describe())}")
 
 
 def evaluate(
@@ -455,4 +456,4 @@ def evaluate(
             row.append(f"{r['vs_best_heuristic']:+.1%}" if r["vs_best_heuristic"] is not None
                        else "-")
         table.add_row(*row)
-    Console().print(table)
+    output_console().print(table)
