@@ -56,6 +56,21 @@ def history_window(window: str, rows: int) -> str:
     return f"vc={win.cluster},rows={max(0, win.first_row - rows)}:{win.first_row}"
 
 
+def demo_inputs(window: str = DEMO_WINDOW, history_rows: int = HISTORY_ROWS):
+    """What the demo reads before it starts a cluster, all from the data shipped in the
+    package: the Philly trace, the jobs of its history window, and Gavel's measured pairs,
+    from which replayed Philly jobs get their model types (``sim.models.model_mix``). Returns
+    (trace path, history window, history jobs, model mix). A missing file is
+    ``DataNotFound``, a bad window ``TraceError``."""
+    from slurm_marl.shared_data import data_file
+    from slurm_marl.sim.models import model_mix
+    from slurm_marl.sim.traces import load_trace
+
+    trace = data_file("traces/philly.csv")
+    past = history_window(window, history_rows)
+    return trace, past, load_trace(trace, past), model_mix()
+
+
 def _show_decisions(store_path: Path, console: Console, title: str, limit: int = 9) -> None:
     from slurm_marl.daemon.cli import describe_decision, format_time
     from slurm_marl.daemon.store import Store
@@ -99,17 +114,15 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
                                        run_with_bar)
     from slurm_marl.replay.plan import plan_replay
     from slurm_marl.replay.runner import run_replay
-    from slurm_marl.shared_data import DataNotFound, data_file
-    from slurm_marl.sim.traces import TraceError, load_trace
+    from slurm_marl.shared_data import DataNotFound
+    from slurm_marl.sim.traces import TraceError
     from slurm_marl.testcluster import HarnessError
     from slurm_marl.testcluster.versions import requested
 
     console = output_console(stderr=json_output)
     try:
         version = requested(slurm_version)
-        trace = data_file("traces/philly.csv")
-        past = history_window(window, history_rows)
-        past_jobs = load_trace(trace, past)
+        trace, past, past_jobs, _ = demo_inputs(window, history_rows)
     except (DataNotFound, TraceError, HarnessError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
