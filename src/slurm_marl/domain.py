@@ -200,6 +200,15 @@ class Job:
     array_task_id: int | None = None
     # Why the agent leaves this job to Slurm (a request it cannot model), "" if it decides it.
     left_to_slurm: str = ""
+    # CPUs per GPU the user asked for (``--cpus-per-gpu``), 0 if none: Slurm then takes the
+    # job's CPUs beside its GPUs, so one GPU group may not hold them.
+    cpus_per_gpu: int = 0
+    # False for a running job the agent may not requeue (its partition is not one of the
+    # agent's preempt_partitions): the policy never picks it as a victim.
+    preemptible: bool = True
+    # Slurm holds this pending job (a user, an admin, or Slurm itself after a failed
+    # launch): the agent writes nothing to it until it is released.
+    held: bool = False
     # Scheduling state kept across cycles (daemon store or simulator).
     attained_gpu_s: float = 0.0
     last_run_s: float = 0.0

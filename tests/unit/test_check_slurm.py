@@ -11,7 +11,9 @@ from slurm_marl.slurm_integration.readiness import (check, gres_groups, parse_sh
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm" / "v22.05"
 CONFIG = (DATA / "scontrol_show_config.txt").read_text()
 NODES = (DATA / "scontrol_show_node.txt").read_text()
-GATE = "-- slurm-marl job_submit.lua\nlocal MARK = \"slurm-marl:v1\"\n"
+GATE = ("-- slurm-marl job_submit.lua\nlocal MARK = \"slurm-marl:v1\"\n"
+        "local ENFORCE_BINDING = false\n")
+OLD_GATE = GATE.replace("local ENFORCE_BINDING = false\n", "")
 
 
 def levels(checks):
@@ -91,17 +93,17 @@ def test_each_supported_version_reads_as_ready_but_for_gate_and_accounting(versi
     assert got["job_submit gate"] == got["accounting (slurmdbd)"] == "warn"
 
 
-def test_a_gate_rendered_for_another_slurm_is_named():
-    """A gate that forces GRES enforce-binding on 24.11+ gives each job its GPUs' whole
-    socket (measured): check-slurm says to render it again for this Slurm."""
+def test_a_gate_forcing_enforce_binding_is_named_on_every_version():
+    """A gate that forces GRES enforce-binding makes sbatch refuse what Slurm alone accepts
+    on 22.05 and gives each job its GPUs' whole socket on 24.11+ (measured): check-slurm
+    says to render it again, whatever the version."""
     cfg = dict(parse_show_config(CONFIG), JobSubmitPlugins="lua")
     newer = dict(cfg, SLURM_VERSION="24.11.5")
-    forcing = GATE + "local ENFORCE_BINDING = true\n"
-    lenient = GATE + "local ENFORCE_BINDING = false\n"
-    got = {c.name: c for c in check(newer, NODES, forcing, "root", None)}
-    assert got["job_submit gate"].level == "warn"
-    assert "whole socket" in got["job_submit gate"].advice
-    assert levels(check(newer, NODES, lenient, "root", None))["job_submit gate"] == "ok"
-    assert levels(check(newer, NODES, GATE, "root", None))["job_submit gate"] == "warn"
-    assert levels(check(cfg, NODES, forcing, "root", None))["job_submit gate"] == "ok"
-    assert levels(check(cfg, NODES, lenient, "root", None))["job_submit gate"] == "warn"
+    forcing = GATE.replace("ENFORCE_BINDING = false", "ENFORCE_BINDING = true")
+    for conf in (cfg, newer):
+        got = {c.name: c for c in check(conf, NODES, forcing, "root", None)}
+        assert got["job_submit gate"].level == "warn"
+        assert "whole socket" in got["job_submit gate"].advice
+        assert "refuse" in got["job_submit gate"].advice
+        assert levels(check(conf, NODES, GATE, "root", None))["job_submit gate"] == "ok"
+        assert levels(check(conf, NODES, OLD_GATE, "root", None))["job_submit gate"] == "warn"

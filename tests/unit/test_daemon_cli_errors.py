@@ -177,11 +177,11 @@ def test_real_entry_point_prints_one_line_for_a_bad_profile(tmp_path):
     assert not (tmp_path / "state").exists()
 
 
-def test_install_plugin_forces_enforce_binding_on_22_05_only(runner, tmp_path):
+def test_install_plugin_never_forces_enforce_binding(runner, tmp_path):
     cfg = tmp_path / "agent.toml"
     cfg.write_text(f'[slurm]\nslurm_conf = "{tmp_path / "slurm.conf"}"\n'
                    '[agent]\nmanaged_partitions = ["gpu"]\n')
-    for version, flag in (("24.11.5", "false"), ("22.05.8", "true")):
+    for version, flag in (("24.11.5", "false"), ("22.05.8", "false")):
         res = runner.invoke(app, ["install-plugin", "--config", str(cfg), "--print",
                                   "--slurm-version", version])
         assert res.exit_code == 0 and f"ENFORCE_BINDING = {flag}" in res.stdout

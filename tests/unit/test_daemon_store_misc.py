@@ -58,7 +58,7 @@ def test_job_submit_lua_rendering():
     text = render_job_submit_lua(["gpu", "a100"], 30, [1234], slurm_version="22.05.8")
     assert '["gpu"] = true, ["a100"] = true' in text
     assert "GRACE_S = 30" in text and "[0] = true, [1234] = true" in text
-    assert "ENFORCE_BINDING = true" in text
+    assert "ENFORCE_BINDING = false" in text
     assert "@" not in text.split("--]]", 1)[1]
     assert "ENFORCE_BINDING = false" in render_job_submit_lua(["gpu"], 30, [],
                                                               slurm_version="24.11.5")
@@ -69,12 +69,13 @@ def test_job_submit_lua_rendering():
         render_job_submit_lua(["gpu"], 0, [], slurm_version="22.05")
 
 
-def test_enforce_binding_only_on_22_05():
-    """From 24.11 on the flag makes every job take its GPUs' whole socket (measured)."""
+def test_enforce_binding_is_never_forced():
+    """Forced, 22.05 refused at sbatch what Slurm alone accepts, and 24.11+ gave every job
+    its GPUs' whole socket (measured): the gate forces it on no version."""
     from slurm_marl.slurm_integration.plugin import enforce_binding_for
 
-    assert enforce_binding_for("slurm 22.05.8") and enforce_binding_for("22.05")
-    for later in ("slurm-wlm 24.11.5", "26.05.5", "23.02.7", "slurm 25.11.0"):
+    for later in ("slurm 22.05.8", "22.05", "slurm-wlm 24.11.5", "26.05.5", "23.02.7",
+                  "slurm 25.11.0"):
         assert not enforce_binding_for(later)
     with pytest.raises(PluginError, match="cannot tell"):
         enforce_binding_for("unknown")

@@ -34,8 +34,8 @@ from slurm_marl.daemon.writes import (place_key, plan_writes, priority_writes,
                                       site_factor_writes)
 from slurm_marl.domain import (ACTIVE_STATES, ClusterSnapshot, Decision, EndReservation, Job,
                                JobState, Place, Preempt, Release, Reserve, SetPriority)
-from slurm_marl.slurm_integration.marker import (parse_marker, requested_gpu_fields,
-                                                 user_gpu_request)
+from slurm_marl.slurm_integration.marker import (marker_gpus_per_node, parse_marker,
+                                                 requested_gpu_fields, user_gpu_request)
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, SlurmError,
                                                 WriteResult, WriteStatus)
 from slurm_marl.slurm_integration.vocabulary import is_agent_reservation, unschedulable
@@ -150,6 +150,14 @@ class Agent:
         self._preempted: set[int] = set()
         self._resv_renewed: dict[str, float] = {}
         self._left_logged: set[int] = set()
+        # Jobs whose last write Slurm refused: job id -> (no write before, refusals in a
+        # row). A refusal that will not change (a job Slurm holds, a request it will not
+        # take) is retried with a doubling pause, not every cycle, and logged once.
+        self._refused: dict[int, tuple[float, int]] = {}
+        # Why a pending job is left alone this cycle (held, its user's begin time), and
+        # what was last recorded of that per job: recorded once per change for `explain`.
+        self._alone: dict[int, str] = {}
+        self._alone_recorded: dict[int, str] = {}
         self.last_report: CycleReport | None = None
         self.sampler = None
         if config.agent.progress_dir:
@@ -227,7 +235,7 @@ class Agent:
         # each partition's order, planned apart
         orders: list[tuple[str, list[SetPriority]]] = []
         views = partition_views(held, managed)
-        decidable = {part: self._decidable(views[part]) for part in managed}
+        decidable = {part: self._decidable(views[part], part) for part in managed}
         self._settle_orders(decidable, held.time_s)
         for part in managed:
             view = decidable[part]
@@ -238,14 +246,15 @@ class Agent:
             for d in policy.run_cycle(view):
                 if d.job_id in decided_jobs and not isinstance(d, Preempt):
                     continue  # a multi-partition job is decided by its first partition
-                if isinstance(d, Preempt) and part not in self.config.agent.preempt_partitions:
-                    continue
+                if isinstance(d, Preempt) and not self._may_requeue(part, snap.job(d.job_id)):
+                    continue  # the policy was told (Job.preemptible); kept as a last guard
                 decisions.append(d)
                 if isinstance(d, SetPriority):
                     order.append(d)
             orders.append((part, order))
             decided_jobs |= {d.job_id for d in decisions}
         report.decisions = decisions
+        self._record_alone(report.cycle, snap)
         # each ordered job's queue of the last cycle, before this cycle's are stored
         last_queue = {d.job_id: records[d.job_id].queue for d in decisions
                       if isinstance(d, SetPriority) and d.job_id in records}
@@ -253,6 +262,7 @@ class Agent:
                               if isinstance(d, SetPriority))
         writes, advice = self._translate(snap, decisions, orders)
         writes += left
+        writes = self._past_backoff(writes, snap.time_s)
         if self.config.agent.shadow:
             # What the agent would write, recorded when it changes (a decision equal but for
             # its reason to the last one recorded for its job is not recorded again): an
@@ -349,6 +359,10 @@ class Agent:
             if not any(p in managed for p in job.partition.split(",")):
                 continue
             marker = parse_marker(job.admin_comment)
+            if job.held:
+                # held by a user, an admin or Slurm itself: no write at all (a start time
+                # written to it would be refused, or outlive the hold)
+                continue
             if marker is not None and not job.num_gpus and requested_gpu_fields(marker):
                 # a GPU request emptied by an older agent's half-done re-pin: repaired by
                 # repair_half_done, never released without its GPUs
@@ -374,6 +388,19 @@ class Agent:
         if len(self._left_logged) > 100_000:
             self._left_logged.clear()
         return out
+
+    def _record_alone(self, cycle: int, snap: ClusterSnapshot) -> None:
+        """Record, once per change, why pending jobs were left alone this cycle (held, a
+        user's begin time), so ``explain`` says it; forget jobs no longer left alone."""
+        alone, self._alone = self._alone, {}
+        rows = []
+        for job_id, why in alone.items():
+            if self._alone_recorded.get(job_id) != why:
+                rows.append((Release(job_id, "slurm", why), "skipped", "nothing written"))
+                log.info("job %s: %s", job_id, why)
+        self._alone_recorded = alone
+        if rows:
+            self.store.record_decisions(cycle, snap.time_s, rows)
 
     def _sample_speeds(self, snap: ClusterSnapshot) -> None:
         """Observed speeds from jobs' progress reports (``agent.progress_dir``); a failure
@@ -433,17 +460,44 @@ class Agent:
             j.with_(model_type=sigs[j.job_id]) if j.job_id in sigs else j
             for j in acc.snapshot.jobs))
 
-    def _decidable(self, view: ClusterSnapshot) -> ClusterSnapshot:
-        """Leave out pending jobs the agent must not touch: held, waiting on a dependency,
-        or with a begin time the user set beyond the gate's grace."""
+    def _may_requeue(self, part: str, victim: Job | None) -> bool:
+        """Whether the agent may requeue ``victim`` for a job of ``part``: both partitions
+        are among ``preempt_partitions``, wherever the victim runs (a job of an unmanaged
+        partition on shared nodes is never requeued)."""
+        allowed = self.config.agent.preempt_partitions
+        return (victim is not None and part in allowed
+                and bool(victim.partition) and victim.partition in allowed)
+
+    def _decidable(self, view: ClusterSnapshot, part: str = "") -> ClusterSnapshot:
+        """Leave out pending jobs the agent must not touch: held (by anyone, Slurm
+        included), waiting on a dependency, before the begin time their user asked for (the
+        gate's marker keeps it), or with a begin time set beyond the gate's grace. Running
+        jobs outside ``preempt_partitions`` (or all, if ``part`` is not one) are marked
+        not preemptible. A job the agent narrowed to one GPU group (moving its request to
+        the per-job field) is read as the per-node request its user made (the marker)."""
         horizon = view.time_s + self.config.agent.grace_s + 2 * self.config.agent.interval_s
         keep = []
         pending = JobState.PENDING
+        allowed = self.config.agent.preempt_partitions
         for j in view.jobs:
             if j.state is pending:
-                if j.left_to_slurm or unschedulable(j.pending_reason):
+                if j.left_to_slurm:
+                    continue
+                if j.held or unschedulable(j.pending_reason):
+                    self._alone[j.job_id] = (
+                        f"held by Slurm ({j.pending_reason or 'priority 0'}): nothing written "
+                        "until it is released" if j.held else
+                        f"cannot run now ({j.pending_reason}): nothing written")
                     continue
                 marker = parse_marker(j.admin_comment)
+                if (marker is not None and marker.user_begin_s is not None
+                        and marker.user_begin_s > view.time_s):
+                    # the user's --begin: Slurm alone would not start it yet
+                    self._alone[j.job_id] = (
+                        "waits for its user's begin time "
+                        f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(marker.user_begin_s))}"
+                        ": the agent starts it no earlier")
+                    continue
                 if j.required_nodes:
                     # Slurm keeps the agent's ReqNodeList across a requeue; unless the user
                     # named nodes at submission, it is the agent's own pin, not a constraint
@@ -453,6 +507,13 @@ class Agent:
                 if j.gpu_type is not None and marker is not None \
                         and user_gpu_request(j)[1] is None:
                     j = j.with_(gpu_type=None)  # the agent's own earlier pin, not the user's
+                if (marker is not None and marker.per_node_request and j.gpus_per_job
+                        and not j.gpus_per_node):
+                    # the agent's own narrowing (TresPerJob, NumNodes=1-1): still the user's
+                    # per-node request, not a per-job one free to spread over nodes
+                    per_node = marker_gpus_per_node(marker)
+                    j = j.with_(gpus_per_node=per_node, gpus_per_job=0,
+                                node_count=max(1, j.gpus_per_job // per_node))
                 if (j.restart_count > 0 and j.job_id not in self._preempted
                         and j.eligible_time_s and j.eligible_time_s > view.time_s + 1):
                     continue  # requeued by Slurm (node failure...): Slurm's delay stands
@@ -461,6 +522,8 @@ class Agent:
                 if (j.eligible_time_s and j.eligible_time_s > horizon
                         and j.restart_count == 0):
                     continue
+            elif j.preemptible and (part not in allowed or j.partition not in allowed):
+                j = j.with_(preemptible=False)
             keep.append(j)
         return ClusterSnapshot(time_s=view.time_s, nodes=view.nodes, jobs=tuple(keep),
                                partitions=view.partitions, switches=view.switches)
@@ -487,7 +550,39 @@ class Agent:
             inflight_nodes={n for place, _ in self._inflight.values() for n in place.nodes},
             resv_renewed=self._resv_renewed)
 
+    REFUSED_PAUSE_MAX_S = 600.0
+
+    def _past_backoff(self, writes: list[Decision], now_s: float) -> list[Decision]:
+        """``writes`` but those to jobs whose last write was refused and whose pause is not
+        over (reservations are always ended)."""
+        if not self._refused:
+            return writes
+        for job_id in [j for j, (until, _) in self._refused.items()
+                       if until < now_s - self.REFUSED_PAUSE_MAX_S]:
+            del self._refused[job_id]   # long past: forgotten
+        return [d for d in writes if isinstance(d, EndReservation)
+                or self._refused.get(d.job_id, (0.0, 0))[0] <= now_s]
+
+    def _note_refusals(self, results: list[WriteResult], now_s: float) -> None:
+        ok = {r.decision.job_id for r in results if r.ok}
+        for job_id in ok:
+            self._refused.pop(job_id, None)
+        for r in results:
+            d = r.decision
+            if r.status is not WriteStatus.REFUSED or d.job_id in ok \
+                    or isinstance(d, (Reserve, EndReservation)):
+                continue
+            _, count = self._refused.get(d.job_id, (0.0, 0))
+            pause = min(self.REFUSED_PAUSE_MAX_S,
+                        max(1.0, self.config.agent.interval_s) * 2 ** count)
+            self._refused[d.job_id] = (now_s + pause, count + 1)
+            (log.warning if count == 0 else log.debug)(
+                "job %s: Slurm refused the agent's %s (%s); no write to it for %.0f s%s",
+                d.job_id, type(d).__name__, r.message, pause,
+                "" if count == 0 else f" (refusal {count + 1} in a row)")
+
     def _remember(self, results: list[WriteResult], snap: ClusterSnapshot) -> None:
+        self._note_refusals(results, snap.time_s)
         marks = []
         for r in results:
             d = r.decision

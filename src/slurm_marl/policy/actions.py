@@ -102,10 +102,11 @@ class Preemption:
             "starts now after preempting " + ",".join(str(v.job_id) for v in victims))
 
     def _lower(self, first: int) -> Iterator[Job]:
-        """Running jobs ranked from ``first`` down, lowest first, not yet preempted."""
+        """Running jobs ranked from ``first`` down, lowest first, not yet preempted and
+        preemptible (the daemon marks jobs outside its preempt partitions otherwise)."""
         for i in range(len(self._ranked) - 1, first - 1, -1):
             job = self._ranked[i].job
-            if job.job_id not in self.preempted:
+            if job.preemptible and job.job_id not in self.preempted:
                 yield job
 
     def _search(self, job: Job, lower: Iterable[Job], lower_gpus: int):

@@ -4,13 +4,18 @@ Written by ``job_submit.lua`` at submit time (or by the sink before its first re
 job whose GPU request was cleared mid-way through a two-step re-pin can always get its
 original request back. Format (no spaces, so it is one scontrol argument)::
 
-    slurm-marl:v1;tpn=gres:gpu:2;tpj=;req=
+    slurm-marl:v1;tpn=gres:gpu:2;tpj=;req=;beg=1795709171
 
 ``req`` is the node list the user asked for (``-w``), empty if none: the agent writes
 ``ReqNodeList`` itself when it places a job, and after a requeue it must know that such a
 list is its own pin, free to change, and not the user's constraint. Markers written before
 ``req`` existed parse with ``required_nodes=None`` (unknown: the list is kept as a
 constraint).
+
+``beg`` is the begin time the user asked for (``--begin``), in epoch seconds, empty if none:
+the gate moves every gated job's begin time to at least now + grace, and the agent starts a
+job early only within that grace, never before the user's own begin. Markers without it
+parse with ``user_begin_s=None``.
 
 The marker is appended after any text an admin put there, separated by ``|``.
 
@@ -33,10 +38,23 @@ class Marker:
     tres_per_node: str = ""
     tres_per_job: str = ""
     required_nodes: str | None = None
+    user_begin_s: float | None = None
 
     def render(self) -> str:
         req = "" if self.required_nodes is None else f";req={self.required_nodes}"
+        if self.user_begin_s is not None:
+            req += f";beg={int(self.user_begin_s)}"
         return f"{PREFIX};tpn={self.tres_per_node};tpj={self.tres_per_job}{req}"
+
+    @property
+    def per_node_request(self) -> bool:
+        """True when the user asked for GPUs per node only (``--gres``,
+        ``--gpus-per-node``): the agent may have moved the request to the per-job field
+        when it narrowed it to one GPU group, but the job remains a per-node request."""
+        per_node, bad1 = G.parse_gpu_request(self.tres_per_node)
+        per_job, bad2 = G.parse_gpu_request(self.tres_per_job)
+        return (not bad1 and not bad2 and G.total_gpus(per_node) > 0
+                and G.total_gpus(per_job) == 0)
 
     @property
     def user_gave_no_nodes(self) -> bool:
@@ -56,8 +74,10 @@ def parse_marker(admin_comment: str | None) -> Marker | None:
     for part in body.split(";")[1:]:
         key, _, value = part.partition("=")
         fields[key.strip()] = value.strip()
+    begin = fields.get("beg", "")
     return Marker(tres_per_node=fields.get("tpn", ""), tres_per_job=fields.get("tpj", ""),
-                  required_nodes=fields.get("req"))
+                  required_nodes=fields.get("req"),
+                  user_begin_s=float(begin) if begin.isdigit() else None)
 
 
 def with_marker(admin_comment: str | None, marker: Marker) -> str:
@@ -94,3 +114,10 @@ def requested_gpu_fields(marker: Marker) -> dict[str, str]:
         if value and not bad and G.total_gpus(reqs) > 0:
             fields[key] = value
     return fields
+
+
+def marker_gpus_per_node(marker: Marker) -> int:
+    """GPUs per node the user asked for (``tpn``), at least 1; for ``per_node_request``
+    markers."""
+    reqs, _ = G.parse_gpu_request(marker.tres_per_node)
+    return max(1, G.total_gpus(reqs))

@@ -20,6 +20,7 @@ from slurm_marl.slurm_integration.parse_nodes import (SCONTROL_NODES, SINFO, Nod
                                                       partitions_from_scontrol,
                                                       switches_from_scontrol)
 from slurm_marl.slurm_integration.runner import SlurmOutputError
+from slurm_marl.slurm_integration.vocabulary import held
 from slurm_marl.slurm_text import SlurmTextError, expand_host_field
 
 __all__ = ["JobsReader", "Layout", "NodesReader", "SCONTROL_NODES", "SINFO",
@@ -121,8 +122,21 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
         array_job_id=array_job_id,
         array_task_id=None if task is None else int(task),
         left_to_slurm=left_to_slurm,
+        cpus_per_gpu=_cpus_per_gpu(raw.get("cpus_per_tres")),
+        held=state is JobState.PENDING and held(str(raw.get("state_reason") or ""),
+                                                 int(num(raw.get("priority"), 1) or 0)),
     )
     return job, problems
+
+
+def _cpus_per_gpu(value: object) -> int:
+    """``--cpus-per-gpu`` from ``cpus_per_tres`` (``gres:gpu:4``, ``gres/gpu:4``), 0 if none
+    or unreadable."""
+    for item in str(value or "").split(","):
+        if "gpu" in item:
+            count = item.rsplit(":", 1)[-1].strip()
+            return int(count) if count.isdigit() else 0
+    return 0
 
 
 def unmodelable_reason(raw: dict, array_job_id: int, per_node, per_job,
@@ -133,6 +147,9 @@ def unmodelable_reason(raw: dict, array_job_id: int, per_node, per_job,
     if array_job_id:
         return "job array: arrays are left to Slurm (a write to the array id would pin " \
                "every task alike)"
+    if num(raw.get("het_job_id"), 0):
+        return ("heterogeneous job (hetjob): Slurm starts its components together; the "
+                "agent decides single jobs")
     if unparsed:
         return "GPU request the agent cannot parse"
     for key, option in (("tres_per_task", "--gpus-per-task"),

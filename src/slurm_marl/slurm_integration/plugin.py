@@ -14,18 +14,22 @@ class PluginError(ValueError):
 
 
 def enforce_binding_for(slurm_version: str) -> bool:
-    """Whether the gate forces ``--gres-flags=enforce-binding`` on this Slurm.
+    """Whether the gate forces ``--gres-flags=enforce-binding`` on this Slurm: never.
 
-    On 22.05 it keeps a job's CPUs on the socket of its GPUs (gres.conf ``Cores=``). From
-    24.11 on (measured on 24.11.5 and 26.05.5) the flag makes every job take *all* the
-    cores of its GPUs' socket: a 1-CPU, 1-GPU job got CPU_IDs=0-7, so one job ran per socket
-    and the others waited ("Resources", "ReqNodeNotAvail, May be reserved for other job").
-    Without it those versions still take the CPUs from the bound socket (CPU_IDs=0, then 1).
-    23.x was not measured; it is treated as the later versions."""
+    Forced, the flag changes what Slurm accepts, which the gate must not do. On 22.05 it made
+    ``sbatch`` refuse every request wanting more cores than its GPUs' socket has (``-c6
+    --gres=gpu:1``, ``--gres=gpu:2 -n8``, several GPU types: "Requested node configuration
+    is not available"), and slurmctld logged ``gres_min_cpus ... greater than avail_cpus``
+    for gated 1-CPU jobs. From 24.11 on (24.11.5, 26.05.5) it gave every job its GPUs'
+    whole socket, one job per socket. Without it, Slurm still takes a job's CPUs from the
+    socket of the GPUs the agent pinned while that socket has free cores (measured on
+    22.05.8 and 24.11: CPU_IDs on the pinned group's socket, tests/slurm/test_unchanged.py);
+    a job wanting more CPUs than that gets the rest from the other socket, as under Slurm
+    alone. The version is still checked: an unreadable one is an error."""
     m = re.search(r"(\d+)\.(\d+)", slurm_version or "")
     if m is None:
         raise PluginError(f"cannot tell the Slurm version from {slurm_version!r}")
-    return (int(m[1]), int(m[2])) < (23, 0)
+    return False
 
 
 def render_job_submit_lua(managed_partitions: list[str], grace_s: int,

@@ -121,11 +121,10 @@ def check(cfg: dict[str, str], node_lines: str, gate_text: str | None,
         out.append(Check(
             "job_submit gate", "warn",
             f"installed gate {'forces' if forces else 'does not force'} GRES "
-            f"enforce-binding, rendered for another Slurm than {version}",
-            "re-run `slurm-marl install-plugin` for this Slurm: "
-            + ("from 24.11 on enforce-binding gives every job its GPUs' whole socket "
-               "(one job per socket)" if forces else
-               "on 22.05 the gate forces it so a job's CPUs stay on its GPUs' socket")))
+            f"enforce-binding (an older slurm-marl's gate)",
+            "re-run `slurm-marl install-plugin`: a forced enforce-binding makes sbatch "
+            "refuse jobs wanting more cores than their GPUs' socket (22.05) and gives every "
+            "job its GPUs' whole socket (24.11 on)"))
     elif has_lua and gate_ok:
         out.append(Check("job_submit gate", "ok", "JobSubmitPlugins=lua, slurm-marl gate "
                          "installed"))

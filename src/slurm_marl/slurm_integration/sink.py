@@ -10,7 +10,9 @@
   on 22.05.8: typed->typed in the SAME field ADDS GPUs (the job ran with 4 instead of 2),
   untyped->typed in the same field is refused, typed->untyped is refused; the cross-field
   move replaces the request exactly (the old type stays with count 0). Only single-node
-  jobs whose user gave no GPU type are narrowed; everything else is pinned by nodes only.
+  jobs whose user gave no GPU type and no ``--cpus-per-gpu`` are narrowed (with CPUs per
+  GPU Slurm takes the CPUs beside the GPUs, and a group too small for them leaves the job
+  BadConstraints); everything else is pinned by nodes only.
   The written request is read back (``squeue -O``); a failed or odd read-back is
   reported, never "repaired" by further GPU writes.
 - Start: ``StartTime=now`` (the job was gated by job_submit.lua's begin time).
@@ -116,6 +118,13 @@ def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
     request, field, why = desired_gpu_request(place, snapshot, job)
     if request is None:
         return {}, why
+    if job.cpus_per_gpu:
+        # Slurm takes such a job's CPUs beside its GPUs: narrowed to one group, a job
+        # wanting more CPUs than that socket has free is left BadConstraints, pending
+        # forever (measured on 22.05.8 and 24.11: --cpus-per-gpu=4 --gres=gpu:2 on 4-core
+        # sockets), although it runs under Slurm alone over both sockets.
+        return {}, (f"--cpus-per-gpu={job.cpus_per_gpu}: its CPUs must sit beside its GPUs, "
+                    "which one GPU group may not allow; nodes pinned only")
     total = job.num_gpus
     user_total, user_type = user_gpu_request(job)
     if user_type is not None:

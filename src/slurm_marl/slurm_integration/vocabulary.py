@@ -13,10 +13,13 @@ RESERVATION_PREFIX = "slurm-marl-"
 MAX_PRIORITY = 4_294_967_293
 
 # Pending reasons that mean the job cannot run whatever the agent writes (prefixes: Slurm
-# also says e.g. JobHeldUser, JobHeldAdmin).
-UNSCHEDULABLE_REASONS = ("JobHeld", "Dependency", "DependencyNeverSatisfied", "BadConstraints",
-                         "PartitionDown", "PartitionInactive", "InvalidAccount", "InvalidQOS",
-                         "ReqNodeNotAvail, UnavailableNodes")
+# also says e.g. JobHeldUser, JobHeldAdmin; a job whose launch failed is held by Slurm as
+# launch_failed_requeued_held, one requeued by its own exit code as JobHoldMaxRequeue or
+# held with SPECIAL_EXIT).
+UNSCHEDULABLE_REASONS = ("JobHeld", "JobHold", "Dependency", "DependencyNeverSatisfied",
+                         "BadConstraints", "PartitionDown", "PartitionInactive",
+                         "InvalidAccount", "InvalidQOS", "ReqNodeNotAvail, UnavailableNodes",
+                         "launch_failed_requeued_held", "SPECIAL_EXIT", "SystemFailure")
 
 
 def reservation_name(job_id: int) -> str:
@@ -32,3 +35,11 @@ def is_agent_reservation(name: str | None) -> bool:
 def unschedulable(pending_reason: str) -> bool:
     """Whether a pending job's reason says it cannot run whatever the agent writes."""
     return pending_reason.startswith(UNSCHEDULABLE_REASONS)
+
+
+def held(pending_reason: str, priority: int) -> bool:
+    """Whether Slurm holds a pending job (by a user, an admin, or itself after a failed
+    launch): a held job has priority 0, whatever its reason says. The agent writes nothing
+    to it, not even a start time."""
+    return priority == 0 or pending_reason.startswith(
+        ("JobHeld", "JobHold", "launch_failed_requeued_held", "SPECIAL_EXIT"))
