@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from slurm_marl.console import output_console
 from slurm_marl.domain import ClusterSnapshot
 from slurm_marl.testcluster.versions import OPTION_HELP as VERSION_HELP
 
@@ -165,4 +166,4 @@ def snapshot(slurm_conf: Annotated[Optional[Path], typer.Option(
         json.dump(snapshot_to_json(snap), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render_snapshot(snap, Console())
+        render_snapshot(snap, output_console())
