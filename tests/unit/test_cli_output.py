@@ -48,7 +48,9 @@ def test_compare_piped_to_a_file_keeps_whole_headers(tmp_path):
     assert "las-consolidate" in text and "fifo-consolidate" in text
 
 
-def test_output_console_width():
+def test_output_console_width(monkeypatch):
+    # another test of the same worker may have left COLUMNS set (it then wins, as it should)
+    monkeypatch.delenv("COLUMNS", raising=False)
     piped = output_console(file=io.StringIO())
     assert piped.width == PIPED_WIDTH
 
