@@ -45,6 +45,22 @@ def gated_cluster(folder: Path, grace_s: int, **spec) -> Iterator["Cluster"]:
         local.down()
 
 
+def fast_las(threshold_gpu_s: int) -> str:
+    """A 2D-LAS profile with one tiny threshold, so a test sees demotion (and preemption)
+    within seconds."""
+    return f"""
+name = "fast-las"
+preemption = true
+backfill = true
+backfill_reserve = false
+[order]
+plugin = "tiresias_las"
+thresholds_gpu_s = [{threshold_gpu_s}]
+[place]
+consolidate = 1.0
+"""
+
+
 def write_agent_config(cluster: "Cluster", folder: Path, profile_toml: str,
                        grace_s: int, profile_name: str = "profile") -> Path:
     """An agent config for tests: this cluster, a fast cycle, the given policy profile

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from slurmtest import SLURM_MARL, Daemon, gated_cluster, write_agent_config
+from slurmtest import SLURM_MARL, Daemon, fast_las, gated_cluster, write_agent_config
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.service import Agent
@@ -24,17 +24,7 @@ pytestmark = pytest.mark.slurm
 GRACE_S = 20
 
 # 2D-LAS with tiny thresholds so a test sees demotion within seconds.
-FAST_LAS = """
-name = "fast-las"
-preemption = true
-backfill = true
-backfill_reserve = false
-[order]
-plugin = "tiresias_las"
-thresholds_gpu_s = [40]
-[place]
-consolidate = 1.0
-"""
+FAST_LAS = fast_las(40)
 
 
 @pytest.fixture(scope="module")

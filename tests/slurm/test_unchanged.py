@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmtest import SLURM_MARL, Daemon, gated_cluster, write_agent_config
+from slurmtest import SLURM_MARL, Daemon, fast_las, gated_cluster, write_agent_config
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.store import Store
@@ -22,17 +22,7 @@ from slurm_marl.daemon.store import Store
 pytestmark = pytest.mark.slurm
 GRACE_S = 20
 
-FAST_LAS = """
-name = "fast-las"
-preemption = true
-backfill = true
-backfill_reserve = false
-[order]
-plugin = "tiresias_las"
-thresholds_gpu_s = [20]
-[place]
-consolidate = 1.0
-"""
+FAST_LAS = fast_las(20)
 
 REPORT = "echo CVD=$CUDA_VISIBLE_DEVICES; echo HOST=$(hostname); " \
          "echo CPUS=$(grep Cpus_allowed_list /proc/self/status | cut -f2); sleep {s}"
