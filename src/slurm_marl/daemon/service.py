@@ -478,7 +478,6 @@ class Agent:
         horizon = view.time_s + self.config.agent.grace_s + 2 * self.config.agent.interval_s
         keep = []
         pending = JobState.PENDING
-        allowed = self.config.agent.preempt_partitions
         for j in view.jobs:
             if j.state is pending:
                 if j.left_to_slurm:
@@ -507,8 +506,8 @@ class Agent:
                 if j.gpu_type is not None and marker is not None \
                         and user_gpu_request(j)[1] is None:
                     j = j.with_(gpu_type=None)  # the agent's own earlier pin, not the user's
-                if (marker is not None and marker.per_node_request and j.gpus_per_job
-                        and not j.gpus_per_node):
+                if (j.gpus_per_job and not j.gpus_per_node and marker is not None
+                        and marker.per_node_request):
                     # the agent's own narrowing (TresPerJob, NumNodes=1-1): still the user's
                     # per-node request, not a per-job one free to spread over nodes
                     per_node = marker_gpus_per_node(marker)
@@ -522,7 +521,7 @@ class Agent:
                 if (j.eligible_time_s and j.eligible_time_s > horizon
                         and j.restart_count == 0):
                     continue
-            elif j.preemptible and (part not in allowed or j.partition not in allowed):
+            elif j.preemptible and not self._may_requeue(part, j):
                 j = j.with_(preemptible=False)
             keep.append(j)
         return ClusterSnapshot(time_s=view.time_s, nodes=view.nodes, jobs=tuple(keep),

@@ -71,6 +71,14 @@ def desired_gpu_request(place: Place, snapshot: ClusterSnapshot | None, job: Job
     the request across fields in one update (module docstring)."""
     if snapshot is None or job is None or not place.allocs:
         return None, "", "no snapshot or no GPU allocation to pin"
+    if job.cpus_per_gpu:
+        # Slurm takes such a job's CPUs beside its GPUs: narrowed to one group, a job
+        # wanting more CPUs than that socket has free is left BadConstraints, pending
+        # forever (measured on 22.05.8: --cpus-per-gpu=4 --gres=gpu:2 on 4-core sockets),
+        # although it runs under Slurm alone over both sockets. Decided before the fresh
+        # read of the request (``_plan_pin``): no Slurm call for a pin never written.
+        return None, "", (f"--cpus-per-gpu={job.cpus_per_gpu}: its CPUs must sit beside "
+                          "its GPUs, which one GPU group may not allow; nodes pinned only")
     per_node: dict[str, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
     for alloc in place.allocs:
         node = snapshot.node(alloc.node)
@@ -118,13 +126,6 @@ def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
     request, field, why = desired_gpu_request(place, snapshot, job)
     if request is None:
         return {}, why
-    if job.cpus_per_gpu:
-        # Slurm takes such a job's CPUs beside its GPUs: narrowed to one group, a job
-        # wanting more CPUs than that socket has free is left BadConstraints, pending
-        # forever (measured on 22.05.8 and 24.11: --cpus-per-gpu=4 --gres=gpu:2 on 4-core
-        # sockets), although it runs under Slurm alone over both sockets.
-        return {}, (f"--cpus-per-gpu={job.cpus_per_gpu}: its CPUs must sit beside its GPUs, "
-                    "which one GPU group may not allow; nodes pinned only")
     total = job.num_gpus
     user_total, user_type = user_gpu_request(job)
     if user_type is not None:

@@ -12,14 +12,17 @@ RESERVATION_PREFIX = "slurm-marl-"
 # Slurm's job priority is a uint32 below NO_VAL; the agent writes at most this.
 MAX_PRIORITY = 4_294_967_293
 
-# Pending reasons that mean the job cannot run whatever the agent writes (prefixes: Slurm
-# also says e.g. JobHeldUser, JobHeldAdmin; a job whose launch failed is held by Slurm as
-# launch_failed_requeued_held, one requeued by its own exit code as JobHoldMaxRequeue or
-# held with SPECIAL_EXIT).
-UNSCHEDULABLE_REASONS = ("JobHeld", "JobHold", "Dependency", "DependencyNeverSatisfied",
-                         "BadConstraints", "PartitionDown", "PartitionInactive",
-                         "InvalidAccount", "InvalidQOS", "ReqNodeNotAvail, UnavailableNodes",
-                         "launch_failed_requeued_held", "SPECIAL_EXIT", "SystemFailure")
+# Pending reasons of a job Slurm holds (prefixes: JobHeldUser, JobHeldAdmin; a job whose
+# launch failed is held as launch_failed_requeued_held, one requeued by its own exit code as
+# JobHoldMaxRequeue or with SPECIAL_EXIT).
+HELD_REASONS = ("JobHeld", "JobHold", "launch_failed_requeued_held", "SPECIAL_EXIT")
+
+# Pending reasons that mean the job cannot run whatever the agent writes: the held ones and
+# these.
+UNSCHEDULABLE_REASONS = HELD_REASONS + (
+    "Dependency", "DependencyNeverSatisfied", "BadConstraints", "PartitionDown",
+    "PartitionInactive", "InvalidAccount", "InvalidQOS", "ReqNodeNotAvail, UnavailableNodes",
+    "SystemFailure")
 
 
 def reservation_name(job_id: int) -> str:
@@ -41,5 +44,4 @@ def held(pending_reason: str, priority: int) -> bool:
     """Whether Slurm holds a pending job (by a user, an admin, or itself after a failed
     launch): a held job has priority 0, whatever its reason says. The agent writes nothing
     to it, not even a start time."""
-    return priority == 0 or pending_reason.startswith(
-        ("JobHeld", "JobHold", "launch_failed_requeued_held", "SPECIAL_EXIT"))
+    return priority == 0 or pending_reason.startswith(HELD_REASONS)
