@@ -176,6 +176,34 @@ def test_agent_killed_after_its_nth_write_every_job_runs_with_its_own_gpus(setup
         check_gpus(c, jid, per_node, gpu_type)
 
 
+# Issue 30's shapes: CPUs tied to GPUs (pinned by nodes only, never narrowed) and a hetjob
+# (left to Slurm, released at once), beside a job the agent narrows.
+SHAPES_30 = [
+    (("--cpus-per-gpu=2", "--gres=gpu:2"), 2, None),
+    (("--gpus-per-node=2", "--cpus-per-gpu=1", "-n3"), 2, None),
+    (("--gres=gpu:1",), 1, None),
+]
+
+
+@pytest.mark.parametrize("n", range(1, 4))
+def test_killed_after_its_nth_write_cpus_per_gpu_jobs_and_a_hetjob_keep_their_gpus(
+        setup, n, tmp_path):
+    c, cfg, wrap, real = setup
+
+    def hetjob(cl):
+        leader = int(cl.run("sbatch", "--parsable", f"--chdir={cl.local.root}/out",
+                            f"--output={cl.local.root}/out/%j.out", "--gres=gpu:1", ":",
+                            "--gres=gpu:1", "--wrap", PAYLOAD.format(s=RUN_S)
+                            ).stdout.strip().split("+")[0])
+        return {leader: (1, None)}
+    jobs = run_with_fault(c, cfg, wrap, real, {"FAULT_DIR": str(tmp_path / "f"),
+                                                "FAULT_KILL_AFTER": str(n)},
+                          shapes=SHAPES_30, before=hetjob)
+    wait_all_done(c, jobs, GRACE_S + 4 * (RUN_S + 3) + SLACK_S)
+    for jid, (per_node, gpu_type) in jobs.items():
+        check_gpus(c, jid, per_node, gpu_type)
+
+
 @pytest.mark.parametrize("match", ["TresPer", "StartTime=now+", "create reservation",
                                    "delete ReservationName"])
 def test_agent_killed_right_after_each_protocol_step(setup, match, tmp_path):
