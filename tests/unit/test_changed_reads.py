@@ -238,7 +238,7 @@ def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed, monkeypat
     for step in range(60):
         event = rng.choice(["submit", "start", "finish", "purge", "priority", "reason",
                             "limit", "drain", "estimate", "written", "requeue", "nothing",
-                            "time", "finish, purged while read"])
+                            "time", "finish, purged while read", "hold", "release"])
         pending = [j for j, r in slurm.jobs.items() if r["job_state"] == ["PENDING"]]
         running = [j for j, r in slurm.jobs.items() if r["job_state"] == ["RUNNING"]]
         done = [j for j, r in slurm.jobs.items() if r["job_state"] == ["COMPLETED"]]
@@ -261,6 +261,15 @@ def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed, monkeypat
         elif event == "reason" and pending:
             slurm.jobs[rng.choice(pending)]["state_reason"] = rng.choice(
                 ["Resources", "Priority", "ReqNodeNotAvail, May be reserved"])
+        elif event == "hold" and pending:
+            # priority 0 and a held reason: Job.held must follow, as a full read has it
+            held = slurm.jobs[rng.choice(pending)]
+            held.update(priority=number(0), state_reason="JobHeldUser")
+        elif event == "release" and pending:
+            released = slurm.jobs[rng.choice(pending)]
+            if released["priority"]["number"] == 0:
+                released.update(priority=number(rng.randint(1, 10**6)),
+                                state_reason="Priority")
         elif event == "limit" and slurm.jobs:
             slurm.jobs[rng.choice(sorted(slurm.jobs))]["time_limit"] = number(rng.randint(1, 99))
         elif event == "drain":

@@ -24,7 +24,7 @@ from slurm_marl.slurm_integration.vocabulary import held
 from slurm_marl.slurm_text import SlurmTextError, expand_host_field
 
 __all__ = ["JobsReader", "Layout", "NodesReader", "SCONTROL_NODES", "SINFO",
-           "gpu_groups_from_gres", "job_from_json", "job_state", "jobs_from_squeue",
+           "gpu_groups_from_gres", "job_from_json", "job_held", "job_state", "jobs_from_squeue",
            "layout_of", "layout_of_version", "node_from_json", "nodes_from_scontrol", "nodes_from_sinfo", "num",
            "partitions_from_scontrol", "switches_from_scontrol", "unmodelable_reason"]
 
@@ -123,10 +123,17 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
         array_task_id=None if task is None else int(task),
         left_to_slurm=left_to_slurm,
         cpus_per_gpu=_cpus_per_gpu(raw.get("cpus_per_tres")),
-        held=state is JobState.PENDING and held(str(raw.get("state_reason") or ""),
-                                                 int(num(raw.get("priority"), 1) or 0)),
+        held=job_held(state, str(raw.get("state_reason") or ""),
+                      int(num(raw.get("priority"), 1) or 0)),
     )
     return job, problems
+
+
+def job_held(state: JobState, pending_reason: str, priority: int) -> bool:
+    """``Job.held`` from what Slurm shows: a pending job held by anyone (``vocabulary.held``);
+    the one rule for a job read whole and for one whose priority and reason alone changed
+    (``source``)."""
+    return state is JobState.PENDING and held(pending_reason, priority)
 
 
 def _cpus_per_gpu(value: object) -> int:

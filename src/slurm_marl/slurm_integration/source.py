@@ -262,9 +262,9 @@ class CliClusterSource(ClusterSource):
                 continue
             if (row.priority is not None and row.priority != job.priority) \
                     or row.reason != job.pending_reason:
-                job_map[jid] = job.with_(
-                    priority=job.priority if row.priority is None else row.priority,
-                    pending_reason=row.reason)
+                priority = job.priority if row.priority is None else row.priority
+                job_map[jid] = job.with_(priority=priority, pending_reason=row.reason,
+                                         held=P.job_held(job.state, row.reason, priority))
         self._kept = _Kept(kept.full_at, rows, states, job_map, node_map)
         self._dirty -= dirty
         self.last_read = {"mode": "changes", "listed_jobs": len(rows),
