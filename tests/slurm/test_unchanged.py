@@ -179,6 +179,47 @@ def test_a_users_begin_time_is_kept_and_explained(gated, cfg_path):
         assert daemon.stop() == 0, daemon.output()
 
 
+def as_nobody(c, *args: str) -> subprocess.CompletedProcess:
+    # 24.11+ now and then answers a user's update with EAGAIN (not applied): retried
+    for _ in range(20):
+        proc = subprocess.run(["runuser", "-u", "nobody", "--", *args], env=c.local.env,
+                              capture_output=True, text=True, timeout=30)
+        if "Resource temporarily unavailable" not in proc.stderr:
+            break
+        time.sleep(0.5)
+    return proc
+
+
+def test_a_user_may_move_their_begin_earlier_down_to_the_grace(gated, cfg_path):
+    """A user moving their own --begin earlier: the gate allows down to now + grace, not
+    further, and the agent takes the new begin (it kept the marker's first one, an hour
+    ahead, and explained that) and starts the job no earlier than it."""
+    c = gated
+    daemon = Daemon(cfg_path, c.local.env)
+    try:
+        proc = as_nobody(c, "sbatch", "--parsable", f"--chdir={c.local.root}/out", "-o",
+                         "/dev/null", "--begin=now+3600", "--gres=gpu:1", "--wrap", "sleep 2")
+        assert proc.returncode == 0, proc.stderr
+        job = int(proc.stdout.strip())
+        early = as_nobody(c, "scontrol", "update", f"jobid={job}", "StartTime=now+2")
+        assert early.returncode != 0, early.stdout   # the gate refuses: below the grace
+        assert c.job(job).eligible_time_s > time.time() + 3000
+        t0 = time.time()
+        moved = as_nobody(c, "scontrol", "update", f"jobid={job}",
+                          f"StartTime=now+{GRACE_S + 5}")
+        assert moved.returncode == 0, moved.stderr
+        begin = c.job(job).eligible_time_s
+        assert t0 + GRACE_S < begin < t0 + GRACE_S + 10, begin - t0
+        ran = c.wait_state(job, "RUNNING", timeout_s=GRACE_S + 30)
+        assert ran.start_time_s >= begin - 1, (ran.start_time_s, begin)
+        assert sum(len(g) for _, g in ran.gpu_alloc) == 1, ran
+        shown = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(begin))
+        assert shown in explain(c, cfg_path, job)
+        ended(c, job, 20)
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+
+
 def test_no_requeue_outside_preempt_partitions(gated, cfg_path):
     """A job of the unmanaged partition `all` on the managed nodes was requeued to make
     room for a managed job (2/2 on 22.05, 3/3 on 24.11). It is never touched; a managed job

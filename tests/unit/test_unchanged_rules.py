@@ -10,7 +10,7 @@ from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, GpuGroup, GroupAlloc, Job, JobState, Node,
                                Partition, Place, Preempt, SetPriority)
-from slurm_marl.slurm_integration.marker import Marker, parse_marker
+from slurm_marl.slurm_integration.marker import Marker, parse_marker, user_begin
 from slurm_marl.slurm_integration.parse import job_from_json
 from slurm_marl.slurm_integration.ports import WriteStatus
 from slurm_marl.slurm_integration.sink import plan_gpu_pin
@@ -137,6 +137,31 @@ def test_a_users_begin_time_is_kept_until_it_passes(tmp_path):
     assert policy.seen[-1].job(1) is None and not sink.calls
     assert "begin time" in a.store.decisions(job_id=1)[0]["reason"]
     a.source = FakeClusterSource(ClusterSnapshot(begin + 1, NODES, (job,), PARTS))
+    a.cycle()
+    assert policy.seen[-1].job(1) is not None
+    assert any(isinstance(d, Place) and d.start_now for d in sink.calls[-1])
+
+
+def test_a_begin_time_moved_earlier_by_its_owner_counts(tmp_path):
+    """A user moves their own --begin from an hour ahead to the gate's grace (the gate allows
+    that much): the agent decides the job from then on, not only after the old begin; it
+    still starts nothing before the new one."""
+    first = NOW + 3600
+    moved = NOW + 30   # scontrol update StartTime=now+30 by the job's owner
+    marker = f"slurm-marl:v1;tpn=gres:gpu:1;tpj=;req=;beg={int(first)}"
+    job = pending(1, eligible_time_s=moved, admin_comment=marker)
+    assert user_begin(job, parse_marker(marker)) == moved
+    assert user_begin(job.with_(eligible_time_s=first), parse_marker(marker)) == first
+    assert user_begin(job.with_(eligible_time_s=None), parse_marker(marker)) == first
+    assert user_begin(job, None) is None
+    place = Place(1, "x", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),),
+                  start_now=True)
+    policy = SeeingPolicy([place])
+    a, sink = agent(tmp_path, ClusterSnapshot(NOW, NODES, (job,), PARTS), policy)
+    a.cycle()
+    assert policy.seen[-1].job(1) is None and not sink.calls
+    assert "begin time" in a.store.decisions(job_id=1)[0]["reason"]
+    a.source = FakeClusterSource(ClusterSnapshot(moved + 1, NODES, (job,), PARTS))
     a.cycle()
     assert policy.seen[-1].job(1) is not None
     assert any(isinstance(d, Place) and d.start_now for d in sink.calls[-1])

@@ -35,7 +35,8 @@ from slurm_marl.daemon.writes import (place_key, plan_writes, priority_writes,
 from slurm_marl.domain import (ACTIVE_STATES, ClusterSnapshot, Decision, EndReservation, Job,
                                JobState, Place, Preempt, Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration.marker import (marker_gpus_per_node, parse_marker,
-                                                 requested_gpu_fields, user_gpu_request)
+                                                 requested_gpu_fields, user_begin,
+                                                 user_gpu_request)
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, SlurmError,
                                                 WriteResult, WriteStatus)
 from slurm_marl.slurm_integration.vocabulary import is_agent_reservation, unschedulable
@@ -489,12 +490,12 @@ class Agent:
                         f"cannot run now ({j.pending_reason}): nothing written")
                     continue
                 marker = parse_marker(j.admin_comment)
-                if (marker is not None and marker.user_begin_s is not None
-                        and marker.user_begin_s > view.time_s):
+                begin = user_begin(j, marker)
+                if begin is not None and begin > view.time_s:
                     # the user's --begin: Slurm alone would not start it yet
                     self._alone[j.job_id] = (
                         "waits for its user's begin time "
-                        f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(marker.user_begin_s))}"
+                        f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(begin))}"
                         ": the agent starts it no earlier")
                     continue
                 if j.required_nodes:

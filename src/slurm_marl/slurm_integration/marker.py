@@ -121,3 +121,18 @@ def marker_gpus_per_node(marker: Marker) -> int:
     markers."""
     reqs, _ = G.parse_gpu_request(marker.tres_per_node)
     return max(1, G.total_gpus(reqs))
+
+
+def user_begin(job: Job, marker: Marker | None) -> float | None:
+    """The begin time the job's user wants now, or None: the marker's ``beg`` (their
+    ``--begin`` at submission), unless the job's begin time has since been moved EARLIER
+    than that. The agent writes no start time to a job before its user's begin, so an
+    earlier one was set by its owner (the gate lets them go down to now + grace) or by an
+    admin, and it is the begin time that now counts. A begin moved later is read from the
+    job's eligible time by the daemon's horizon rule."""
+    if marker is None or marker.user_begin_s is None:
+        return None
+    eligible = job.eligible_time_s
+    if eligible and eligible < marker.user_begin_s - 1:
+        return eligible
+    return marker.user_begin_s
