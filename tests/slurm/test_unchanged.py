@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmtest import SLURM_MARL, Daemon, fast_las, gated_cluster, write_agent_config
+from slurmtest import (SLURM_MARL, SLURM_VERSION, Daemon, fast_las, gated_cluster,
+                       write_agent_config)
 
 from slurm_marl.daemon.config import load_config
 from slurm_marl.daemon.store import Store
@@ -284,5 +285,35 @@ def test_held_jobs_get_no_write_until_released(gated, cfg_path):
         assert done.state.value == "COMPLETED" and gpus_seen(c, held) == 2
         refused = [r for r in decisions(cfg_path, held) if r["status"] == "refused"]
         assert not refused, refused
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+
+
+def test_a_narrowing_left_never_runnable_is_widened_back(gated, cfg_path):
+    """A --cpus-per-gpu job narrowed to one GPU group (as the agent did before this issue;
+    any narrowing Slurm turns down the same way) stays BadConstraints with priority 0 on
+    22.05, pending forever. The agent finds it, widens its request back over the node's GPU
+    groups in one update and leaves it to Slurm: it runs with its 2 GPUs, and explain says
+    why. (24.11 and later start the narrowed form: nothing to undo there.)"""
+    c = gated
+    job = int(submit(c, "--cpus-per-gpu=4", "--gres=gpu:2").stdout.strip())
+    c.run("scontrol", "update", f"jobid={job}", "TresPerNode=", "TresPerJob=gres:gpu:s0:2",
+          "NumNodes=1-1", "ReqNodeList=n1")
+    c.run("scontrol", "update", f"jobid={job}", "StartTime=now")
+    deadline = time.time() + 10
+    while time.time() < deadline and (j := c.job(job)).pending_reason != "BadConstraints" \
+            and j.is_pending:
+        time.sleep(0.5)
+    was_stuck = c.job(job).pending_reason == "BadConstraints"
+    if SLURM_VERSION is None:   # the host's 22.05: the case this test is about
+        assert was_stuck, c.job(job)
+    daemon = Daemon(cfg_path, c.local.env)
+    try:
+        done = ended(c, job, 30)
+        assert done.state.value == "COMPLETED" and gpus_seen(c, job) == 2, report(c, job)
+        if was_stuck:
+            assert "widened" in explain(c, cfg_path, job)
+            assert "widened back to TresPerJob= TresPerNode=gres:gpu:s0:1,gres:gpu:s1:1" \
+                in daemon.output()
     finally:
         assert daemon.stop() == 0, daemon.output()

@@ -13,7 +13,7 @@ from slurm_marl.domain import (ClusterSnapshot, GpuGroup, GroupAlloc, Job, JobSt
 from slurm_marl.slurm_integration.marker import Marker, parse_marker, user_begin
 from slurm_marl.slurm_integration.parse import job_from_json
 from slurm_marl.slurm_integration.ports import WriteStatus
-from slurm_marl.slurm_integration.sink import plan_gpu_pin
+from slurm_marl.slurm_integration.sink import plan_gpu_pin, plan_unstick, spread_over_groups
 
 NODES = tuple(Node(name=n, partitions=("gpu", "all"), cpus=8, real_memory_mib=16000,
                    gpu_groups=(GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1)))
@@ -219,3 +219,62 @@ def test_a_refused_write_is_not_repeated_every_cycle(tmp_path):
         a.source = FakeClusterSource(ClusterSnapshot(NOW + i, NODES, (job,), PARTS))
         a.cycle()
     assert 1 not in a._refused   # accepted again: the pause is forgotten
+
+
+# ---- a narrowing that left a job never runnable is undone ------------------------------
+
+
+def test_spread_over_groups():
+    assert spread_over_groups(2, [("s0", 2), ("s1", 2)]) == {"s0": 1, "s1": 1}
+    assert spread_over_groups(3, [("s0", 2), ("s1", 2)]) == {"s0": 2, "s1": 1}
+    assert spread_over_groups(4, [("s0", 2), ("s1", 2)]) == {"s0": 2, "s1": 2}
+    assert spread_over_groups(3, [("s0", 4), ("s1", 2)]) == {"s0": 2, "s1": 1}
+    assert spread_over_groups(1, [("s0", 2), ("s1", 2)]) == {"s0": 1}
+    assert spread_over_groups(5, [("s0", 2), ("s1", 2)]) == {}
+    assert spread_over_groups(0, [("s0", 2)]) == {}
+
+
+def stuck(**kw):
+    fields = dict(gpus_per_job=2, gpus_per_node=0, gpu_type="s0", required_nodes=("n1",),
+                  pending_reason="BadConstraints", priority=0, cpus_per_gpu=4,
+                  admin_comment="slurm-marl:v1;tpn=gres:gpu:2;tpj=;req=;beg=")
+    fields.update(kw)
+    return pending(3, **fields)
+
+
+def test_a_narrowing_left_never_runnable_is_widened_back_in_one_update():
+    snap = ClusterSnapshot(NOW, NODES, (stuck(),), PARTS)
+    fields, why = plan_unstick(stuck(), snap)
+    assert fields == {"TresPerJob": "", "TresPerNode": "gres:gpu:s0:1,gres:gpu:s1:1",
+                      "ReqNodeList": ""} and why == ""
+    # the user's own -w stays
+    users_nodes = stuck(admin_comment="slurm-marl:v1;tpn=gres:gpu:2;tpj=;req=n1;beg=")
+    assert "ReqNodeList" not in plan_unstick(users_nodes, snap)[0]
+    # not pinned to a node: any partition node with that group
+    assert plan_unstick(stuck(required_nodes=()), snap)[0]["TresPerNode"] \
+        == "gres:gpu:s0:1,gres:gpu:s1:1"
+    # not the agent's narrowing, or not stuck: nothing, and nothing to say
+    for job in (stuck(pending_reason="Resources"),
+                stuck(admin_comment="slurm-marl:v1;tpn=gres:gpu:s0:2;tpj=;req=;beg="),
+                stuck(admin_comment=""),
+                stuck(admin_comment="slurm-marl:v1;tpn=;tpj=gres:gpu:2;req=;beg="),
+                stuck(gpus_per_job=0, gpus_per_node=2),
+                stuck(state=JobState.RUNNING)):
+        assert plan_unstick(job, snap) == ({}, ""), job
+    # stuck but no wider form: said, never guessed
+    one = stuck(gpus_per_job=1, admin_comment="slurm-marl:v1;tpn=gres:gpu:1;tpj=;req=;beg=")
+    fields, why = plan_unstick(one, snap)
+    assert fields == {} and "cannot be spread" in why
+    fields, why = plan_unstick(stuck(gpus_per_job=4), snap)
+    assert fields == {} and "per job, its user for 2 per node" in why
+
+
+def test_a_widened_request_is_left_to_slurm_with_its_reason():
+    raw = raw_job(tres_per_node="gres:gpu:s0:1,gres:gpu:s1:1", state_reason="Priority",
+                  admin_comment="slurm-marl:v1;tpn=gres:gpu:2;tpj=;req=;beg=")
+    job = job_from_json(raw)[0]
+    assert "widened" in job.left_to_slurm and job.num_gpus == 2
+    users_own = job_from_json(raw_job(tres_per_node="gres:gpu:s0:1,gres:gpu:s1:1",
+                                      admin_comment="slurm-marl:v1;tpn=gres:gpu:s0:1,"
+                                                    "gres:gpu:s1:1;tpj=;req=;beg="))[0]
+    assert users_own.left_to_slurm == "several GPU types in one request"

@@ -39,7 +39,8 @@ from slurm_marl.slurm_integration.marker import (marker_gpus_per_node, parse_mar
                                                  user_gpu_request)
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, SlurmError,
                                                 WriteResult, WriteStatus)
-from slurm_marl.slurm_integration.vocabulary import is_agent_reservation, unschedulable
+from slurm_marl.slurm_integration.vocabulary import (NEVER_RUNNABLE, is_agent_reservation,
+                                                    unschedulable)
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,7 @@ class Agent:
         # what was last recorded of that per job: recorded once per change for `explain`.
         self._alone: dict[int, str] = {}
         self._alone_recorded: dict[int, str] = {}
+        self._cycle_no = 0   # the cycle under way (repairs are recorded under it)
         self.last_report: CycleReport | None = None
         self.sampler = None
         if config.agent.progress_dir:
@@ -204,13 +206,14 @@ class Agent:
         return report
 
     def _cycle(self, report: CycleReport) -> None:
+        self._cycle_no = report.cycle
         raw = self.source.snapshot()
         report.time_s = raw.time_s
         if not self._started:
             self._on_start(raw)
             self._started = True
         elif not self.config.agent.shadow:
-            self.sink.repair_half_done(raw)
+            self._record_repairs(raw, self.sink.repair_half_done(raw))
         records = self.store.live_records(j.job_id for j in raw.jobs)
         acc = account(raw, records, self._colocated, self._account_memo)
         snap = self._with_signatures(acc)
@@ -389,6 +392,26 @@ class Agent:
         if len(self._left_logged) > 100_000:
             self._left_logged.clear()
         return out
+
+    def _record_repairs(self, snap: ClusterSnapshot, job_ids: list[int]) -> None:
+        """Say in ``explain`` why the agent rewrote a job's GPU request outside a decision:
+        a narrowing Slurm turned down (never runnable) widened back, or a half-done re-pin
+        of an older agent restored."""
+        rows = []
+        for job_id in job_ids:
+            job = snap.job(job_id)
+            if job is not None and job.pending_reason in NEVER_RUNNABLE:
+                why = (f"{job.pending_reason} after the agent narrowed its GPU request: "
+                       "widened back over its node's GPU groups (Slurm 22.05 takes a typed "
+                       "request no longer back to untyped) and left to Slurm")
+            else:
+                why = "GPU request emptied by an older agent's half-done re-pin: restored"
+            rows.append((Release(job_id, "repair", why), "ok", ""))
+        if rows:
+            try:
+                self.store.record_decisions(self._cycle_no, snap.time_s, rows)
+            except Exception:
+                log.exception("could not record the repairs of jobs %s", job_ids)
 
     def _record_alone(self, cycle: int, snap: ClusterSnapshot) -> None:
         """Record, once per change, why pending jobs were left alone this cycle (held, a
@@ -620,7 +643,8 @@ class Agent:
             return
         repaired = self.sink.repair_half_done(snap)
         if repaired:
-            log.info("repaired half-done GPU re-pins of jobs %s", repaired)
+            log.info("repaired GPU requests of jobs %s", repaired)
+            self._record_repairs(snap, repaired)
         # Reservations named like ours that the store does not know (a crash right after
         # creating one) are adopted, so they are ended like any other.
         known = self.store.active_reservations()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from slurm_marl.domain import Job, JobState
 from slurm_marl.slurm_gres import parse_gpu_request, parse_gres_indices, single_type, total_gpus
+from slurm_marl.slurm_integration.marker import parse_marker
 from slurm_marl.slurm_integration.parse_layout import (Layout, job_state_text, layout_of,
                                                        layout_of_version, num, read_record)
 from slurm_marl.slurm_integration.parse_nodes import (SCONTROL_NODES, SINFO, NodesReader,
@@ -146,6 +147,15 @@ def _cpus_per_gpu(value: object) -> int:
     return 0
 
 
+def _user_asked_untyped(admin_comment) -> bool:
+    """The gate's marker says the user asked for untyped GPUs per node."""
+    marker = parse_marker(admin_comment if isinstance(admin_comment, str) else "")
+    if marker is None or not marker.per_node_request:
+        return False
+    reqs, _ = parse_gpu_request(marker.tres_per_node)
+    return all(r.gpu_type is None for r in reqs)
+
+
 def unmodelable_reason(raw: dict, array_job_id: int, per_node, per_job,
                        unparsed: bool) -> str:
     """Why a job's request is one the agent cannot model (so it leaves the job to Slurm at
@@ -172,6 +182,10 @@ def unmodelable_reason(raw: dict, array_job_id: int, per_node, per_job,
         return "GPUs requested both per node and per job"
     types = {r.gpu_type for r in per_node + per_job}
     if len(types) > 1:
+        if None not in types and _user_asked_untyped(raw.get("admin_comment")):
+            return ("several GPU types: the agent widened its request over GPU groups after "
+                    "its narrowing left the job BadConstraints (Slurm 22.05 takes a typed "
+                    "request no longer back to untyped)")
         return "several GPU types in one request"
     if not total_gpus(per_node + per_job):
         return "no GPU request: the agent orders and places GPU jobs only"

@@ -65,7 +65,8 @@ class DecisionSink(Protocol):
 
     def repair_half_done(self, snapshot: ClusterSnapshot) -> list[int]:
         """Give pending marked jobs whose GPU request a half-done re-pin emptied (by an
-        older agent) their original request back; the ids of the jobs repaired. The daemon
+        older agent) their original request back, and widen back a narrowing that left a
+        job never runnable (BadConstraints); the ids of the jobs repaired. The daemon
         calls it after every snapshot unless in shadow mode; a failed repair is logged and
         tried again later, never raised."""
         raise NotImplementedError

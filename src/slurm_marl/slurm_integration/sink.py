@@ -40,13 +40,14 @@ from collections.abc import Callable
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Release, Reserve, SetPriority)
 from slurm_marl import slurm_gres as G
-from slurm_marl.slurm_integration.marker import (Marker, parse_marker, requested_gpu_fields,
-                                                 user_gpu_request, with_marker)
+from slurm_marl.slurm_integration.marker import (Marker, marker_gpus_per_node, parse_marker,
+                                                 requested_gpu_fields, user_gpu_request,
+                                                 with_marker)
 from slurm_marl.slurm_text import collapse_hosts
 from slurm_marl.slurm_integration.ports import DecisionSink, WriteResult, WriteStatus
 from slurm_marl.slurm_integration.runner import (CommandResult, SlurmRunner, looks_busy,
                                                     looks_unavailable)
-from slurm_marl.slurm_integration.vocabulary import reservation_name
+from slurm_marl.slurm_integration.vocabulary import NEVER_RUNNABLE, reservation_name
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,69 @@ def plan_gpu_pin(job: Job, place: Place, snapshot: ClusterSnapshot | None
     # (measured on 22.05.8: `--gres=gpu:2` pinned to `TresPerJob=gres:gpu:s1:2` with one s1
     # GPU free on the chosen node ran as gpu:s1:1 on each of two nodes).
     return {_other_field(field): "", field: request, "NumNodes": "1-1"}, ""
+
+
+def spread_over_groups(count: int, sizes: list[tuple[str, int]]) -> dict[str, int]:
+    """``count`` GPUs spread as evenly as the groups allow (largest free share first, ties
+    to the lower group): {'s0': 1, 's1': 1} for 2 over two groups of 2; {} if they do not
+    hold ``count``."""
+    if count <= 0 or sum(n for _, n in sizes) < count:
+        return {}
+    counts = {name: 0 for name, _ in sizes}
+    size = dict(sizes)
+    for _ in range(count):
+        name = max(sizes, key=lambda g: ((size[g[0]] - counts[g[0]]) / size[g[0]],
+                                         -sizes.index(g)))[0]
+        counts[name] += 1
+    return {k: v for k, v in counts.items() if v}
+
+
+def plan_unstick(job: Job, snapshot: ClusterSnapshot | None) -> tuple[dict[str, str], str]:
+    """The ONE update that undoes the agent's narrowing of a job Slurm now refuses to
+    start (``NEVER_RUNNABLE``), or ({}, why not / "" if the job is not such a job).
+
+    Such a job: marked, its user asked for untyped GPUs per node, and it asks now for one
+    GPU type per job (the narrowing's cross-field form). Its user's exact request cannot be
+    written back: Slurm 22.05 refuses an untyped request for a job once typed ("Invalid
+    GRES specification (with and without type identification)", both fields named in one
+    update or cleared first; a cleared request in between lets the job start without
+    GPUs). So the same count goes back per node, spread over the node's GPU groups, which
+    Slurm then places as it would have (measured on 22.05.8: a ``--cpus-per-gpu=4
+    --gres=gpu:2`` job narrowed to ``s0:2`` on 4-core sockets stuck BadConstraints; given
+    ``gres:gpu:s0:1,gres:gpu:s1:1`` per node it ran at once). The agent's node pin goes
+    too, unless its user named the nodes. A request over several types is one the agent
+    leaves to Slurm (``parse.unmodelable_reason``), so it is never narrowed again."""
+    if job.pending_reason not in NEVER_RUNNABLE or not job.is_pending:
+        return {}, ""
+    marker = parse_marker(job.admin_comment)
+    if marker is None or not marker.per_node_request:
+        return {}, ""
+    _, user_type = user_gpu_request(job)
+    if user_type is not None or not (job.gpus_per_job and not job.gpus_per_node
+                                     and job.gpu_type is not None):
+        return {}, ""   # not the agent's narrowing (a typed request is its user's)
+    per_node = marker_gpus_per_node(marker)
+    if job.gpus_per_job != per_node:
+        return {}, (f"asks for {job.gpus_per_job} GPU(s) per job, its user for {per_node} "
+                    "per node: left as it is")
+    node = None
+    if snapshot is not None:
+        names = job.required_nodes or tuple(
+            n.name for n in snapshot.nodes if not job.partition or job.partition in n.partitions)
+        node = next((snapshot.node(n) for n in names if snapshot.node(n) is not None
+                     and any(g.name == job.gpu_type for g in snapshot.node(n).gpu_groups)),
+                    None)
+    if node is None:
+        return {}, f"no node with GPU group {job.gpu_type} known to spread its request over"
+    groups = [(g.name, len(g.gpu_indices)) for g in node.gpu_groups if g.name]
+    counts = spread_over_groups(per_node, groups)
+    if len(counts) < 2:
+        return {}, (f"{per_node} GPU(s) cannot be spread over {node.name}'s GPU groups "
+                    f"{[g for g, _ in groups]}: left as it is")
+    fields = {"TresPerJob": "", "TresPerNode": G.format_gpu_request(counts)}
+    if marker.user_gave_no_nodes and job.required_nodes:
+        fields["ReqNodeList"] = ""
+    return fields, ""
 
 
 def jobs_written(args: list[str]) -> list[int]:
@@ -398,8 +462,9 @@ class CliDecisionSink(DecisionSink):
         """Pending marked jobs with NO GPU request whose marker says they asked for GPUs
         (left by an agent before the one-update re-pin, which cleared the request in a
         first step) get their original request back in one update: from an empty request
-        Slurm accepts either form."""
-        repaired = []
+        Slurm accepts either form. Jobs the agent's narrowing left never runnable are
+        widened back first (``plan_unstick``). Returns both kinds' ids."""
+        repaired = self._unstick(snapshot)
         for job in snapshot.pending:
             marker = parse_marker(job.admin_comment)
             if marker is None or job.num_gpus:
@@ -420,6 +485,38 @@ class CliDecisionSink(DecisionSink):
                 log.error("job %s: could not restore its GPU request %s: %s", job.job_id,
                           fields, res.message)
         return repaired
+
+    def _unstick(self, snapshot: ClusterSnapshot) -> list[int]:
+        """Jobs the agent's narrowing left never runnable get their request widened back
+        (``plan_unstick``) in one update; a failed or impossible undo is logged once (an
+        error: the job needs an admin) and tried again after a minute."""
+        done = []
+        for job in snapshot.pending:
+            fields, why = plan_unstick(job, snapshot)
+            if not fields and not why:
+                continue
+            if self._restore_failed.get(job.job_id, 0) > time.monotonic():
+                continue
+            if not fields:
+                self._restore_failed[job.job_id] = time.monotonic() + 60
+                log.error("job %s: %s since the agent narrowed its GPU request and cannot be "
+                          "widened back (%s); an admin must restore its request",
+                          job.job_id, job.pending_reason, why)
+                continue
+            cmds: list[str] = []
+            res = self._update_job(job.job_id, fields, cmds)
+            if res.ok:
+                log.warning("job %s: %s after the agent narrowed its GPU request to %s; "
+                            "widened back to %s and left to Slurm", job.job_id,
+                            job.pending_reason,
+                            G.format_gpu_request({job.gpu_type: job.gpus_per_job}),
+                            " ".join(f"{k}={v}" for k, v in fields.items()))
+                done.append(job.job_id)
+            else:
+                self._restore_failed[job.job_id] = time.monotonic() + 60
+                log.error("job %s: could not widen its narrowed GPU request (%s): %s",
+                          job.job_id, fields, res.message)
+        return done
 
     # ---- reservations -------------------------------------------------------------------
     def _reserve(self, d: Reserve, snapshot: ClusterSnapshot | None) -> WriteResult:

@@ -17,6 +17,10 @@ MAX_PRIORITY = 4_294_967_293
 # JobHoldMaxRequeue or with SPECIAL_EXIT).
 HELD_REASONS = ("JobHeld", "JobHold", "launch_failed_requeued_held", "SPECIAL_EXIT")
 
+# Reasons for which Slurm will never start a pending job as it stands (it sets its priority
+# to 0 too): after the agent's narrowing of its GPU request, that narrowing is undone.
+NEVER_RUNNABLE = ("BadConstraints",)
+
 # Pending reasons that mean the job cannot run whatever the agent writes: the held ones and
 # these.
 UNSCHEDULABLE_REASONS = HELD_REASONS + (
