@@ -299,3 +299,52 @@ def test_a_job_slurm_requeued_off_a_down_node_keeps_slurms_requeue_delay(setup, 
     finally:
         assert daemon.stop() == 0, daemon.output()
     check_gpus(c, job, 1, None)
+
+
+# Any write 1 and 2: the two busy jobs' releases (the requeued job still in Slurm's requeue
+# delay); 3: the requeue of one of them, demoted, for the requeued job (Tiresias); "own" 1:
+# the agent's first write to the requeued narrowed job itself (its placement).
+@pytest.mark.parametrize("which,n", [("any", 1), ("any", 3), ("own", 1)])
+def test_killed_after_its_nth_write_with_a_requeued_narrowed_job(setup, which, n, tmp_path):
+    """A job the agent narrowed to one GPU group (``TresPerJob=gres:gpu:sX:2``) is
+    requeued (by an admin here; the agent's preemption does the same) while every GPU is
+    busy; the agent deciding it again dies right after its n-th write. With the agent dead
+    it runs again on ONE node with its 2 GPUs (before issue 30 the agent read the per-job
+    form it wrote as a multi-node request and pinned it to two nodes: BadConstraints on
+    22.05)."""
+    c, cfg, wrap, real = setup
+    first = Daemon(cfg, c.local.env)
+    try:
+        job = submit(c, "--requeue", "--open-mode=append", "--gres=gpu:2", seconds=12)
+        ran = c.wait_state(job, "RUNNING", timeout_s=GRACE_S + 10)
+        c.wait_for(lambda: "TresPerJob=gres:gpu:s" in c.run(
+            "scontrol", "show", "job", str(job)).stdout.replace("gres/", "gres:"), 5,
+            "the agent's narrowing")
+    finally:
+        assert first.stop() == 0, first.output()
+    assert len(ran.nodes) == 1
+    c.run("scontrol", "requeue", str(job))
+    # every GPU busy past Slurm's requeue delay: the agent decides the job again while it
+    # waits (else Slurm starts it at once, with nothing for the agent to write)
+    others = {submit(c, "-w", node, "--gres=gpu:4", seconds=CRED_EXPIRE_S + 6): (4, None)
+              for node in ("n1", "n2")}
+    fault_dir = tmp_path / "f"
+    fault_dir.mkdir()
+    env = {"FAULT_DIR": str(fault_dir), "FAULT_KILL_AFTER": str(n),
+           "FAULT_MATCH": f"jobid={job} " if which == "own" else "",
+           "PATH": f"{wrap}:{c.local.env['PATH']}", "FAULT_REAL_BIN": str(real)}
+    daemon = Daemon(cfg, c.local.env, extra_env=env, wait=False)
+    try:
+        deadline = time.monotonic() + CRED_EXPIRE_S + GRACE_S + 30
+        while daemon.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (fault_dir / "killed").exists(), \
+            f"the agent never made its write {n}: " + daemon.output()[-3000:]
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait(timeout=30)
+    wait_all_done(c, {job: None, **others}, GRACE_S + CRED_EXPIRE_S + 6 + 12 + SLACK_S)
+    assert c.job(job).restart_count == 1 and len(c.job(job).nodes) == 1, c.job(job)
+    for jid, (per_node, gpu_type) in {job: (2, None), **others}.items():
+        check_gpus(c, jid, per_node, gpu_type)
