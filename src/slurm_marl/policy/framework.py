@@ -42,6 +42,7 @@ from operator import attrgetter
 
 from slurm_marl.domain import ClusterSnapshot, Decision, GroupAlloc, Job, Place, SetPriority
 from slurm_marl.policy.actions import Preemption, RankedJob, reserve_for_blocked
+from slurm_marl.policy.guard import GuardedOrder, guard_settings
 from slurm_marl.policy.plugins import (CycleAwareOrder, Delegating, OrderPlugin, PlacePlugin,
                                       Proposer, build_plugin)
 from slurm_marl.placement_shapes import (Candidate, generate_candidates, has_candidate,
@@ -69,6 +70,8 @@ class Policy:
         self.profile = profile
         self.order = order
         self._begin_cycle = order.begin_cycle if isinstance(order, CycleAwareOrder) else None
+        self._guard = order if isinstance(order, GuardedOrder) else None
+        self._guard_nodes = None
         self.place = tuple(place)
         self._needs_colocation = any(p.needs_colocation for p, _ in self.place)
         # Plugins that score by node identity (not only resources) opt out of evaluating
@@ -129,9 +132,16 @@ class Policy:
             self._begin_cycle(jobs, now_s)
             self._settled_at = now_s
 
+    def _guard_capacity(self, snapshot: ClusterSnapshot) -> None:
+        """The guard's shadow of Slurm alone runs on the GPUs of the largest view seen."""
+        if self._guard is not None and snapshot.nodes is not self._guard_nodes:
+            self._guard_nodes = snapshot.nodes
+            self._guard.set_capacity(sum(n.gpu_count for n in snapshot.nodes))
+
     def run_cycle(self, snapshot: ClusterSnapshot) -> list[Decision]:
         now = snapshot.time_s
         profile = self.profile
+        self._guard_capacity(snapshot)
         if self._begin_cycle is not None and self._settled_at != now:
             self._begin_cycle(snapshot.jobs, now)
         pending = [j for j in snapshot.jobs if j.state is PENDING]
@@ -192,10 +202,17 @@ class Policy:
         # only grow; the cut is compared all the same, so the rule holds whatever the order.
         failed_takes: dict[tuple, list[tuple[int, int]]] = {}
 
+        # The guard: a protected job that cannot start is passed by no later arrival
+        # (``policy/guard.py``); later unprotected jobs wait with it this cycle.
+        protected = self._guard.shadow.protected if self._guard is not None else {}
+        blocked_since = None
         for r in ranked:
             job = r.job
             total, _, _ = job_shape(job)
             if total <= 0:
+                continue
+            if blocked_since is not None and job.submit_time_s > blocked_since \
+                    and job.job_id not in protected:
                 continue
             memo_key = _failure_key(job) if self._monotone else None
             known_fail = failed_sizes.get(memo_key) if self._monotone else None
@@ -227,6 +244,9 @@ class Policy:
                     continue
             if self._monotone and (known_fail is None or total < known_fail):
                 failed_sizes[memo_key] = total
+            if job.job_id in protected:
+                blocked_since = min(job.submit_time_s, blocked_since
+                                    if blocked_since is not None else job.submit_time_s)
             if not profile.backfill:
                 break
             if profile.backfill_reserve and not reserved:
@@ -380,6 +400,8 @@ def build_policy(profile: Profile, **context) -> Policy:
     ``ProfileError`` naming the profile's file."""
     try:
         order = build_plugin("order", profile.order, profile.order_params, **context)
+        if profile.guard:
+            order = GuardedOrder(order, guard_settings(profile.guard))
         place = []
         for key, weight in profile.place:
             params = profile.place_params.get(key, {})

@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from slurm_marl.policy.guard import guard_settings
 from slurm_marl.policy.plugins import registered_keys, validate_plugin
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
 
 _TOP_KEYS = {"name", "description", "order", "place", "place_params", "preemption",
-             "backfill", "backfill_reserve"}
+             "backfill", "backfill_reserve", "guard"}
 
 
 class ProfileError(ValueError):
@@ -73,6 +74,8 @@ class Profile:
     backfill: bool = False
     description: str = ""
     backfill_reserve: bool = True
+    # The Slurm-alone guard's settings (``policy/guard.py``); empty: no guard.
+    guard: Mapping = field(default_factory=lambda: MappingProxyType({}))
     source: str = field(default="<profile>", compare=False)   # the file it came from
 
     def __hash__(self) -> int:
@@ -171,9 +174,17 @@ def profile_from_mapping(data: Mapping, source: str = "<profile>",
     if not isinstance(description, str):
         raise ProfileError(f"{source}: 'description' must be a string")
 
+    guard = data.get("guard", {})
+    if not isinstance(guard, Mapping):
+        raise ProfileError(f"{source}: [guard] must be a table")
+    try:
+        guard_settings(guard)
+    except ValueError as exc:
+        raise ProfileError(f"{source}: {exc}") from None
+
     profile = Profile(name=name, order=order_key, order_params=_frozen(order_params),
                       place=tuple(place), place_params=_frozen(place_params),
-                      description=description, source=source, **flags)
+                      description=description, source=source, guard=_frozen(guard), **flags)
     # Plugins check their own declared parameters (nothing is built, no model read); their
     # complaint is surfaced with the source.
     try:

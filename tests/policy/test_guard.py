@@ -1,0 +1,193 @@
+"""The Slurm-alone guard (issue 33, ``policy/guard.py``) on hand-built inputs: its FCFS
+shadow, when a job becomes protected, that a protected job ranks first and is never
+preempted nor passed by a later arrival, and that it uses nothing from the future."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from slurm_marl.domain import (ClusterSnapshot, GpuGroup, Job, JobState, Node, Partition,
+                               Place, Preempt)
+from slurm_marl.policy.framework import build_policy
+from slurm_marl.policy.guard import (GuardedOrder, GuardSettings, SlurmAloneShadow,
+                                     guard_settings, shadow_starts)
+from slurm_marl.policy.profile import ProfileError, load_profile, profile_from_mapping
+from slurm_marl.sim.cluster import parse_cluster
+from slurm_marl.sim.engine import Simulator
+from slurm_marl.sim.traces import TraceJob
+
+LAS = {"name": "las-guard", "preemption": True, "backfill": True, "backfill_reserve": False,
+       "order": {"plugin": "tiresias_las", "thresholds_gpu_s": [600]},
+       "place": {"consolidate": 1.0}}
+
+
+def guarded(**guard):
+    return profile_from_mapping({**LAS, "guard": guard or {"slack": 0.0, "slack_min_s": 0}})
+
+
+def test_shadow_is_first_come_first_served_on_the_gpus():
+    # 4 GPUs: job 1 (4 GPUs, 100 s) blocks job 2 (2 GPUs) until 100 although 3 (1 GPU)
+    # arrived later; no backfill: 3 starts with 2 at 100, 4 (4 GPUs) when both end
+    starts, (last, ends, free) = shadow_starts(
+        [(1, 0.0, 4, 100.0), (2, 10.0, 2, 50.0), (3, 20.0, 1, 30.0), (4, 30.0, 4, 10.0)], 4)
+    assert starts == {1: 0.0, 2: 100.0, 3: 100.0, 4: 150.0}
+    assert last == 150.0 and free == 0
+    # a job larger than the cluster waits for all of it, then holds all of it
+    big, _ = shadow_starts([(1, 0.0, 2, 100.0), (2, 0.0, 8, 10.0), (3, 0.0, 1, 5.0)], 4)
+    assert big == {1: 0.0, 2: 100.0, 3: 110.0}
+    # a prefix folded into a base state gives the same starts
+    whole, _ = shadow_starts([(1, 0.0, 3, 50.0), (2, 5.0, 2, 20.0), (3, 6.0, 2, 5.0)], 4)
+    _, base = shadow_starts([(1, 0.0, 3, 50.0)], 4)
+    rest, _ = shadow_starts([(2, 5.0, 2, 20.0), (3, 6.0, 2, 5.0)], 4, base)
+    assert rest == {2: whole[2], 3: whole[3]} == {2: 50.0, 3: 50.0}
+
+
+def test_settings_are_checked():
+    assert guard_settings({}) == GuardSettings(0.1, 60.0)
+    for bad in ({"slack": -1}, {"slack_min_s": "x"}, {"slack": True}, {"other": 1}):
+        with pytest.raises(ValueError):
+            guard_settings(bad)
+    with pytest.raises(ProfileError, match=r"\[guard\]"):
+        profile_from_mapping({**LAS, "guard": {"slack": -0.5}})
+    assert profile_from_mapping(LAS).guard == {}
+    assert isinstance(build_policy(guarded()).order, GuardedOrder)
+    assert not isinstance(build_policy(profile_from_mapping(LAS)).order, GuardedOrder)
+
+
+def job(jid, submit, gpus, state=JobState.PENDING, attained=0.0):
+    return Job(jid, partition="p", gpus_per_node=gpus, submit_time_s=submit, state=state,
+               attained_gpu_s=attained, start_time_s=submit if state is JobState.RUNNING
+               else None)
+
+
+def test_expected_lengths_come_from_runs_that_ended():
+    shadow = SlurmAloneShadow(GuardSettings(0.0, 0.0))
+    shadow.capacity = 4
+    shadow.observe([job(1, 0, 4, JobState.RUNNING, 400), job(2, 5, 4)], 100.0)
+    # nothing has ended: a running job is expected to need what it has had so far
+    assert shadow.expected_length(100.0) == 100.0
+    assert shadow.starts == {1: 0.0, 2: 100.0} and 2 in shadow.protected
+    shadow.observe([job(2, 5, 4, JobState.RUNNING, 4 * 20)], 120.0)   # 1 ended after 100 s
+    assert shadow.lengths == [100.0]
+    assert shadow.expected_length(10.0) == 100.0 and shadow.expected_length(150.0) == 150.0
+    assert 2 not in shadow.protected or shadow.protected[2] == 100.0
+
+
+def test_a_job_past_its_shadow_start_is_protected_ranked_first_and_kept_running():
+    policy = build_policy(guarded(slack=0.0, slack_min_s=0))
+    order = policy.order
+    # a big old job whose FCFS turn has come, small newer jobs ahead of it in LAS
+    old = job(1, 0.0, 4, attained=0.0)
+    small = [job(10 + i, 50.0 + i, 1) for i in range(3)]
+    runner = job(9, 40.0, 4, JobState.RUNNING, attained=4 * 2000.0)   # demoted by LAS
+    order.set_capacity(8)
+    order.begin_cycle([old, runner, *small], 3000.0)
+    assert 1 in order.shadow.protected
+    ranked = policy.rank([old, *small], 3000.0)
+    assert ranked[0].job.job_id == 1
+    assert "protected by the Slurm-alone guard" in order.describe(old, 3000.0, 0)
+
+
+def _trace(rng: random.Random) -> list[TraceJob]:
+    t, jobs = 0.0, []
+    for i in range(rng.randint(15, 40)):
+        t += rng.expovariate(1 / 150)
+        gpus = rng.choice([1, 1, 2, 4, 8])
+        jobs.append(TraceJob(i, t, rng.choice([60, 300, 1800, 7200, 30_000]) * rng.random()
+                             + 30, gpus))
+    return jobs
+
+
+class Recorder:
+    """The policy the simulator runs, keeping every cycle's snapshot and decisions."""
+
+    def __init__(self, policy) -> None:
+        self._policy = policy
+        self.cycles: list[tuple] = []
+
+    def run_cycle(self, snap):
+        out = self._policy.run_cycle(snap)
+        self.cycles.append((snap, out, dict(self._policy.order.shadow.protected)))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._policy, name)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rng=st.randoms(use_true_random=False))
+def test_protected_jobs_are_never_preempted_nor_passed_by_a_later_arrival(rng):
+    """Over whole simulated runs: a job protected at a cycle is not preempted that cycle,
+    and no job submitted after it starts while it is left waiting (unless protected too)."""
+    rec = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0)))
+    Simulator(parse_cluster("2x2x2"), _trace(rng), rec, seed=rng.randrange(10)).run()
+    checked = 0
+    for snap, decisions, protected in rec.cycles:
+        preempted = {d.job_id for d in decisions if isinstance(d, Preempt)}
+        starts = {d.job_id for d in decisions if isinstance(d, Place) and d.start_now}
+        for job_id in protected:
+            j = snap.job(job_id)
+            if j is None:
+                continue
+            checked += 1
+            assert job_id not in preempted, (snap.time_s, job_id)
+            if j.is_pending and job_id not in starts:
+                later = [s for s in starts if s not in protected
+                         and snap.job(s).submit_time_s > j.submit_time_s]
+                assert not later, (snap.time_s, job_id, later)
+    assume(checked)   # draws where no job waited past its FCFS turn test nothing
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rng=st.randoms(use_true_random=False))
+def test_the_guard_uses_nothing_from_the_future(rng):
+    """Two runs whose traces agree up to a time T and differ after it (later arrivals
+    changed, jobs still running at T made longer): every decision made before T is the
+    same in both."""
+    trace = _trace(rng)
+    first = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0)))
+    Simulator(parse_cluster("2x2x2"), trace, first, seed=1).run()
+    cut = trace[len(trace) // 2].submit_time_s
+    # what ended before the cut is the same; whatever was running or queued then is longer
+    snap_at_cut = [s for s, _, _ in first.cycles if s.time_s <= cut][-1]
+    unfinished = {j.job_id for j in snap_at_cut.jobs}
+    changed = [replace(t, duration_s=t.duration_s * 3) if t.job_id in unfinished else
+               replace(t, num_gpus=rng.choice([1, 2, 4]), duration_s=t.duration_s * 0.5)
+               if t.submit_time_s > cut else t for t in trace]
+    second = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0)))
+    Simulator(parse_cluster("2x2x2"), changed, second, seed=1).run()
+    before = [(s.time_s, out, p) for s, out, p in first.cycles if s.time_s < cut]
+    again = [(s.time_s, out, p) for s, out, p in second.cycles if s.time_s < cut]
+    assume(before)   # degenerate draws (every job at one instant) compare nothing
+    assert before == again
+
+
+def test_a_blocked_protected_job_is_not_passed_by_a_later_arrival():
+    """8 GPUs; a protected job runs on n1's 4; an older protected 8-GPU job waits for it
+    (protected jobs do not preempt each other). A 1-GPU job that arrived later would fit
+    on n2 (fit-first backfill would start it): it waits too."""
+    nodes = tuple(Node(name=n, partitions=("p",), cpus=8, real_memory_mib=16000,
+                       gpu_groups=(GpuGroup(0, (0, 1), "s0", 0),
+                                   GpuGroup(1, (2, 3), "s1", 1)),
+                       used_gpu_indices=frozenset(used), alloc_cpus=len(used))
+                  for n, used in (("n1", (0, 1, 2, 3)), ("n2", ())))
+    running = Job(1, partition="p", gpus_per_node=4, submit_time_s=0.0,
+                  state=JobState.RUNNING, start_time_s=10.0, attained_gpu_s=4 * 4990.0,
+                  nodes=("n1",), gpu_alloc=(("n1", (0, 1, 2, 3)),))
+    big = Job(2, partition="p", gpus_per_node=4, node_count=2, submit_time_s=5.0)
+    small = Job(3, partition="p", gpus_per_node=1, submit_time_s=100.0)
+    snap = ClusterSnapshot(5000.0, nodes, (running, big, small), (Partition("p", ("n1", "n2")),))
+    # a slack no job reaches here: protected are the two the test names
+    policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
+    policy.order.shadow.protected.update({1: 100.0, 2: 200.0})
+    decisions = policy.run_cycle(snap)
+    assert not [d for d in decisions if isinstance(d, (Place, Preempt))], decisions
+    # unprotected, the 1-GPU job would start on n2 (fit-first backfill)
+    policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
+    policy.order.shadow.protected.update({1: 100.0})
+    assert {d.job_id for d in policy.run_cycle(snap) if isinstance(d, Place)} == {3}
