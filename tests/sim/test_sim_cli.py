@@ -4,7 +4,10 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
+from slurm_marl.shared_data import data_file
 from slurm_marl.sim.cli import compare, simulate
+from slurm_marl.sim.perjob import per_job_comparison
+from slurm_marl.sim.run import simulate as simulate_run
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 app = typer.Typer()
@@ -100,3 +103,104 @@ def test_cluster_and_window_traps_are_clear_errors():
         result = runner.invoke(app, ["simulate", "--trace", str(DATA / "tiresias_head20.csv"),
                                      *args])
         assert result.exit_code == 2 and fragment in result.output, result.output
+
+
+# Per job against a baseline (issue 33): the bundled 60-job Tiresias trace, one strength.
+SIXTY = ["--trace", str(data_file("traces/tiresias_60_job.csv")), "--cluster", "2x1x4"]
+
+
+def counted_runs(monkeypatch) -> list[str]:
+    """The profiles simulated, in order (the CLI's run function, wrapped)."""
+    import slurm_marl.sim.cli as cli
+    names, real = [], cli.run_simulation
+
+    def wrapper(trace, cluster, profile, **kwargs):
+        names.append(profile.name)
+        return real(trace, cluster, profile, **kwargs)
+    monkeypatch.setattr(cli, "run_simulation", wrapper)
+    return names
+
+
+def test_compare_per_job_against_the_baseline_among_profiles(tmp_path, monkeypatch):
+    runs = counted_runs(monkeypatch)
+    result = runner.invoke(app, ["compare", *SIXTY, "--profiles",
+                                 "las-consolidate,fifo-backfill", "--out", str(tmp_path),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    assert runs == ["las-consolidate", "fifo-backfill"]           # the baseline ran once
+    doc = json.loads(result.stdout)
+    assert doc == json.loads((tmp_path / "compare.json").read_text())
+    assert doc["baseline"] == "fifo-backfill"
+    las, fifo = doc["results"]
+    assert fifo["per_job"] is None                                # not against itself
+    assert [r["avg_jct_s"] for r in doc["baseline_results"]] == [fifo["avg_jct_s"]]
+    # the same numbers as the module gives from two runs made here
+    mine = simulate_run(str(data_file("traces/tiresias_60_job.csv")), "2x1x4",
+                        "las-consolidate")
+    base = simulate_run(str(data_file("traces/tiresias_60_job.csv")), "2x1x4",
+                        "fifo-backfill")
+    assert las["per_job"] == per_job_comparison(mine.outcome.jobs, base.outcome.jobs,
+                                                baseline="fifo-backfill")
+    assert las["per_job"]["compared_jobs"] == 60 and las["per_job"]["worst_ratio"] > 2
+    assert las["per_job"]["by_gpus"]["5-8"]["jobs"] == 10
+    assert (tmp_path / "jct_ratio_cdf_none.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "jct_cdf_none.png").exists()
+
+
+def test_compare_runs_a_baseline_outside_profiles_once_per_strength(tmp_path, monkeypatch):
+    runs = counted_runs(monkeypatch)
+    result = runner.invoke(app, ["compare", *SIXTY, "--profiles",
+                                 "las-consolidate,fifo-consolidate", "--interference",
+                                 "none,high", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert runs == ["las-consolidate", "fifo-consolidate", "fifo-backfill"] * 2
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    assert [r["profile"] for r in doc["results"]] == ["las-consolidate",
+                                                      "fifo-consolidate"] * 2
+    assert [(r["profile"], r["interference"]) for r in doc["baseline_results"]] == [
+        ("fifo-backfill", "none"), ("fifo-backfill", "high")]
+    assert all(r["per_job"]["baseline"] == "fifo-backfill" for r in doc["results"])
+    high = [r for r in doc["results"] if r["interference"] == "high"]
+    assert high[0]["per_job"] != doc["results"][0]["per_job"]
+    text = " ".join(result.output.split())
+    assert "fifo-backfill (baseline)" in text and "per job against fifo-backfill" in text
+    assert "per job by GPUs per job" in text
+    assert (tmp_path / "jct_ratio_cdf_high.png").exists()
+
+
+def test_baseline_none_and_bad_baseline(tmp_path, monkeypatch):
+    runs = counted_runs(monkeypatch)
+    result = runner.invoke(app, ["compare", *SIXTY, "--profiles", "las-consolidate",
+                                 "--baseline", "none", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert runs == ["las-consolidate"] and doc["baseline"] is None
+    assert "baseline_results" not in doc and "per_job" not in doc["results"][0]
+    assert not (tmp_path / "jct_ratio_cdf_none.png").exists()
+    single = runner.invoke(app, ["simulate", *SIXTY, "--baseline", "none", "--json"])
+    assert single.exit_code == 0, single.output
+    assert json.loads(single.stdout)["per_job"] is None and len(runs) == 2
+    for command in ("simulate", "compare"):
+        bad = runner.invoke(app, [command, *SIXTY, "--baseline", "no-such"])
+        assert bad.exit_code == 2 and "--baseline: unknown profile 'no-such'" in bad.output
+    assert len(runs) == 2                                         # failed before running
+
+
+def test_simulate_per_job(tmp_path, monkeypatch):
+    runs = counted_runs(monkeypatch)
+    result = runner.invoke(app, ["simulate", *SIXTY, "--profile", "las-consolidate",
+                                 "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert runs == ["las-consolidate", "fifo-backfill"]
+    doc = json.loads(result.stdout)
+    assert doc == json.loads((tmp_path / "summary.json").read_text())
+    assert doc["baseline"] == "fifo-backfill" and doc["per_job"]["compared_jobs"] == 60
+    assert doc["per_job"]["avg_jct_s"] == doc["avg_jct_s"]
+    worst = doc["per_job"]["worst_job"]
+    assert worst["ratio"] == doc["per_job"]["worst_ratio"] and worst["num_gpus"] == 8
+    # the baseline as the profile: one run, no job slower than itself
+    same = runner.invoke(app, ["simulate", *SIXTY, "--profile", "fifo-backfill"])
+    assert same.exit_code == 0, same.output
+    assert runs[2:] == ["fifo-backfill"]
+    text = " ".join(same.output.split())
+    assert "per job against fifo-backfill" in text and "0 (0.0%)" in text

@@ -18,7 +18,9 @@ from slurm_marl.console import output_console
 from slurm_marl.policy.profile import ProfileError, load_profile
 from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
 from slurm_marl.sim.jobs import SimulationError
-from slurm_marl.sim.metrics import jcts, plot_jct_cdf, write_jobs_csv, write_samples
+from slurm_marl.sim.metrics import jcts, plot_jct_cdf, plot_ratio_cdf, write_jobs_csv, \
+    write_samples
+from slurm_marl.sim.perjob import FLOOR_S, job_ratios, job_times, per_job_comparison
 from slurm_marl.sim.perf import STRENGTHS
 from slurm_marl.sim.run import simulate as run_simulation
 from slurm_marl.sim.traces import TraceError, load_trace
@@ -46,6 +48,10 @@ PredSeedOpt = Annotated[int, typer.Option("--prediction-seed",
 SkipOpt = Annotated[bool, typer.Option(
     "--skip-bad-rows", help="Skip bad trace rows (their count and the first few go to "
     "stderr) instead of stopping with an error.")]
+BaselineOpt = Annotated[str, typer.Option(
+    "--baseline", help="Also run this profile on the same inputs and compare every job's "
+    "JCT with its JCT there (JCT / max(baseline JCT, 600 s); key per_job). Default: "
+    "fifo-backfill, what a site runs without the agent; 'none' skips it.")]
 
 
 def _cell(value, key: str) -> str:
@@ -106,6 +112,71 @@ def _load(trace: Path, window: str | None, cluster: str, skip_bad_rows: bool = F
     return jobs, sim_cluster
 
 
+def _baseline(name: str):
+    """The baseline profile, or None for ``none``."""
+    if name.strip().lower() == "none":
+        return None
+    try:
+        return load_profile(name.strip())
+    except ProfileError as exc:
+        _fail(f"--baseline: {exc}")
+
+
+def _pct(count: int, share: float | None) -> str:
+    return "-" if share is None else f"{count} ({share:.1%})"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _print_per_job(rows: list[tuple[str, str, dict]], baseline: str) -> None:
+    """Tables of the per-job comparisons: ``rows`` of (profile, strength, per_job)."""
+    console = output_console()
+    table = Table(title=f"per job against {baseline}: JCT / max(JCT under {baseline}, "
+                        f"{FLOOR_S:g} s), jobs finished in both runs")
+    for title in ("profile", "strength", "jobs", "avg JCT", "baseline avg", ">1.1x", ">2x",
+                  "p99", "worst", "worst job"):
+        table.add_column(title, justify="left" if title in ("profile", "strength")
+                         else "right")
+    for name, strength, p in rows:
+        w = p["worst_job"]
+        worst = "-" if w is None else (f"#{w['job_id']}: {w['num_gpus']} GPU"
+                                       f"{'s' if w['num_gpus'] != 1 else ''}, "
+                                       f"{w['baseline_jct_s']:,.0f} -> {w['jct_s']:,.0f} s")
+        table.add_row(name, strength, str(p["compared_jobs"]), _cell(p["avg_jct_s"], ""),
+                      _cell(p["baseline_avg_jct_s"], ""),
+                      _pct(p["jobs_slower_1_1x"], p["share_slower_1_1x"]),
+                      _pct(p["jobs_slower_2x"], p["share_slower_2x"]),
+                      _ratio(p["p99_ratio"]), _ratio(p["worst_ratio"]), worst)
+    console.print(table)
+    by_gpus = Table(title="per job by GPUs per job")
+    for title in ("profile", "strength", "GPUs", "jobs", ">1.1x", ">2x", "p99", "worst"):
+        by_gpus.add_column(title, justify="left" if title in ("profile", "strength")
+                           else "right")
+    for name, strength, p in rows:
+        for label, g in p["by_gpus"].items():
+            if g["jobs"]:
+                by_gpus.add_row(name, strength, label, str(g["jobs"]),
+                                _pct(g["jobs_slower_1_1x"], g["share_slower_1_1x"]),
+                                _pct(g["jobs_slower_2x"], g["share_slower_2x"]),
+                                _ratio(g["p99_ratio"]), _ratio(g["worst_ratio"]))
+    console.print(by_gpus)
+    if not any(p["by_user"] for _, _, p in rows):
+        return
+    users = Table(title="per job: the worst users")
+    for title in ("profile", "strength", "user", "jobs", ">1.1x", ">2x", "worst"):
+        users.add_column(title, justify="left" if title in ("profile", "strength", "user")
+                         else "right")
+    for name, strength, p in rows:
+        for g in (p["by_user"] or {}).get("worst", []):
+            users.add_row(name, strength, g["user"] or "(none)", str(g["jobs"]),
+                          _pct(g["jobs_slower_1_1x"], g["share_slower_1_1x"]),
+                          _pct(g["jobs_slower_2x"], g["share_slower_2x"]),
+                          _ratio(g["worst_ratio"]))
+    console.print(users)
+
+
 def _note_dropped(summary: dict, cluster: str) -> None:
     if summary.get("dropped_oversized"):
         _warn(f"dropped {summary['dropped_oversized']} job(s) larger than their partition "
@@ -130,24 +201,34 @@ def simulate(
     skip_bad_rows: SkipOpt = False,
     prediction_error: PredOpt = None,
     prediction_seed: PredSeedOpt = 0,
+    baseline: BaselineOpt = "fifo-backfill",
     as_json: JsonOpt = False,
 ) -> None:
-    """Simulate a trace under one scheduling profile and print its metrics."""
+    """Simulate a trace under one scheduling profile and print its metrics (and each job's
+    JCT against a baseline profile's, --baseline)."""
     strength = _strengths(interference)
     if len(strength) != 1:
         _fail("simulate takes one --interference strength (compare takes several)")
+    base_prof = _baseline(baseline)
     jobs, sim_cluster = _load(trace, window, cluster, skip_bad_rows)
     try:
         prof = load_profile(profile)
         run = _run(jobs, sim_cluster, prof, strength[0], seed, restart_delay,
                    samples and out is not None, f"{prof.name} ({strength[0]})",
                    drop_oversized, prediction_error, prediction_seed, (trace, window))
+        base_run = run if base_prof is None or base_prof == prof else _run(
+            jobs, sim_cluster, base_prof, strength[0], seed, restart_delay, False,
+            f"{base_prof.name} ({strength[0]}, baseline)", drop_oversized,
+            prediction_error, prediction_seed, (trace, window))
     except (ProfileError, SimulationError, ValueError) as exc:
         _fail(str(exc))
     _note_dropped(run.summary, cluster)
+    per_job = None if base_prof is None else per_job_comparison(
+        run.outcome.jobs, base_run.outcome.jobs, baseline=base_prof.name)
     result = {"profile": prof.name, "trace": str(trace), "window": window,
               "cluster": cluster, "interference": strength[0], "seed": seed,
-              "restart_delay_s": restart_delay, **run.summary}
+              "restart_delay_s": restart_delay, **run.summary,
+              "baseline": None if base_prof is None else base_prof.name, "per_job": per_job}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -166,6 +247,8 @@ def simulate(
         table.add_row(key, "-" if value is None else f"{value:,}" if isinstance(
             value, (int, float)) else str(value))
     output_console().print(table)
+    if per_job is not None:
+        _print_per_job([(prof.name, strength[0], per_job)], base_prof.name)
     if out is not None:
         output_console().print(f"wrote {out}/summary.json, jobs.csv, jct_cdf.png"
                         + (", samples.jsonl" if samples else ""))
@@ -189,11 +272,13 @@ def compare(
     skip_bad_rows: SkipOpt = False,
     prediction_error: PredOpt = None,
     prediction_seed: PredSeedOpt = 0,
+    baseline: BaselineOpt = "fifo-backfill",
     as_json: JsonOpt = False,
 ) -> None:
     """Run several profiles on one trace (and strengths), compare their metrics and plot
-    their JCT CDFs together."""
+    their JCT CDFs together (and, against a baseline profile, each job's JCT ratio)."""
     strengths = _strengths(interference)
+    base_prof = _baseline(baseline)
     jobs, sim_cluster = _load(trace, window, cluster, skip_bad_rows)
     try:
         profs = [load_profile(p.strip()) for p in profiles.split(",") if p.strip()]
@@ -201,22 +286,47 @@ def compare(
         _fail(str(exc))
     if not profs:
         _fail("--profiles is empty")
-    results = []
+    # the baseline runs once per strength: as one of --profiles, or after them
+    base_at = next((i for i, p in enumerate(profs) if p == base_prof), None)
+    extra = [base_prof] if base_prof is not None and base_at is None else []
+    results, baseline_results = [], []
     cdfs: dict[str, dict[str, list[float]]] = {s: {} for s in strengths}
+    ratio_cdfs: dict[str, dict[str, list[float]]] = {s: {} for s in strengths}
     for strength in strengths:
-        for prof in profs:
+        times = []
+        for k, prof in enumerate(profs + extra):
+            label = f"{prof.name} ({strength}{', baseline' if k >= len(profs) else ''})"
             try:
                 run = _run(jobs, sim_cluster, prof, strength, seed, restart_delay, False,
-                           f"{prof.name} ({strength})", drop_oversized, prediction_error,
-                           prediction_seed, (trace, window))
+                           label, drop_oversized, prediction_error, prediction_seed,
+                           (trace, window))
             except (SimulationError, ValueError) as exc:
                 _fail(f"{prof.name}: {exc}")
-            if not results:
+            if not results and k == 0:
                 _note_dropped(run.summary, cluster)
-            results.append({"profile": prof.name, "interference": strength, **run.summary})
-            cdfs[strength][prof.name] = jcts(run.outcome.jobs)
+            entry = {"profile": prof.name, "interference": strength, **run.summary}
+            if k < len(profs):
+                results.append(entry)
+                cdfs[strength][prof.name] = jcts(run.outcome.jobs)
+            if k == base_at or k >= len(profs):
+                baseline_results.append(dict(entry))
+            times.append(job_times(run.outcome.jobs))
+        if base_prof is None:
+            continue
+        base_times = times[len(profs) if base_at is None else base_at]
+        for k, entry in enumerate(results[-len(profs):]):
+            if k == base_at:
+                entry["per_job"] = None
+                continue
+            entry["per_job"] = per_job_comparison(times[k], base_times,
+                                                  baseline=base_prof.name)
+            ratio_cdfs[strength][profs[k].name] = list(
+                job_ratios(times[k], base_times).values())
     doc = {"trace": str(trace), "window": window, "cluster": cluster, "seed": seed,
-           "restart_delay_s": restart_delay, "results": results}
+           "restart_delay_s": restart_delay, "results": results,
+           "baseline": None if base_prof is None else base_prof.name}
+    if base_prof is not None:
+        doc["baseline_results"] = baseline_results
     plot_dir = out if out is not None else Path(".")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -225,6 +335,12 @@ def compare(
     for strength, series in cdfs.items():
         plots.append(plot_dir / f"jct_cdf_{strength}.png")
         plot_jct_cdf(plots[-1], series, f"{trace.name} {window or ''} on {cluster}, {strength}")
+        if ratio_cdfs[strength]:
+            plots.append(plot_dir / f"jct_ratio_cdf_{strength}.png")
+            plot_ratio_cdf(plots[-1], ratio_cdfs[strength],
+                           f"{trace.name} {window or ''} on {cluster}, {strength}: per job "
+                           f"against {base_prof.name}",
+                           f"JCT / max(JCT under {base_prof.name}, {FLOOR_S:g} s)")
     output_console(stderr=as_json).print("wrote " + ", ".join(str(p) for p in plots)
                                   + (f" and {out}/compare.json" if out is not None else ""))
     if as_json:
@@ -234,11 +350,12 @@ def compare(
     table.add_column("profile")
     for s in strengths:
         table.add_column(s, justify="right")
-    for prof in profs:
-        row = [prof.name]
+    shown = [(p.name, p.name, results) for p in profs] + [
+        (p.name, f"{p.name} (baseline)", baseline_results) for p in extra]
+    for name, title, rows in shown:
+        row = [title]
         for s in strengths:
-            r = next(x for x in results if x["profile"] == prof.name
-                     and x["interference"] == s)
+            r = next(x for x in rows if x["profile"] == name and x["interference"] == s)
             row.append(f"{r['avg_jct_s']:,.0f}" if r["avg_jct_s"] is not None else "-")
         table.add_row(*row)
     output_console().print(table)
@@ -250,9 +367,13 @@ def compare(
     for key, title in columns:
         detail.add_column(title, justify="left" if key in ("profile", "interference")
                           else "right")
-    for r in results:
+    for r in results + (baseline_results if extra else []):
         detail.add_row(*[_cell(r[key], key) for key, _ in columns])
     output_console().print(detail)
+    compared = [(r["profile"], r["interference"], r["per_job"]) for r in results
+                if r.get("per_job") is not None]
+    if compared:
+        _print_per_job(compared, base_prof.name)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -139,5 +139,35 @@ def plot_jct_cdf(path: Path, series: Mapping[str, Sequence[float]], title: str) 
     plt.close(fig)
 
 
+def plot_ratio_cdf(path: Path, series: Mapping[str, Sequence[float]], title: str,
+                   xlabel: str, marks: Sequence[float] = (1.1, 2.0)) -> None:
+    """One CDF line per series of per-job JCT ratios (``sim/perjob.py``), log x axis, a
+    dashed vertical line at each of ``marks``; matplotlib's Agg backend."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    for label, values in series.items():
+        xs = sorted(v for v in values if v is not None and v > 0)
+        if not xs:
+            continue
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post", label=label)
+    for mark in marks:
+        ax.axvline(mark, color="grey", linestyle="--", linewidth=0.8)
+        ax.annotate(f"{mark:g}x", (mark, 0.02), xytext=(3, 0), textcoords="offset points",
+                    fontsize=7, color="grey")
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def jcts(jobs: Sequence[SimJob]) -> list[float]:
     return [j.finish_s - j.submit_s for j in jobs if j.finish_s is not None]
