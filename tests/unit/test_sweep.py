@@ -11,7 +11,7 @@ from slurm_marl.shared_data import data_file
 from slurm_marl.sweep import SweepError, SweepSpecError, comparable, cross_product, \
     load_sweep, run_cell, run_sweep
 from slurm_marl.sweep.cli import app
-from slurm_marl.sweep.report import summary_table, write_report
+from slurm_marl.sweep.report import attach_per_job, markdown, summary_table, write_report
 
 TIRESIAS = "traces/tiresias_60_job.csv"
 SPEC = """
@@ -100,8 +100,9 @@ def test_a_failing_cell_is_an_error_row_not_a_crash():
     assert run_cell(cells[-1])["error"] == bad[-1]["error"]   # in the cell, not the pool
     assert all(r["avg_jct_s"] > 0 for r in rows if not r["error"])
     table = summary_table(rows, "las-consolidate")
-    assert all(row["cells"]["no-such-profile"] == {"avg_jct_s": None, "ratio": None,
-                                                   "errors": 2} for row in table["rows"])
+    assert all(row["cells"]["no-such-profile"] == {
+        "avg_jct_s": None, "ratio": None, "errors": 2, "share_slower_1_1x": None,
+        "share_slower_2x": None, "worst_ratio": None} for row in table["rows"])
 
 
 def test_bad_backend_and_slurm_without_folder_are_errors():
@@ -130,6 +131,42 @@ def test_report_table_and_plot(tmp_path):
     assert f"| all | none | {las:,.0f} (1.000) | " in text and "fifo-backfill" in text
     assert (tmp_path / "ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "results.json").read_text()) == rows
+    # per job against the baseline (issue 33): the rows' job times became per_job
+    assert all("job_times" not in r for r in rows)
+    assert all(r["per_job"] is None for r in rows if r["profile"] == "las-consolidate")
+    fifo_rows = [r for r in rows if r["profile"] == "fifo-backfill"]
+    assert all(r["per_job"]["compared_jobs"] == 60 for r in fifo_rows)
+    cell = none["fifo-backfill"]
+    assert cell["worst_ratio"] == max(r["per_job"]["worst_ratio"] for r in fifo_rows
+                                      if r["interference"] == "none") > 1
+    assert none["las-consolidate"]["worst_ratio"] is None
+    assert f"{cell['share_slower_1_1x']:.1%} / {cell['share_slower_2x']:.1%}, worst " \
+           f"{cell['worst_ratio']:.2f}" in text and "Per job against las-consolidate" in text
+
+
+def test_per_job_pairs_rows_with_the_baseline_of_the_same_cell():
+    def row(profile, seed, jcts, error=None):
+        r = {"window": None, "interference": "none", "seed": seed, "profile": profile,
+             "prediction_error": None, "avg_jct_s": sum(jcts) / len(jcts), "error": error}
+        if not error:
+            r["job_times"] = [[i, 1, "", jct] for i, jct in enumerate(jcts)]
+        return r
+    rows = [row("base", 0, [1000, 1000]), row("base", 1, [1000, 2000]),
+            row("new", 0, [3000, 1000]), row("new", 1, [1000, 1000]),
+            row("bad", 0, [1], error="boom")]
+    attach_per_job(rows, "base")
+    assert [r["per_job"] and r["per_job"]["worst_ratio"] for r in rows] == [
+        None, None, 3.0, 1.0, None]
+    assert rows[3]["per_job"]["share_slower_1_1x"] == 0.0 and \
+        rows[2]["per_job"]["share_slower_2x"] == 0.5
+    assert all("job_times" not in r for r in rows)
+    attach_per_job(rows, "base")                       # again: nothing left to attach
+    assert rows[2]["per_job"]["worst_ratio"] == 3.0
+    cell = summary_table(rows, "base")["rows"][0]["cells"]["new"]
+    assert cell["share_slower_2x"] == 0.25 and cell["worst_ratio"] == 3.0
+    assert cell["share_slower_1_1x"] == 0.25
+    assert "| all | none | - | 25.0% / 25.0%, worst 3.00 | - |" in markdown(
+        summary_table(rows, "base"))
 
 
 def test_cli_run_writes_results_table_and_plot(tmp_path):

@@ -3,8 +3,10 @@
 Table: one row per window x interference strength, one column per profile (and prediction
 error, where the sweep has several); each cell the average JCT (mean over seeds) and its
 ratio to the baseline profile (mean over seeds of the paired ratio: same window, strength,
-seed and prediction error). Plot: that ratio per profile per strength (mean over windows
-too), as grouped bars, written with matplotlib's Agg backend.
+seed and prediction error). Below it, per job against the baseline (``sim/perjob.py``,
+each row's ``per_job``, paired the same way): the share of jobs more than 1.1x and 2x slower
+(mean over seeds) and the worst ratio (over seeds). Plot: the average-JCT ratio per profile
+per strength (mean over windows too), as grouped bars, written with matplotlib's Agg backend.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import mean
+
+from slurm_marl.sim.perjob import per_job_comparison
+from slurm_marl.sweep.run import JOB_TIMES
 
 RESULTS, TABLE, PLOT = "results.json", "table.md", "ratios.png"
 
@@ -30,6 +35,29 @@ def _ordered(values) -> list:
     return list(dict.fromkeys(values))
 
 
+def _pair(row: dict) -> tuple:
+    return row["window"], row["interference"], row["seed"], row.get("prediction_error")
+
+
+def attach_per_job(rows: Sequence[dict], baseline: str) -> None:
+    """In place: every row gets ``per_job``, its jobs against the baseline profile's row of
+    the same window, strength, seed and prediction error (None for the baseline's own rows,
+    failed rows and rows whose baseline failed), and loses ``job_times``. Rows without
+    ``job_times`` (already attached, or read back from results.json) are left alone."""
+    if not any(JOB_TIMES in r for r in rows):
+        return
+    base = {_pair(r): r[JOB_TIMES] for r in rows
+            if r["profile"] == baseline and not r.get("error") and JOB_TIMES in r}
+    for r in rows:
+        times = r.get(JOB_TIMES)
+        theirs = base.get(_pair(r))
+        r["per_job"] = None if (r["profile"] == baseline or r.get("error") or times is None
+                                or theirs is None) else \
+            per_job_comparison(times, theirs, baseline=_label(baseline))
+    for r in rows:
+        r.pop(JOB_TIMES, None)
+
+
 def _ratio(row: dict, base: dict | None) -> float | None:
     if row.get("error") or not base or base.get("error"):
         return None
@@ -39,7 +67,10 @@ def _ratio(row: dict, base: dict | None) -> float | None:
 
 def summary_table(rows: Sequence[dict], baseline: str) -> dict:
     """``{"columns": [...], "rows": [{"window", "interference", "cells": {column: {...}}}]}``;
-    each cell has ``avg_jct_s`` and ``ratio`` (None where no seed gave one) and ``errors``."""
+    each cell has ``avg_jct_s`` and ``ratio`` (None where no seed gave one), ``errors``,
+    and from the rows' ``per_job`` (``attach_per_job``) ``share_slower_1_1x`` and
+    ``share_slower_2x`` (means over seeds) and ``worst_ratio`` (the worst over seeds), None
+    where no seed has one (the baseline's own column)."""
     several = len({r.get("prediction_error") for r in rows}) > 1
     base = {(r["window"], r["interference"], r["seed"], r.get("prediction_error")): r
             for r in rows if r["profile"] == baseline}
@@ -59,9 +90,16 @@ def _cell(group: list[dict], base: dict) -> dict:
     ok = [r for r in group if not r.get("error") and r.get("avg_jct_s") is not None]
     ratios = [x for r in ok if (x := _ratio(r, base.get(
         (r["window"], r["interference"], r["seed"], r.get("prediction_error"))))) is not None]
+    per_job = [r["per_job"] for r in ok if r.get("per_job")
+               and r["per_job"]["compared_jobs"]]
     return {"avg_jct_s": round(mean(r["avg_jct_s"] for r in ok), 2) if ok else None,
             "ratio": round(mean(ratios), 4) if ratios else None,
-            "errors": sum(1 for r in group if r.get("error"))}
+            "errors": sum(1 for r in group if r.get("error")),
+            "share_slower_1_1x": round(mean(p["share_slower_1_1x"] for p in per_job), 4)
+            if per_job else None,
+            "share_slower_2x": round(mean(p["share_slower_2x"] for p in per_job), 4)
+            if per_job else None,
+            "worst_ratio": max(p["worst_ratio"] for p in per_job) if per_job else None}
 
 
 def markdown(table: dict) -> str:
@@ -74,7 +112,25 @@ def markdown(table: dict) -> str:
         cells = [_text(row["cells"][c]) for c in table["columns"]]
         lines.append(f"| {row['window'] or 'all'} | {row['interference']} | "
                      + " | ".join(cells) + " |")
+    if any(cell.get("worst_ratio") is not None for row in table["rows"]
+           for cell in row["cells"].values()):
+        lines += ["", f"Per job against {table['baseline']} (JCT / max(JCT under "
+                      f"{table['baseline']}, 600 s), jobs finished in both): share of jobs "
+                      f"more than 1.1x / more than 2x slower, mean over seeds; worst ratio "
+                      f"over seeds.", "", "| " + " | ".join(head) + " |",
+                  "|---|---|" + "---:|" * len(table["columns"])]
+        for row in table["rows"]:
+            cells = [_per_job_text(row["cells"][c]) for c in table["columns"]]
+            lines.append(f"| {row['window'] or 'all'} | {row['interference']} | "
+                         + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _per_job_text(cell: dict) -> str:
+    if cell.get("worst_ratio") is None:
+        return "-"
+    return (f"{cell['share_slower_1_1x']:.1%} / {cell['share_slower_2x']:.1%}, "
+            f"worst {cell['worst_ratio']:.2f}")
 
 
 def _text(cell: dict) -> str:
@@ -116,7 +172,9 @@ def plot_ratios(table: dict, path: Path) -> None:
 
 
 def write_report(rows: Sequence[dict], baseline: str, out: Path) -> dict:
-    """Write results.json, table.md and ratios.png under ``out``; returns the table."""
+    """Write results.json, table.md and ratios.png under ``out``; returns the table. The
+    rows get ``per_job`` in place (``attach_per_job``)."""
+    attach_per_job(rows, baseline)
     out.mkdir(parents=True, exist_ok=True)
     (out / RESULTS).write_text(json.dumps(list(rows), indent=2) + "\n")
     table = summary_table(rows, baseline)

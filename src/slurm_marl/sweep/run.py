@@ -13,8 +13,9 @@ this module writes no pickle files of its own. Progress is read from submitit's 
 files and ``squeue``, never ``sacct``, so clusters without accounting work too.
 
 Each cell gives one JSON-able row: the cell's fields, ``key``, the simulation summary's
-numbers and ``error`` (None, or one line when that cell failed: a failing cell never stops
-the sweep). ``RUN_FIELDS`` (``wall_s``, ``ran_on``) describe where and how long a cell ran;
+numbers, ``job_times`` (each job's JCT, for ``report.attach_per_job``, which replaces them
+with ``per_job``) and ``error`` (None, or one line when that cell failed: a failing cell
+never stops the sweep). ``RUN_FIELDS`` (``wall_s``, ``ran_on``) describe where and how long a cell ran;
 ``comparable`` drops them, and what remains is identical between backends.
 """
 
@@ -32,12 +33,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 
+from slurm_marl.sim.perjob import records
 from slurm_marl.sim.run import simulate
 from slurm_marl.sweep.spec import SweepCell
 
 BACKENDS = ("local", "slurm")
 RUN_FIELDS = ("wall_s", "ran_on")
 SUMMARY_TIMING = ("sim_wall_time_s",)    # a summary field that is a wall time
+JOB_TIMES = "job_times"    # [job_id, num_gpus, user, jct_s] per job (sim.perjob.records)
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SLURM_VARS = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID",
               "array_task_id": "SLURM_ARRAY_TASK_ID", "node": "SLURMD_NODENAME"}
@@ -84,6 +87,8 @@ def run_cell(cell: SweepCell) -> dict:
                        drop_oversized=cell.drop_oversized,
                        prediction_error=cell.prediction_error)
         row.update({k: v for k, v in run.summary.items() if k not in SUMMARY_TIMING})
+        # each job's JCT, for the report's per-job comparison (it drops them after)
+        row[JOB_TIMES] = records(run.outcome.jobs)
         row["error"] = None
     except Exception as exc:  # noqa: BLE001 - one cell's failure is that cell's row
         row["error"] = _one_line(exc)
