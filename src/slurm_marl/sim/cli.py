@@ -338,7 +338,7 @@ def compare(
         if ratio_cdfs[strength]:
             plots.append(plot_dir / f"jct_ratio_cdf_{strength}.png")
             plot_ratio_cdf(plots[-1], ratio_cdfs[strength],
-                           f"{trace.name} {window or ''} on {cluster}, {strength}: per job "
+                           f"{trace.name} {window or ''} on {cluster}, {strength}\nper job "
                            f"against {base_prof.name}",
                            f"JCT / max(JCT under {base_prof.name}, {FLOOR_S:g} s)")
     output_console(stderr=as_json).print("wrote " + ", ".join(str(p) for p in plots)
