@@ -4,6 +4,8 @@
 #   bash run.sh test   the whole test suite (real Slurm daemons included)
 #   bash run.sh test-versions   the real-Slurm tests (tests/slurm) again on Slurm 24.11 and
 #                      26.05, each from a Debian chroot (built on first use, ~40 s each)
+#   bash run.sh schedmd-tests   SchedMD's own testsuite/python (Debian's source of the
+#                      installed Slurm) on a local cluster, Slurm alone vs gate + agent
 # Both install what they need first: Debian packages (Slurm 22.05, munge, slurmdbd and
 # MariaDB for accounting, hwloc) and a virtualenv with the pinned Python dependencies.
 # Re-runs skip what is already there.
@@ -102,8 +104,14 @@ case "$cmd" in
       "tests/slurm on Slurm 26.05" env SLURM_MARL_SLURM_VERSION=26.05 \
         "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 3 --dist loadfile \
         --durations=10 tests/slurm "$@" ;;
+  schedmd-tests)
+    install_system; install_python
+    # SchedMD's testsuite/python from Debian's source package of the installed Slurm
+    # (cached under .cache/schedmd-testsuite/), once with Slurm alone and once with the
+    # gate + agent; exit 1 if any test ends differently (docs/operations.md).
+    exec "$VENV/bin/python" -m slurm_marl.testcluster.schedmd "$@" ;;
   setup)
     install_system; install_python ;;
   *)
-    echo "usage: bash run.sh demo|test|test-versions|setup [args...]" >&2; exit 2 ;;
+    echo "usage: bash run.sh demo|test|test-versions|schedmd-tests|setup [args...]" >&2; exit 2 ;;
 esac
