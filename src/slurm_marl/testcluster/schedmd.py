@@ -113,7 +113,7 @@ def deb_src_lines(codename: str) -> str:
             f"deb-src {key}http://deb.debian.org/debian-security {codename}-security main\n")
 
 
-def _apt(apt_dir: Path, *args: str, cwd: Path | None = None) -> None:
+def _apt(apt_dir: Path, *args: str, cwd: Path | None = None) -> str:
     """apt-get with its own sources.list, lists and cache under ``apt_dir`` (the host's
     sources and package lists are neither read nor changed)."""
     opts = ["-o", f"Dir::Etc::SourceList={apt_dir / 'sources.list'}",
@@ -128,6 +128,7 @@ def _apt(apt_dir: Path, *args: str, cwd: Path | None = None) -> None:
     if proc.returncode != 0:
         raise SchedmdError(f"apt-get {' '.join(args)} failed (rc {proc.returncode}):\n"
                            f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return proc.stderr
 
 
 def fetch_testsuite(cache: Path = DEFAULT_CACHE) -> Path:
@@ -147,7 +148,11 @@ def fetch_testsuite(cache: Path = DEFAULT_CACHE) -> Path:
         for sub in ("lists/partial", "cache/archives/partial", "download"):
             (apt_dir / sub).mkdir(parents=True, exist_ok=True)
         (apt_dir / "sources.list").write_text(deb_src_lines(_codename()))
-        _apt(apt_dir, "update")
+        warnings = _apt(apt_dir, "update")
+        if not list((apt_dir / "lists").glob("*Sources*")):  # update only warns when offline
+            raise SchedmdError("apt-get update could not fetch Debian's source index from\n"
+                               f"{(apt_dir / 'sources.list').read_text()}"
+                               f"{warnings.strip()[-2000:]}")
         download = apt_dir / "download"
         try:
             _apt(apt_dir, "source", "--download-only", f"{package}={version}", cwd=download)
