@@ -76,6 +76,11 @@ def test_expected_lengths_come_from_runs_that_ended():
     assert shadow.lengths == [100.0]
     assert shadow.expected_length(10.0) == 100.0 and shadow.expected_length(150.0) == 150.0
     assert 2 not in shadow.protected or shadow.protected[2] == 100.0
+    # the mean of the ended runs longer than what the job has had (not the median: the
+    # first runs to end are the short ones)
+    shadow.lengths[:] = [100.0, 300.0, 1100.0]
+    assert shadow.expected_length(50.0) == 500.0
+    assert shadow.expected_length(200.0) == 700.0
 
 
 def test_a_job_past_its_shadow_start_is_protected_ranked_first_and_kept_running():

@@ -1,0 +1,168 @@
+"""The Slurm-alone guard (issue 33): per job against Slurm's own policy, with and without it.
+
+Windows, chosen by a rule fixed before any result: Philly windows of 800 rows, load
+(GPU-seconds offered / (64 GPUs x the window's span)) >= 0.9 and at least one job of 8 or
+more GPUs (the jobs the unguarded order makes wait); per virtual cluster the first two in
+trace order: ``6214e9`` 5600 (load 1.14) and 8000 (2.43, saturated), ``6c71a0`` 0 (0.93)
+and 1600 (1.13), ``b436b2`` 0 (1.54), ``ee9e8c`` 0 (2.33, saturated). Cluster: 64 GPUs,
+``8x2x4:leaf=4``, as in the issue.
+
+Each window and strength runs ``fifo-backfill`` (what a site runs without the agent) and,
+for each profile, the profile as shipped and with ``[guard]`` at each slack setting; every
+run is compared job by job with the ``fifo-backfill`` run (``sim/perjob.py``).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/guard_tradeoff.py --workers 2 \
+        --out /tmp/guard/tradeoff.json [--plot /tmp/guard/tradeoff.png]
+
+Prints one row per (window, strength, profile, guard): average JCT against the unguarded
+profile and against fifo-backfill, the share of jobs > 1.1x and > 2x slower than under
+fifo-backfill, p99 and worst ratio; and whether the issue's bound holds (<= 2% > 1.1x,
+none > 2x, p99 <= 1.5, average within 1.1x of the unguarded profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from slurm_marl.shared_data import data_file  # noqa: E402 (after the thread setting)
+
+TRACE = str(data_file("traces/philly.csv"))
+CLUSTER = "8x2x4:leaf=4"
+WINDOWS = [f"vc={vc},rows={a}:{a + 800}" for vc, a in [
+    ("6214e9", 5600), ("6214e9", 8000), ("6c71a0", 0), ("6c71a0", 1600), ("b436b2", 0),
+    ("ee9e8c", 0)]]
+# (label, profile, --prediction-error)
+PROFILES = {"las-consolidate": ("las-consolidate", None),
+            "learned-order": ("learned-order", None),
+            "learned-order, helios": ("learned-order", "helios")}
+SLACKS = [(0.1, 60.0), (0.25, 300.0), (0.5, 600.0)]
+
+
+def one(window: str, label: str, profile: str, error: str | None,
+        guard: tuple[float, float] | None, strength: str) -> dict:
+    from dataclasses import replace
+
+    from slurm_marl.policy.profile import _frozen, load_profile
+    from slurm_marl.sim.perjob import records
+    from slurm_marl.sim.run import simulate
+    prof = load_profile(profile)
+    if guard is not None:
+        prof = replace(prof, guard=_frozen({"slack": guard[0], "slack_min_s": guard[1]}))
+    t0 = time.perf_counter()
+    run = simulate(TRACE, CLUSTER, prof, window=window, interference=strength,
+                   drop_oversized=True, prediction_error=error)
+    return {"window": window, "label": label, "guard": guard, "interference": strength,
+            "avg_jct_s": run.summary["avg_jct_s"], "preemptions": run.summary["preemptions"],
+            "unfinished": run.summary["unfinished"], "jobs": records(run.outcome.jobs),
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def bound_holds(row: dict) -> bool:
+    c = row["per_job"]
+    return (c["share_slower_1_1x"] is not None and c["share_slower_1_1x"] <= 0.02
+            and c["jobs_slower_2x"] == 0 and c["p99_ratio"] <= 1.5
+            and row["avg_vs_unguarded"] <= 1.1)
+
+
+def main(argv=None) -> int:
+    from slurm_marl.sim.perjob import per_job_comparison
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--window", action="append", help="a window (repeat); default: the six")
+    ap.add_argument("--strengths", default="none,high")
+    ap.add_argument("--only", action="append", default=[],
+                    help=f"a profile label (repeat; default all: {', '.join(PROFILES)})")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--plot", type=Path, help="the trade-off plot (PNG)")
+    args = ap.parse_args(argv)
+    windows = args.window or WINDOWS
+    labels = args.only or list(PROFILES)
+    tasks = []
+    for w in windows:
+        for s in args.strengths.split(","):
+            tasks.append((w, "fifo-backfill", "fifo-backfill", None, None, s))
+            for label in labels:
+                profile, error = PROFILES[label]
+                for guard in [None, *SLACKS]:
+                    tasks.append((w, label, profile, error, guard, s))
+    rows = []
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        futures = [pool.submit(one, *t) for t in tasks]
+        for i, f in enumerate(as_completed(futures), 1):
+            rows.append(f.result())
+            print(f"[{i}/{len(tasks)}] {time.perf_counter() - t0:.0f} s", flush=True)
+    base = {(r["window"], r["interference"]): r for r in rows if r["label"] == "fifo-backfill"}
+    plain = {(r["window"], r["interference"], r["label"]): r for r in rows
+             if r["guard"] is None}
+    out = []
+    for r in rows:
+        if r["label"] == "fifo-backfill":
+            continue
+        b = base[(r["window"], r["interference"])]
+        u = plain[(r["window"], r["interference"], r["label"])]
+        row = {k: v for k, v in r.items() if k != "jobs"}
+        row["per_job"] = per_job_comparison(r["jobs"], b["jobs"], baseline="fifo-backfill")
+        row["avg_vs_fifo"] = round(r["avg_jct_s"] / b["avg_jct_s"], 4)
+        row["avg_vs_unguarded"] = round(r["avg_jct_s"] / u["avg_jct_s"], 4)
+        row["bound_holds"] = bound_holds(row)
+        out.append(row)
+    out.sort(key=lambda r: (r["window"], r["interference"], r["label"],
+                            r["guard"] or (-1, -1)))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print("| window | strength | profile | guard (slack, min s) | avg / unguarded | "
+          "avg / fifo | > 1.1x | > 2x | p99 | worst | bound |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in out:
+        c = r["per_job"]
+        g = "off" if r["guard"] is None else f"{r['guard'][0]:g}, {r['guard'][1]:g}"
+        print(f"| {r['window'].replace('vc=', '').replace(',rows=', ' ')} | "
+              f"{r['interference']} | {r['label']} | {g} | {r['avg_vs_unguarded']:.3f} | "
+              f"{r['avg_vs_fifo']:.3f} | {100 * c['share_slower_1_1x']:.1f}% | "
+              f"{100 * c['share_slower_2x']:.1f}% | {c['p99_ratio']:.2f} | "
+              f"{c['worst_ratio']:.2f} | {'yes' if r['bound_holds'] else 'no'} |")
+    if args.plot is not None:
+        plot(out, args.plot)
+    return 0
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Average JCT (against the unguarded profile) against the share of jobs > 1.1x slower
+    than under fifo-backfill: one point per run, lines through each window's guard
+    settings."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["window"], r["interference"], r["label"]), []).append(r)
+    for key, rs in sorted(groups.items()):
+        rs = sorted(rs, key=lambda r: r["guard"] or (99, 99))
+        xs = [100 * r["per_job"]["share_slower_1_1x"] for r in rs]
+        ys = [r["avg_vs_unguarded"] for r in rs]
+        ax.plot(xs, ys, marker="o", alpha=0.7,
+                label=f"{key[0].replace('vc=', '').replace(',rows=', ' ')} {key[1]} {key[2]}")
+        ax.annotate("off", (xs[-1], ys[-1]), fontsize=7)
+    ax.axvline(2.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.axhline(1.1, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("jobs > 1.1x slower than under fifo-backfill (%)")
+    ax.set_ylabel("average JCT / unguarded profile")
+    ax.set_title("Slurm-alone guard: slack 0.1 / 0.25 / 0.5 and off, per window")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
