@@ -196,3 +196,42 @@ def test_a_blocked_protected_job_is_not_passed_by_a_later_arrival():
     policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
     policy.order.shadow.protected.update({1: 100.0})
     assert {d.job_id for d in policy.run_cycle(snap) if isinstance(d, Place)} == {3}
+
+
+def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path):
+    """The agent with a guarded profile: an old 8-GPU job whose FCFS turn came while a
+    demoted job holds the GPUs is protected, preempts it, and its decision's reason (what
+    `slurm-marl explain` shows) names the guard."""
+    from fakes import FakeClusterSource, FakeDecisionSink
+
+    from slurm_marl.daemon.config import parse_config
+    from slurm_marl.daemon.service import Agent
+    from slurm_marl.daemon.store import Store
+
+    nodes = tuple(Node(name=n, partitions=("p",), cpus=8, real_memory_mib=16000,
+                       gpu_groups=(GpuGroup(0, (0, 1), "s0", 0),
+                                   GpuGroup(1, (2, 3), "s1", 1)),
+                       used_gpu_indices=frozenset(used), alloc_cpus=len(used))
+                  for n, used in (("n1", (0, 1, 2, 3)), ("n2", (0, 1, 2, 3))))
+    hog = Job(1, partition="p", gpus_per_node=4, node_count=2, submit_time_s=100.0,
+              state=JobState.RUNNING, start_time_s=100.0, attained_gpu_s=8 * 4900.0,
+              nodes=("n1", "n2"), gpu_alloc=(("n1", (0, 1, 2, 3)), ("n2", (0, 1, 2, 3))))
+    old = Job(2, partition="p", gpus_per_node=4, node_count=2, submit_time_s=0.0,
+              admin_comment="slurm-marl:v1;tpn=gres:gpu:4;tpj=;req=;beg=")
+    snap = ClusterSnapshot(5000.0, nodes, (hog, old), (Partition("p", ("n1", "n2"), True),))
+    profile = tmp_path / "guarded.toml"
+    profile.write_text('name = "g"\npreemption = true\nbackfill = true\n'
+                       'backfill_reserve = false\n[order]\nplugin = "tiresias_las"\n'
+                       'thresholds_gpu_s = [600]\n[place]\nconsolidate = 1.0\n'
+                       '[guard]\nslack = 0.1\nslack_min_s = 60\n')
+    cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1, "grace_s": 30,
+                                  "profile": str(profile), "managed_partitions": ["p"],
+                                  "preempt_partitions": ["p"]}})
+    sink = FakeDecisionSink()
+    agent = Agent(cfg, FakeClusterSource(snap), sink, Store(tmp_path / "s.sqlite"),
+                  build_policy(load_profile(profile)))
+    agent.cycle()
+    written = [d for call in sink.calls for d in call]
+    assert any(isinstance(d, Preempt) and d.job_id == 1 for d in written), written
+    reasons = [r["reason"] for r in agent.store.decisions(job_id=2)]
+    assert any("protected by the Slurm-alone guard" in r for r in reasons), reasons
