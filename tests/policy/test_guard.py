@@ -4,6 +4,7 @@ preempted nor passed by a later arrival, and that it uses nothing from the futur
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 
@@ -235,3 +236,19 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path):
     assert any(isinstance(d, Preempt) and d.job_id == 1 for d in written), written
     reasons = [r["reason"] for r in agent.store.decisions(job_id=2)]
     assert any("protected by the Slurm-alone guard" in r for r in reasons), reasons
+    # the admin's view: status counts it, queues marks it, the metric has it
+    assert agent.last_report.protected == 1
+    assert set(agent.store.protected()) == {2}
+    from typer.testing import CliRunner
+
+    from slurm_marl.cli import app
+    store = str(tmp_path / "s.sqlite")
+    out = CliRunner().invoke(app, ["status", "--store", store])
+    assert out.exit_code == 0 and "1 job(s) protected by the Slurm-alone guard" in out.output
+    out = CliRunner().invoke(app, ["queues", "--store", store, "--json"])
+    rows = {r["job_id"]: r["guard"] for r in json.loads(out.output)}
+    assert rows[2] is not None and rows[2]["shadow_start_s"] == 0.0
+    from slurm_marl.daemon.metrics import Metrics
+    metrics = Metrics()
+    metrics.observe(agent.last_report)
+    assert metrics.protected._value.get() == 1

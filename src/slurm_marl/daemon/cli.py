@@ -189,20 +189,26 @@ def queues(config: ConfigOpt = None, store: StoreOpt = None,
     with _reading(st):
         recs = [r for r in st.job_records().values()
                 if r.last_state == "PENDING" and r.finished_s is None]
+        guarded = st.protected()
     recs.sort(key=lambda r: (r.queue if r.queue is not None else 99, r.queue_since_s or 0,
                              r.job_id))
     if json_output:
-        json.dump([vars(r) for r in recs], sys.stdout, indent=2)
+        json.dump([{**vars(r), "guard": guarded.get(r.job_id)} for r in recs], sys.stdout,
+                  indent=2)
         sys.stdout.write("\n")
         return
     table = Table(title="2D-LAS queues (pending jobs)")
     for col in ("queue", "job", "user", "GPUs", "attained GPU-s", "waiting since",
-                "preemptions"):
+                "preemptions", "guard"):
         table.add_column(col)
     for r in recs:
+        g = guarded.get(r.job_id)
+        mark = "-" if g is None else (
+            "protected" + (f": Slurm alone from {format_time(g['shadow_start_s'])}"
+                           if g.get("shadow_start_s") is not None else ""))
         table.add_row(str(r.queue if r.queue is not None else "-"), str(r.job_id), r.user,
                       str(r.num_gpus), f"{r.attained_gpu_s:.0f}", format_time(r.queue_since_s),
-                      str(r.preemptions))
+                      str(r.preemptions), mark)
     output_console().print(table)
 
 
@@ -228,6 +234,10 @@ def status(config: ConfigOpt = None, store: StoreOpt = None,
                f"{last['pending']} pending, {last['running']} running, "
                f"{last['decisions']} decisions, {last['written']} written, "
                f"{last['refused']} refused")
+    if last.get("protected") is not None:
+        typer.echo(f"{last['protected']} job(s) protected by the Slurm-alone guard (waiting "
+                   "past the start Slurm's own order would have given them, or running "
+                   "after it): `slurm-marl queues` marks them")
     for c in info["recent_errors"]:
         typer.echo(f"  cycle {c['cycle']} at {format_time(c['time_s'])}: {c['error']}")
 

@@ -30,6 +30,10 @@ class Metrics:
                                   ["queue"], registry=r)
         self.last_cycle = Gauge("slurm_marl_last_cycle_timestamp_seconds",
                                 "Unix time of the last finished cycle", registry=r)
+        self.protected = Gauge("slurm_marl_guard_protected_jobs",
+                               "Jobs the Slurm-alone guard protects: waiting past the start "
+                               "Slurm's own order would have given them, or running after "
+                               "it (0 without a guard)", registry=r)
 
     def observe(self, report) -> None:
         self.cycle_seconds.observe(report.duration_s)
@@ -46,6 +50,7 @@ class Metrics:
         for r in report.results:
             self.writes.labels(r.status.value).inc()
         self.last_cycle.set(report.time_s)
+        self.protected.set(report.protected or 0)
 
     def serve(self, address: str, port: int):
         if address not in ("127.0.0.1", "localhost", "::1"):

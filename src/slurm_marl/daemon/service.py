@@ -34,6 +34,7 @@ from slurm_marl.daemon.writes import (place_key, plan_writes, priority_writes,
                                       site_factor_writes)
 from slurm_marl.domain import (ACTIVE_STATES, ClusterSnapshot, Decision, EndReservation, Job,
                                JobState, Place, Preempt, Release, Reserve, SetPriority)
+from slurm_marl.policy.guard import GuardedOrder
 from slurm_marl.slurm_integration.marker import (marker_gpus_per_node, parse_marker,
                                                  requested_gpu_fields, user_begin,
                                                  user_gpu_request)
@@ -55,6 +56,8 @@ class CycleReport:
     decisions: list[Decision] = field(default_factory=list)
     results: list[WriteResult] = field(default_factory=list)
     error: str | None = None
+    # jobs the Slurm-alone guard protects (policy/guard.py); None: no profile has a guard
+    protected: int | None = None
 
     @property
     def written(self) -> int:
@@ -197,7 +200,8 @@ class Agent:
         try:
             self.store.record_cycle(report.cycle, report.time_s, report.duration_s,
                                     report.pending, report.running, len(report.decisions),
-                                    report.written, report.refused, report.error)
+                                    report.written, report.refused, report.error,
+                                    report.protected)
         except Exception:
             log.exception("could not record cycle %d", report.cycle)
         if self.metrics is not None:
@@ -259,6 +263,7 @@ class Agent:
             decided_jobs |= {d.job_id for d in decisions}
         report.decisions = decisions
         self._record_alone(report.cycle, snap)
+        self._record_guard(report, snap)
         # each ordered job's queue of the last cycle, before this cycle's are stored
         last_queue = {d.job_id: records[d.job_id].queue for d in decisions
                       if isinstance(d, SetPriority) and d.job_id in records}
@@ -392,6 +397,22 @@ class Agent:
         if len(self._left_logged) > 100_000:
             self._left_logged.clear()
         return out
+
+    def _record_guard(self, report: CycleReport, snap: ClusterSnapshot) -> None:
+        """The jobs a Slurm-alone guard protects now (any policy's, for jobs Slurm still
+        lists), for `status`, `queues` and the metrics."""
+        guards = [p.order for p in (self.policy, *self.partition_policies.values())
+                  if isinstance(getattr(p, "order", None), GuardedOrder)]
+        if not guards:
+            return
+        live = {j.job_id for j in snap.jobs if j.is_pending or j.is_running}
+        protected = {}
+        for g in guards:
+            for job_id, since in g.shadow.protected.items():
+                if job_id in live:
+                    protected[job_id] = (since, g.shadow.starts.get(job_id))
+        report.protected = len(protected)
+        self.store.set_protected(protected)
 
     def _record_repairs(self, snap: ClusterSnapshot, job_ids: list[int]) -> None:
         """Say in ``explain`` why the agent rewrote a job's GPU request outside a decision:

@@ -120,12 +120,19 @@ CREATE TABLE IF NOT EXISTS feature_history (
     state TEXT, gpu_time_s REAL, seen_s REAL,
     sacct_id TEXT                               -- "123_4" for an array task (see below)
 );
+-- Jobs the Slurm-alone guard protects now (policy/guard.py): waiting past the start
+-- Slurm's own order would have given them, or running after that; replaced each cycle
+-- the set changes (`slurm-marl status`, `queues`).
+CREATE TABLE IF NOT EXISTS guard (
+    job_id INTEGER PRIMARY KEY, protected_s REAL, shadow_start_s REAL
+);
 """
 # Columns added to a table of ``_SCHEMA`` after it was first released, without bumping
 # the schema version: the daemon adds them to an older store's table (NULL in its rows).
 # feature_history.sacct_id: the job's id as sacct and the history CSV write it, "123_4"
 # for task 4 of array 123 (its own job id otherwise), as Slurm last listed the job.
-_ADDED_COLUMNS = {"feature_history": ("sacct_id TEXT",)}
+# cycles.protected: jobs the Slurm-alone guard protected at that cycle (NULL: no guard).
+_ADDED_COLUMNS = {"feature_history": ("sacct_id TEXT",), "cycles": ("protected INTEGER",)}
 
 
 @dataclass
@@ -210,6 +217,7 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._saved: dict[int, tuple] = {}     # job id -> the record row last saved
+        self._protected: dict | None = None    # the guard set last written
         # job id -> exact seen times, of the records of the last save_jobs (the daemon
         # saves every record it keeps each cycle, so this holds all it will read back)
         self._seen: dict[int, tuple] = {}
@@ -478,10 +486,31 @@ class Store:
 
     def record_cycle(self, cycle: int, now_s: float, duration_s: float, pending: int,
                      running: int, decisions: int, written: int, refused: int,
-                     error: str | None = None) -> None:
-        self.db.execute("INSERT OR REPLACE INTO cycles VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     error: str | None = None, protected: int | None = None) -> None:
+        self.db.execute("INSERT OR REPLACE INTO cycles (cycle, time_s, duration_s, pending, "
+                        "running, decisions, written, refused, error, protected) VALUES "
+                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (cycle, now_s, duration_s, pending, running, decisions, written,
-                         refused, error))
+                         refused, error, protected))
+
+    def set_protected(self, protected: dict[int, tuple[float, float | None]]) -> None:
+        """The jobs the Slurm-alone guard protects now: job id -> (protected since, its
+        Slurm-alone start estimate); written only when the set changed."""
+        if protected == self._protected:
+            return
+        with self.transaction() as db:
+            db.execute("DELETE FROM guard")
+            db.executemany("INSERT INTO guard VALUES (?, ?, ?)",
+                           [(j, since, start) for j, (since, start) in protected.items()])
+        self._protected = dict(protected)
+
+    def protected(self) -> dict[int, dict]:
+        """The jobs the guard protects, as last recorded ({} from a store older than it)."""
+        try:
+            rows = self.db.execute("SELECT * FROM guard").fetchall()
+        except sqlite3.OperationalError:
+            return {}
+        return {r["job_id"]: dict(r) for r in rows}
 
     def record_outcome(self, job_id: int, run: int, **values) -> None:
         cols = ["job_id", "run", *values]
