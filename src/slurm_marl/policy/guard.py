@@ -113,6 +113,10 @@ class SlurmAloneShadow:
         self.seen: dict[int, _Seen] = {}
         self.starts: dict[int, float] = {}
         self.protected: dict[int, float] = {}     # job id -> when it was protected
+        # job id -> its shadow start when it was protected: its place among protected jobs,
+        # kept fixed (a rank that moved with every recomputed shadow would change the order
+        # each cycle, and the daemon's reuse of unchanged placements with it)
+        self.protected_start: dict[int, float] = {}
         self._base: ShadowState | None = None     # the state after the forgotten jobs
         self.lengths: list[float] = []            # run times of the jobs ended so far
         self._now = -math.inf
@@ -121,6 +125,7 @@ class SlurmAloneShadow:
         self.seen.clear()
         self.starts.clear()
         self.protected.clear()
+        self.protected_start.clear()
         self._base = None
         self.lengths.clear()
         self._now = -math.inf
@@ -144,6 +149,7 @@ class SlurmAloneShadow:
             if not s.ended and job_id not in here:
                 s.ended = True
                 self.protected.pop(job_id, None)
+                self.protected_start.pop(job_id, None)
                 bisect.insort(self.lengths, s.run_s)
         order = sorted(self.seen.items(), key=lambda kv: (kv[1].submit_s, kv[0]))
         if not self.capacity:
@@ -157,6 +163,7 @@ class SlurmAloneShadow:
                 due = self.due_s(job.job_id)
                 if due is not None and now_s >= due:
                     self.protected[job.job_id] = now_s
+                    self.protected_start[job.job_id] = self.starts[job.job_id]
 
     def _commit_settled(self, order) -> None:
         """Ended jobs at the head of the order whose shadow run ended before the first job
@@ -224,7 +231,7 @@ class GuardedOrder:
         queue, key = self.inner.classify(job, now_s)
         since = self.shadow.protected.get(job.job_id)
         if since is not None:
-            start = self.shadow.starts.get(job.job_id, since)
+            start = self.shadow.protected_start.get(job.job_id, since)
             return queue, (0, 0 if job.is_running else 1, start)
         return queue, (1,) + tuple(key)
 
