@@ -88,6 +88,21 @@ level = "DEBUG"
     return path
 
 
+def as_nobody(c: "Cluster", *args: str) -> subprocess.CompletedProcess:
+    """A Slurm command run as the unprivileged user ``nobody`` (the gate treats root and
+    the agent apart). Slurm 24.11+ now and then refuses a user's job update with EAGAIN
+    ("Resource temporarily unavailable for job N", the update not applied): retried, as it
+    asks, for up to 10 s (under load, as when CI runs two Slurm versions at once, 2.5 s of
+    retries was not always enough)."""
+    for _ in range(20):
+        proc = subprocess.run(["runuser", "-u", "nobody", "--", *args], env=c.local.env,
+                              capture_output=True, text=True, timeout=30)
+        if "Resource temporarily unavailable" not in proc.stderr:
+            break
+        time.sleep(0.5)
+    return proc
+
+
 class Cluster:
     """A running LocalCluster plus the helpers tests need: sbatch, waiting, cleanup."""
 

@@ -13,7 +13,7 @@ from slurm_marl.domain import GroupAlloc, Place
 from slurm_marl.slurm_integration.marker import parse_marker
 from slurm_marl.slurm_integration.parse_layout import job_state_text, num
 
-from slurmtest import gated_cluster
+from slurmtest import as_nobody, gated_cluster
 
 pytestmark = pytest.mark.slurm
 GRACE_S = 4
@@ -128,27 +128,13 @@ def _records(c, job_id: int) -> list[dict]:
             if num(r.get("job_id")) == job_id or num(r.get("array_job_id")) == job_id]
 
 
-def _as_nobody(c, *args: str) -> subprocess.CompletedProcess:
-    # Slurm 24.11+ now and then refuses a user's job update with EAGAIN ("Resource
-    # temporarily unavailable for job N", the update not applied): retried, as it asks,
-    # for up to 10 s (under load, as when CI runs two Slurm versions at once, 2.5 s of
-    # retries was not always enough).
-    for _ in range(20):
-        proc = subprocess.run(["runuser", "-u", "nobody", "--", *args], env=c.local.env,
-                              capture_output=True, text=True, timeout=30)
-        if "Resource temporarily unavailable" not in proc.stderr:
-            break
-        time.sleep(0.5)
-    return proc
-
-
 def _running(r: dict) -> bool:
     """An squeue --json record is running (job_state: a word on 22.05, a list later)."""
     return job_state_text(r.get("job_state")) == "RUNNING"
 
 
 def _nobody_sbatch(c, *opts: str) -> int:
-    proc = _as_nobody(c, "sbatch", "--parsable", f"--chdir={c.local.root}/out",
+    proc = as_nobody(c, "sbatch", "--parsable", f"--chdir={c.local.root}/out",
                       "-o", "/dev/null", *opts, "--wrap", "sleep 600")
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.strip().split(";")[0])
@@ -204,10 +190,10 @@ def test_users_cannot_bypass_the_gate_by_updating_a_held_job(gated, opts, update
     c = gated
     job = _nobody_sbatch(c, "-H", *opts)
     try:
-        moved = _as_nobody(c, "scontrol", "update", f"jobid={job}", *update)
+        moved = as_nobody(c, "scontrol", "update", f"jobid={job}", *update)
         assert moved.returncode == 0, moved.stderr
         released_at = time.time()
-        rel = _as_nobody(c, "scontrol", "release", str(job))
+        rel = as_nobody(c, "scontrol", "release", str(job))
         assert rel.returncode == 0, rel.stderr
         time.sleep(1)
         j = c.job(job)
@@ -217,7 +203,7 @@ def test_users_cannot_bypass_the_gate_by_updating_a_held_job(gated, opts, update
         # Not marked: slurmctld refuses a user's update that sets AdminComment.
         assert parse_marker(j.admin_comment) is None
         # Gated like a marked job: the owner cannot move its start earlier either.
-        skip = _as_nobody(c, "scontrol", "update", f"jobid={job}", "StartTime=now")
+        skip = as_nobody(c, "scontrol", "update", f"jobid={job}", "StartTime=now")
         assert skip.returncode != 0
         assert c.job(job).is_pending
         # Fail-open: nobody acts, it starts on its own after the grace.
@@ -231,7 +217,7 @@ def test_moving_in_keeps_a_later_start_time_of_the_same_update(gated):
     c = gated
     job = _nobody_sbatch(c, "-p", "cpu", "--gres=gpu:1", "--begin=now+900")
     try:
-        moved = _as_nobody(c, "scontrol", "update", f"jobid={job}", "Partition=gpu",
+        moved = as_nobody(c, "scontrol", "update", f"jobid={job}", "Partition=gpu",
                            "StartTime=now+900")
         assert moved.returncode == 0, moved.stderr
         j = c.job(job)
@@ -244,9 +230,9 @@ def test_an_array_moved_into_a_managed_partition_stays_left_to_slurm(gated):
     c = gated
     job = _nobody_sbatch(c, "-H", "-p", "cpu", "--array=0-1", "--gres=gpu:1")
     try:
-        moved = _as_nobody(c, "scontrol", "update", f"jobid={job}", "Partition=gpu")
+        moved = as_nobody(c, "scontrol", "update", f"jobid={job}", "Partition=gpu")
         assert moved.returncode == 0, moved.stderr
-        assert _as_nobody(c, "scontrol", "release", str(job)).returncode == 0
+        assert as_nobody(c, "scontrol", "release", str(job)).returncode == 0
         c.wait_for(lambda: any(_running(r) for r in _records(c, job)),
                    GRACE_S - 1, f"array {job} to run before the grace ends")
         assert parse_marker(c.job(job).admin_comment) is None

@@ -101,3 +101,26 @@ def test_opening_the_store_while_another_process_creates_it_waits(tmp_path):
     assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     store.close()
     other.close()
+
+
+def test_a_column_added_by_another_process_meanwhile_is_no_error(tmp_path):
+    """Two processes opening an older store at once both saw a column missing; the second
+    ALTER failed with "duplicate column name" (CI, 24.11: the daemon and a test's reader
+    opening a new store together). The column being there is all that matters."""
+    st = Store(tmp_path / "s.sqlite")
+    real = st.db
+
+    class Stale:   # PRAGMA as it read a moment before the other process added the column
+        def execute(self, sql, *args):
+            rows = real.execute(sql, *args)
+            if sql.startswith("PRAGMA table_info(cycles)"):
+                return [r for r in rows if r["name"] != "protected"]
+            return rows
+
+    st.db = Stale()
+    try:
+        st._add_columns()
+    finally:
+        st.db = real
+    st.record_cycle(1, 0.0, 0.1, 0, 0, 0, 0, 0, None, protected=3)
+    assert st.cycles(1)[0]["protected"] == 3

@@ -242,16 +242,19 @@ def stuck(**kw):
     return pending(3, **fields)
 
 
-def test_a_narrowing_left_never_runnable_is_widened_back_in_one_update():
+def test_a_narrowing_left_never_runnable_is_given_back_in_one_update():
     snap = ClusterSnapshot(NOW, NODES, (stuck(),), PARTS)
-    fields, why = plan_unstick(stuck(), snap)
-    assert fields == {"TresPerJob": "", "TresPerNode": "gres:gpu:s0:1,gres:gpu:s1:1",
-                      "ReqNodeList": ""} and why == ""
+    options, why = plan_unstick(stuck(), snap)
+    # first its user's own request (24.11 takes it), then spread over the groups (22.05)
+    assert options == [
+        {"TresPerJob": "", "TresPerNode": "gres:gpu:2", "ReqNodeList": ""},
+        {"TresPerJob": "", "TresPerNode": "gres:gpu:s0:1,gres:gpu:s1:1", "ReqNodeList": ""},
+    ] and why == ""
     # the user's own -w stays
     users_nodes = stuck(admin_comment="slurm-marl:v1;tpn=gres:gpu:2;tpj=;req=n1;beg=")
-    assert "ReqNodeList" not in plan_unstick(users_nodes, snap)[0]
+    assert all("ReqNodeList" not in o for o in plan_unstick(users_nodes, snap)[0])
     # not pinned to a node: any partition node with that group
-    assert plan_unstick(stuck(required_nodes=()), snap)[0]["TresPerNode"] \
+    assert plan_unstick(stuck(required_nodes=()), snap)[0][1]["TresPerNode"] \
         == "gres:gpu:s0:1,gres:gpu:s1:1"
     # not the agent's narrowing, or not stuck: nothing, and nothing to say
     for job in (stuck(pending_reason="Resources"),
@@ -260,13 +263,13 @@ def test_a_narrowing_left_never_runnable_is_widened_back_in_one_update():
                 stuck(admin_comment="slurm-marl:v1;tpn=;tpj=gres:gpu:2;req=;beg="),
                 stuck(gpus_per_job=0, gpus_per_node=2),
                 stuck(state=JobState.RUNNING)):
-        assert plan_unstick(job, snap) == ({}, ""), job
-    # stuck but no wider form: said, never guessed
+        assert plan_unstick(job, snap) == ([], ""), job
+    # one GPU: no wider form, the user's own request only
     one = stuck(gpus_per_job=1, admin_comment="slurm-marl:v1;tpn=gres:gpu:1;tpj=;req=;beg=")
-    fields, why = plan_unstick(one, snap)
-    assert fields == {} and "cannot be spread" in why
-    fields, why = plan_unstick(stuck(gpus_per_job=4), snap)
-    assert fields == {} and "per job, its user for 2 per node" in why
+    assert plan_unstick(one, snap)[0] == [
+        {"TresPerJob": "", "TresPerNode": "gres:gpu:1", "ReqNodeList": ""}]
+    options, why = plan_unstick(stuck(gpus_per_job=4), snap)
+    assert options == [] and "per job, its user for 2 per node" in why
 
 
 def test_a_widened_request_is_left_to_slurm_with_its_reason():

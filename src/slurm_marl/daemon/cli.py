@@ -149,10 +149,12 @@ def explain(job_id: int, config: ConfigOpt = None, store: StoreOpt = None,
                    "partition, or older than the store's retention)", err=True)
         raise typer.Exit(1)
     latest: dict[str, dict] = {}
+    repairs = [r for r in rows if r["plugin"] == "repair"]   # GPU requests given back
     for r in rows:  # newest first
-        latest.setdefault(r["kind"], r)
+        if r["plugin"] != "repair":
+            latest.setdefault(r["kind"], r)
     info = {"job_id": job_id, "record": vars(rec) if rec else None,
-            "latest": latest, "history": rows}
+            "latest": latest, "repairs": repairs, "history": rows}
     if json_output:
         json.dump(info, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
@@ -180,6 +182,9 @@ def explain(job_id: int, config: ConfigOpt = None, store: StoreOpt = None,
         if scores:
             con.print("    scores: " + ", ".join(f"{k} {v:.3f}" for k, v in scores))
         con.print(f"    Slurm: {r['status']}{': ' + r['message'] if r['message'] else ''}")
+    for r in repairs:
+        con.print(f"  [bold]GPU request repaired[/] at {format_time(r['time_s'])}: "
+                  f"{r['reason']}")
 
 
 def queues(config: ConfigOpt = None, store: StoreOpt = None,

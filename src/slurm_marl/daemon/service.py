@@ -423,8 +423,9 @@ class Agent:
             job = snap.job(job_id)
             if job is not None and job.pending_reason in NEVER_RUNNABLE:
                 why = (f"{job.pending_reason} after the agent narrowed its GPU request: "
-                       "widened back over its node's GPU groups (Slurm 22.05 takes a typed "
-                       "request no longer back to untyped) and left to Slurm")
+                       "its user's request given back (Slurm 22.05, which takes a typed "
+                       "request no longer back to untyped: widened over its node's GPU "
+                       "groups instead); never narrowed again")
             else:
                 why = "GPU request emptied by an older agent's half-done re-pin: restored"
             rows.append((Release(job_id, "repair", why), "ok", ""))

@@ -64,7 +64,8 @@ CREATE INDEX IF NOT EXISTS decisions_job ON decisions (job_id, id);
 CREATE TABLE IF NOT EXISTS cycles (
     cycle INTEGER PRIMARY KEY, time_s REAL NOT NULL, duration_s REAL,
     pending INTEGER, running INTEGER, decisions INTEGER, written INTEGER,
-    refused INTEGER, error TEXT
+    refused INTEGER, error TEXT,
+    protected INTEGER                           -- jobs the guard protected (NULL: no guard)
 );
 CREATE TABLE IF NOT EXISTS outcomes (
     job_id INTEGER NOT NULL, run INTEGER NOT NULL, user TEXT, name TEXT, model_type TEXT,
@@ -265,7 +266,13 @@ class Store:
             have = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
             for column in columns:
                 if column.split()[0] not in have:
-                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+                    try:
+                        self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+                    except sqlite3.OperationalError as exc:
+                        # another process (the daemon, an admin command) added it between
+                        # our look and our ALTER: measured on CI as "duplicate column name"
+                        if "duplicate column" not in str(exc):
+                            raise
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> "Store":

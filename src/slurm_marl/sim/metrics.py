@@ -117,32 +117,18 @@ def write_samples(path: Path, samples: Sequence[Mapping]) -> None:
 
 def plot_jct_cdf(path: Path, series: Mapping[str, Sequence[float]], title: str) -> None:
     """One JCT CDF line per series (log x axis), written with matplotlib's Agg backend."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-    for label, values in series.items():
-        xs = sorted(v for v in values if v is not None and v > 0)
-        if not xs:
-            continue
-        ys = [(i + 1) / len(xs) for i in range(len(xs))]
-        ax.step(xs, ys, where="post", label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("job completion time (s)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _plot_cdf(path, series, title, "job completion time (s)", (), "lower right")
 
 
 def plot_ratio_cdf(path: Path, series: Mapping[str, Sequence[float]], title: str,
                    xlabel: str, marks: Sequence[float] = (1.1, 2.0)) -> None:
     """One CDF line per series of per-job JCT ratios (``sim/perjob.py``), log x axis, a
     dashed vertical line at each of ``marks``; matplotlib's Agg backend."""
+    _plot_cdf(path, series, title, xlabel, marks, "upper left")
+
+
+def _plot_cdf(path: Path, series: Mapping[str, Sequence[float]], title: str, xlabel: str,
+              marks: Sequence[float], legend_at: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -163,7 +149,7 @@ def plot_ratio_cdf(path: Path, series: Mapping[str, Sequence[float]], title: str
     ax.set_ylabel("fraction of jobs")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc=legend_at)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

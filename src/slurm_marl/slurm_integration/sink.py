@@ -160,34 +160,44 @@ def spread_over_groups(count: int, sizes: list[tuple[str, int]]) -> dict[str, in
     return {k: v for k, v in counts.items() if v}
 
 
-def plan_unstick(job: Job, snapshot: ClusterSnapshot | None) -> tuple[dict[str, str], str]:
-    """The ONE update that undoes the agent's narrowing of a job Slurm now refuses to
-    start (``NEVER_RUNNABLE``), or ({}, why not / "" if the job is not such a job).
+def plan_unstick(job: Job, snapshot: ClusterSnapshot | None
+                 ) -> tuple[list[dict[str, str]], str]:
+    """The updates, each ONE ``scontrol update``, to try in turn to undo the agent's
+    narrowing of a job Slurm now refuses to start (``NEVER_RUNNABLE``), or ([], why not /
+    "" if the job is not such a job).
 
     Such a job: marked, its user asked for untyped GPUs per node, and it asks now for one
-    GPU type per job (the narrowing's cross-field form). Its user's exact request cannot be
-    written back: Slurm 22.05 refuses an untyped request for a job once typed ("Invalid
+    GPU type per job (the narrowing's cross-field form). First its user's own request back
+    (``TresPerJob= TresPerNode=<marker's>``): Slurm 24.11 takes it and runs the job
+    (measured). Slurm 22.05 refuses an untyped request for a job once typed ("Invalid
     GRES specification (with and without type identification)", both fields named in one
-    update or cleared first; a cleared request in between lets the job start without
-    GPUs). So the same count goes back per node, spread over the node's GPU groups, which
-    Slurm then places as it would have (measured on 22.05.8: a ``--cpus-per-gpu=4
-    --gres=gpu:2`` job narrowed to ``s0:2`` on 4-core sockets stuck BadConstraints; given
-    ``gres:gpu:s0:1,gres:gpu:s1:1`` per node it ran at once). The agent's node pin goes
-    too, unless its user named the nodes. A request over several types is one the agent
-    leaves to Slurm (``parse.unmodelable_reason``), so it is never narrowed again."""
+    update or the request cleared first, and a cleared request in between let a job start
+    without GPUs), so second the same count per node spread over the node's GPU groups,
+    which 22.05 then runs (measured on 22.05.8: a ``--cpus-per-gpu=4 --gres=gpu:2`` job
+    narrowed to ``s0:2`` on 4-core sockets stuck BadConstraints; given
+    ``gres:gpu:s0:1,gres:gpu:s1:1`` per node it ran at once; 24.11 keeps that form stuck).
+    The agent's node pin goes too, unless its user named the nodes. A request over several
+    types is one the agent leaves to Slurm (``parse.unmodelable_reason``), so it is never
+    narrowed again; the user's own request is the marker's, read as such after a requeue."""
     if job.pending_reason not in NEVER_RUNNABLE or not job.is_pending:
-        return {}, ""
+        return [], ""
     marker = parse_marker(job.admin_comment)
     if marker is None or not marker.per_node_request:
-        return {}, ""
+        return [], ""
     _, user_type = user_gpu_request(job)
     if user_type is not None or not (job.gpus_per_job and not job.gpus_per_node
                                      and job.gpu_type is not None):
-        return {}, ""   # not the agent's narrowing (a typed request is its user's)
+        return [], ""   # not the agent's narrowing (a typed request is its user's)
     per_node = marker_gpus_per_node(marker)
     if job.gpus_per_job != per_node:
-        return {}, (f"asks for {job.gpus_per_job} GPU(s) per job, its user for {per_node} "
+        return [], (f"asks for {job.gpus_per_job} GPU(s) per job, its user for {per_node} "
                     "per node: left as it is")
+    unpin = ({"ReqNodeList": ""} if marker.user_gave_no_nodes and job.required_nodes
+             else {})
+    # the marker holds the request as the gate read it (24.11+: "gres/gpu:2"); written in
+    # the "gres:" form, which every version takes on updates (22.05 ignores "gres/")
+    options = [{"TresPerJob": "", "TresPerNode": marker.tres_per_node.replace("gres/", "gres:"),
+                **unpin}]
     node = None
     if snapshot is not None:
         names = job.required_nodes or tuple(
@@ -195,17 +205,13 @@ def plan_unstick(job: Job, snapshot: ClusterSnapshot | None) -> tuple[dict[str, 
         node = next((snapshot.node(n) for n in names if snapshot.node(n) is not None
                      and any(g.name == job.gpu_type for g in snapshot.node(n).gpu_groups)),
                     None)
-    if node is None:
-        return {}, f"no node with GPU group {job.gpu_type} known to spread its request over"
-    groups = [(g.name, len(g.gpu_indices)) for g in node.gpu_groups if g.name]
-    counts = spread_over_groups(per_node, groups)
-    if len(counts) < 2:
-        return {}, (f"{per_node} GPU(s) cannot be spread over {node.name}'s GPU groups "
-                    f"{[g for g, _ in groups]}: left as it is")
-    fields = {"TresPerJob": "", "TresPerNode": G.format_gpu_request(counts)}
-    if marker.user_gave_no_nodes and job.required_nodes:
-        fields["ReqNodeList"] = ""
-    return fields, ""
+    if node is not None:
+        groups = [(g.name, len(g.gpu_indices)) for g in node.gpu_groups if g.name]
+        counts = spread_over_groups(per_node, groups)
+        if len(counts) >= 2:
+            options.append({"TresPerJob": "", "TresPerNode": G.format_gpu_request(counts),
+                            **unpin})
+    return options, ""
 
 
 def jobs_written(args: list[str]) -> list[int]:
@@ -233,6 +239,9 @@ class CliDecisionSink(DecisionSink):
         self._sleep = sleep
         self._controller_down = False
         self._restore_failed: dict[int, float] = {}
+        # jobs whose narrowing Slurm turned down and that got a request back: never
+        # narrowed again (nodes pinned only)
+        self.unstuck: set[int] = set()
 
     # ---- plumbing -----------------------------------------------------------------------
     def _run(self, args: list[str], log_cmds: list[str]) -> CommandResult:
@@ -403,6 +412,9 @@ class CliDecisionSink(DecisionSink):
         request, _, why = desired_gpu_request(place, snapshot, job)
         if request is None:
             return {}, why
+        if job.job_id in self.unstuck:
+            return {}, ("its narrowing once left it BadConstraints: nodes pinned only, its "
+                        "GPU request left as Slurm runs it")
         fresh = self.read_request(job.job_id)
         if fresh is None:
             return {}, "could not read its GPU request just now; GPU group left to Slurm"
@@ -487,35 +499,37 @@ class CliDecisionSink(DecisionSink):
         return repaired
 
     def _unstick(self, snapshot: ClusterSnapshot) -> list[int]:
-        """Jobs the agent's narrowing left never runnable get their request widened back
-        (``plan_unstick``) in one update; a failed or impossible undo is logged once (an
-        error: the job needs an admin) and tried again after a minute."""
+        """Jobs the agent's narrowing left never runnable get their request back
+        (``plan_unstick``: the user's own, else widened over the node's GPU groups), each
+        form one update, the next tried only when Slurm refuses one; when none is taken
+        it is logged as an error (the job needs an admin) and tried again after a minute."""
         done = []
         for job in snapshot.pending:
-            fields, why = plan_unstick(job, snapshot)
-            if not fields and not why:
+            options, why = plan_unstick(job, snapshot)
+            if not options and not why:
                 continue
             if self._restore_failed.get(job.job_id, 0) > time.monotonic():
                 continue
-            if not fields:
-                self._restore_failed[job.job_id] = time.monotonic() + 60
-                log.error("job %s: %s since the agent narrowed its GPU request and cannot be "
-                          "widened back (%s); an admin must restore its request",
-                          job.job_id, job.pending_reason, why)
-                continue
-            cmds: list[str] = []
-            res = self._update_job(job.job_id, fields, cmds)
-            if res.ok:
-                log.warning("job %s: %s after the agent narrowed its GPU request to %s; "
-                            "widened back to %s and left to Slurm", job.job_id,
-                            job.pending_reason,
-                            G.format_gpu_request({job.gpu_type: job.gpus_per_job}),
-                            " ".join(f"{k}={v}" for k, v in fields.items()))
-                done.append(job.job_id)
+            refusals = [why] if why else []
+            for fields in options:
+                cmds: list[str] = []
+                res = self._update_job(job.job_id, fields, cmds)
+                if res.ok:
+                    log.warning("job %s: %s after the agent narrowed its GPU request to %s; "
+                                "%s and left to Slurm", job.job_id, job.pending_reason,
+                                G.format_gpu_request({job.gpu_type: job.gpus_per_job}),
+                                ("its user's request restored: " if fields is options[0]
+                                 else "widened back to ")
+                                + " ".join(f"{k}={v}" for k, v in fields.items()))
+                    done.append(job.job_id)
+                    self.unstuck.add(job.job_id)
+                    break
+                refusals.append(f"{fields}: {res.message}")
             else:
                 self._restore_failed[job.job_id] = time.monotonic() + 60
-                log.error("job %s: could not widen its narrowed GPU request (%s): %s",
-                          job.job_id, fields, res.message)
+                log.error("job %s: %s since the agent narrowed its GPU request, and no "
+                          "request could be given back (%s); an admin must restore it",
+                          job.job_id, job.pending_reason, "; ".join(refusals))
         return done
 
     # ---- reservations -------------------------------------------------------------------
