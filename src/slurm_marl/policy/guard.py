@@ -36,18 +36,18 @@ import bisect
 import heapq
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from slurm_marl.domain import Job
 from slurm_marl.policy.plugins import CycleAwareOrder, OrderPlugin
-
-GUARD_KEYS = {"slack", "slack_min_s"}
-
 
 @dataclass(frozen=True)
 class GuardSettings:
     slack: float = 0.1
     slack_min_s: float = 60.0
+
+
+GUARD_KEYS = frozenset(f.name for f in fields(GuardSettings))
 
 
 def guard_settings(params: Mapping, where: str = "[guard]") -> GuardSettings:
@@ -57,8 +57,9 @@ def guard_settings(params: Mapping, where: str = "[guard]") -> GuardSettings:
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: "
                          f"{sorted(GUARD_KEYS)}")
     out = {}
-    for key, default in (("slack", 0.1), ("slack_min_s", 60.0)):
-        value = params.get(key, default)
+    for f in fields(GuardSettings):
+        key = f.name
+        value = params.get(key, f.default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value) or value < 0:
             raise ValueError(f"{where}: {key} must be a number >= 0, got {value!r}")
