@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from slurm_marl.domain import (ClusterSnapshot, GpuGroup, Job, JobState, Node, Partition,
                                Place, Preempt)
 from slurm_marl.policy.framework import build_policy
-from slurm_marl.policy.guard import (GuardedOrder, GuardSettings, SlurmAloneShadow,
+from slurm_marl.policy.guard import (GuardedOrder, GuardSettings, SlurmAloneShadow, Survival,
                                      guard_settings, shadow_starts)
 from slurm_marl.policy.profile import ProfileError, load_profile, profile_from_mapping
 from slurm_marl.sim.cluster import parse_cluster
@@ -66,22 +66,61 @@ def job(jid, submit, gpus, state=JobState.PENDING, attained=0.0):
                else None)
 
 
-def test_expected_lengths_come_from_runs_that_ended():
-    shadow = SlurmAloneShadow(GuardSettings(0.0, 0.0))
+def test_expected_lengths_come_from_runs_that_ended_and_runs_still_alive():
+    shadow = SlurmAloneShadow(GuardSettings(0.0, 0.0, step_s=0.0))
     shadow.capacity = 4
     shadow.observe([job(1, 0, 4, JobState.RUNNING, 400), job(2, 5, 4)], 100.0)
     # nothing has ended: a running job is expected to need what it has had so far
     assert shadow.expected_length(100.0) == 100.0
     assert shadow.starts == {1: 0.0, 2: 100.0} and 2 in shadow.protected
     shadow.observe([job(2, 5, 4, JobState.RUNNING, 4 * 20)], 120.0)   # 1 ended after 100 s
-    assert shadow.lengths == [100.0]
+    assert list(shadow.lengths) == [100.0]
     assert shadow.expected_length(10.0) == 100.0 and shadow.expected_length(150.0) == 150.0
     assert 2 not in shadow.protected or shadow.protected[2] == 100.0
-    # the mean of the ended runs longer than what the job has had (not the median: the
-    # first runs to end are the short ones)
-    shadow.lengths[:] = [100.0, 300.0, 1100.0]
-    assert shadow.expected_length(50.0) == 500.0
-    assert shadow.expected_length(200.0) == 700.0
+    # a long run still alive counts as longer than it has run: 3 has run 5000 s
+    shadow.observe([job(2, 5, 4, JobState.RUNNING, 4 * 40),
+                    job(3, 130, 4, JobState.RUNNING, 4 * 5000)], 140.0)
+    assert shadow.expected_length(0.0) > 100.0
+
+
+def test_jobs_are_protected_only_at_step_boundaries():
+    """The shadow is recomputed and jobs protected once a step: between boundaries the
+    order stays as it was (the daemon's placement reuse holds), and the next change is
+    announced at the boundary on or after a job's due time."""
+    shadow = SlurmAloneShadow(GuardSettings(0.0, 30.0, step_s=60.0))
+    shadow.capacity = 4
+    running = job(1, 0, 4, JobState.RUNNING, 4 * 10)
+    waiting = job(2, 5, 4)
+    shadow.observe([running, waiting], 10.0)        # step 0: 2 starts at 10 in the shadow
+    assert shadow.starts[2] == 10.0 and shadow.due_s(2) == 40.0
+    assert shadow.next_change_s(waiting, 10.0) == 60.0 and 2 not in shadow.protected
+    shadow.observe([running, waiting], 50.0)        # past due, same step: not yet
+    assert 2 not in shadow.protected
+    late = job(3, 55, 1)
+    shadow.observe([running, waiting, late], 55.0)  # seen mid-step: placed at the boundary
+    assert 3 not in shadow.starts and shadow.next_change_s(late, 55.0) == 60.0
+    shadow.observe([running, waiting, late], 60.0)  # the boundary
+    assert shadow.protected == {2: 60.0} and 3 in shadow.starts
+    assert shadow.next_change_s(waiting, 60.0) is None
+
+
+def test_survival_is_kaplan_meier_with_the_alive_runs_censored():
+    # nothing censored: the plain mean of the runs longer than what the job has had
+    km = Survival([100.0, 300.0, 1100.0])
+    assert km.conditional_mean(50.0) == pytest.approx(500.0)
+    assert km.conditional_mean(200.0) == pytest.approx(700.0)
+    assert km.conditional_mean(2000.0) == 2000.0
+    # one run alive at 1000 s: S falls to 2/3 at 100, to 1/3 at 300, and the alive run
+    # counts as ending at the longest run seen (1000): not the ended runs' mean of 200
+    km = Survival([100.0, 300.0], alive=[1000.0])
+    assert km.s(99.0) == 1.0 and km.s(100.0) == pytest.approx(2 / 3)
+    assert km.s(300.0) == pytest.approx(1 / 3) and km.s(5000.0) == pytest.approx(1 / 3)
+    assert km.conditional_mean(0.0) == pytest.approx(100 + 200 * 2 / 3 + 700 / 3)
+    assert km.conditional_mean(200.0) == pytest.approx(650.0)
+    # ties: runs ending at a time count before runs censored then
+    km = Survival([10.0, 10.0], alive=[10.0, 20.0])
+    assert km.s(10.0) == pytest.approx(0.5)
+    assert Survival().conditional_mean(42.0) == 42.0
 
 
 def test_a_job_past_its_shadow_start_is_protected_ranked_first_and_kept_running():

@@ -10,12 +10,15 @@ submission order, each starting when every earlier job has started and enough GP
 free, as ``fifo-backfill`` would start them but without backfill (so it never starts a job
 earlier than FCFS would; backfilled jobs are rarely the ones the agent's order makes wait).
 A job's length in the shadow is what is known at decision time: the run time it needed, if
-it has ended; else an estimate from the jobs that have ended so far, given that it has run
-``r`` seconds already: the mean length of the ended jobs longer than ``r`` (``r`` itself
-while none is). No future enters: only runs that ended before now are counted. The mean,
-not the median: the runs that end first are the short ones, and a median of them made the
-shadow run ahead of Slurm (on ``b436b2`` 0:800 it protected so many jobs that the average
-JCT rose 5x; the mean, 1.4-2x; docs/benchmarks.md).
+it has ended; else, given that it has run ``r`` seconds already, the mean length of a run
+longer than ``r`` on the Kaplan-Meier curve of every run seen (``Survival``): the ended
+runs at their lengths, the runs still alive censored at their run time so far. No future
+enters: only what has ended or run before now. Not the ended runs alone: the runs that end
+first are the short ones, and a mean (or a median) of them makes the shadow run ahead of
+Slurm. Measured (``benchmarks/guard_shadow_error.py``, docs/benchmarks.md): with the
+ended runs' mean the shadow declared 21-38% of jobs due at their submission on two
+``6214e9`` windows that Slurm alone made wait; with Kaplan-Meier the error is a small
+share of the job's wait, close to that of the true lengths.
 
 Wraps any order plugin (``GuardedOrder``): Tiresias' 2D-LAS, the learned order, predicted
 LAS alike, so a prediction can never push a protected job back.
@@ -25,6 +28,7 @@ Profile::
     [guard]
     slack = 0.1         # protected once waiting past its shadow start by this share of
     slack_min_s = 60    # its shadow wait, and at least this many seconds
+    step_s = 60         # the shadow is recomputed, and jobs protected, once a step
 
 ``slack = 0`` with ``slack_min_s = 0`` protects a job the moment Slurm alone would have
 started it. No ``[guard]`` table: no guard.
@@ -35,16 +39,23 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from slurm_marl.domain import Job
 from slurm_marl.policy.plugins import CycleAwareOrder, OrderPlugin
 
+# Ended run lengths the survival curve keeps, the latest: a site's recent workload, and a
+# shadow cost that does not grow with the daemon's uptime.
+LENGTHS_KEPT = 20_000
+
+
 @dataclass(frozen=True)
 class GuardSettings:
     slack: float = 0.1
     slack_min_s: float = 60.0
+    step_s: float = 60.0
 
 
 GUARD_KEYS = frozenset(f.name for f in fields(GuardSettings))
@@ -73,6 +84,63 @@ class _Seen:
     gpus: int
     run_s: float = 0.0           # run time so far (the whole run once it has ended)
     ended: bool = False
+
+
+class Survival:
+    """The Kaplan-Meier estimate of the run-length distribution: ended runs are events at
+    their length, runs still alive are censored at their run time so far (they are known
+    to be longer, nothing more). Unlike the lengths of the ended runs alone, it is not
+    biased short by the long runs that have not ended yet."""
+
+    def __init__(self, ended: Sequence[float] = (), alive: Sequence[float] = ()) -> None:
+        points = sorted([(t, 0) for t in ended] + [(t, 1) for t in alive])
+        at_risk = len(points)
+        self.horizon = points[-1][0] if points else 0.0   # the longest run seen
+        self.times: list[float] = []     # event times, ascending
+        self.neg_s: list[float] = []     # -S(t) just after each (ascending, for bisect)
+        s = 1.0
+        i = 0
+        while i < len(points):
+            t = points[i][0]
+            events = censored = 0
+            while i < len(points) and points[i][0] == t:
+                if points[i][1]:
+                    censored += 1
+                else:
+                    events += 1
+                i += 1
+            if events:
+                s *= 1.0 - events / at_risk
+                self.times.append(t)
+                self.neg_s.append(-s)
+            at_risk -= events + censored
+        # area under S from 0 to each event time, for restricted means
+        self.area: list[float] = []
+        prev_t, prev_s, a = 0.0, 1.0, 0.0
+        for t, ns in zip(self.times, self.neg_s):
+            a += prev_s * (t - prev_t)
+            self.area.append(a)
+            prev_t, prev_s = t, -ns
+
+    def _area_to(self, x: float) -> float:
+        i = bisect.bisect_right(self.times, x)
+        if i == 0:
+            return x
+        return self.area[i - 1] + -self.neg_s[i - 1] * (x - self.times[i - 1])
+
+    def conditional_mean(self, ran_s: float) -> float:
+        """The mean length of a run longer than ``ran_s``, restricted to the longest run
+        seen (the runs alive beyond it count as ending there: a lower bound for them):
+        ``ran_s`` + the area under S from ``ran_s`` to that horizon / S(``ran_s``)."""
+        s_r = self.s(ran_s)
+        if s_r <= 0.0 or ran_s >= self.horizon:
+            return ran_s
+        return ran_s + (self._area_to(self.horizon) - self._area_to(ran_s)) / s_r
+
+    def s(self, t: float) -> float:
+        """S(t): the estimated share of runs longer than ``t``."""
+        i = bisect.bisect_right(self.times, t)
+        return 1.0 if i == 0 else -self.neg_s[i - 1]
 
 
 ShadowState = tuple[float, list[tuple[float, int]], int]   # last start, (end, GPUs) heap, free
@@ -119,7 +187,10 @@ class SlurmAloneShadow:
         # each cycle, and the daemon's reuse of unchanged placements with it)
         self.protected_start: dict[int, float] = {}
         self._base: ShadowState | None = None     # the state after the forgotten jobs
-        self.lengths: list[float] = []            # run times of the jobs ended so far
+        # run times of the last LENGTHS_KEPT jobs that ended (after they ran)
+        self.lengths: deque[float] = deque(maxlen=LENGTHS_KEPT)
+        self._step: float | None = None
+        self.survival = Survival()
         self._now = -math.inf
 
     def reset(self) -> None:
@@ -129,6 +200,8 @@ class SlurmAloneShadow:
         self.protected_start.clear()
         self._base = None
         self.lengths.clear()
+        self.survival = Survival()
+        self._step = None
         self._now = -math.inf
 
     def observe(self, jobs: Sequence[Job], now_s: float) -> None:
@@ -151,7 +224,16 @@ class SlurmAloneShadow:
                 s.ended = True
                 self.protected.pop(job_id, None)
                 self.protected_start.pop(job_id, None)
-                bisect.insort(self.lengths, s.run_s)
+                if s.run_s > 0:          # a job gone before it ran tells no length
+                    self.lengths.append(s.run_s)
+        step = self.step_of(now_s)
+        if step == self._step:
+            return
+        # the shadow is recomputed and jobs protected once a step: the order changes at
+        # most once a step, and the daemon's reuse of unchanged placements holds between
+        self._step = step
+        self.survival = Survival(self.lengths,
+                                 [s.run_s for s in self.seen.values() if not s.ended])
         order = sorted(self.seen.items(), key=lambda kv: (kv[1].submit_s, kv[0]))
         if not self.capacity:
             self.capacity = max((s.gpus for s in self.seen.values()), default=1)
@@ -165,6 +247,16 @@ class SlurmAloneShadow:
                 if due is not None and now_s >= due:
                     self.protected[job.job_id] = now_s
                     self.protected_start[job.job_id] = self.starts[job.job_id]
+
+    def step_of(self, t: float) -> float:
+        """The step ``t`` falls in (``step_s`` 0: every time is its own)."""
+        step = self.settings.step_s
+        return math.floor(t / step + 1e-9) if step > 0 and math.isfinite(t) else t
+
+    def next_step_s(self, t: float) -> float:
+        """The first step boundary after ``t`` (``t`` itself with ``step_s`` 0)."""
+        step = self.settings.step_s
+        return (self.step_of(t) + 1) * step if step > 0 and math.isfinite(t) else t
 
     def _commit_settled(self, order) -> None:
         """Ended jobs at the head of the order whose shadow run ended before the first job
@@ -185,22 +277,35 @@ class SlurmAloneShadow:
 
     def expected_length(self, ran_s: float) -> float:
         """The run time a job that has run ``ran_s`` so far is expected to need: the mean
-        of the ended runs longer than that, or ``ran_s`` while none is."""
-        lengths = self.lengths
-        i = bisect.bisect_right(lengths, ran_s)
-        if i >= len(lengths):
-            return ran_s
-        return sum(lengths[i:]) / (len(lengths) - i)
+        length of a run longer than that on the Kaplan-Meier curve of what has been seen
+        (``Survival.conditional_mean``)."""
+        return self.survival.conditional_mean(ran_s)
 
     def due_s(self, job_id: int) -> float | None:
-        """When the job becomes protected if it still waits: its shadow start plus the
-        slack (a share of its shadow wait, at least ``slack_min_s``)."""
+        """When the job is due to be protected if it still waits: its shadow start plus
+        the slack (a share of its shadow wait, at least ``slack_min_s``). It is protected
+        at the first step boundary from then (``next_change_s``)."""
         start = self.starts.get(job_id)
         s = self.seen.get(job_id)
         if start is None or s is None:
             return None
         cfg = self.settings
         return start + max(cfg.slack_min_s, cfg.slack * max(0.0, start - s.submit_s))
+
+    def next_change_s(self, job: Job, now_s: float) -> float | None:
+        """When a pending unprotected job may become protected: the step boundary at or
+        after its due time; the next boundary for a job the shadow has not placed yet
+        (seen since the last step)."""
+        if not job.is_pending or job.job_id in self.protected:
+            return None
+        if job.job_id not in self.starts:
+            return self.next_step_s(now_s) if job.job_id in self.seen else None
+        due = self.due_s(job.job_id)
+        if due is None:
+            return None
+        step = self.settings.step_s
+        at = math.ceil(due / step - 1e-9) * step if step > 0 and math.isfinite(due) else due
+        return at if at > now_s else self.next_step_s(now_s)
 
 
 class GuardedOrder:
@@ -249,8 +354,7 @@ class GuardedOrder:
 
     def next_change_s(self, job: Job, now_s: float) -> float | None:
         inner = self.inner.next_change_s(job, now_s)
-        if job.is_pending and job.job_id not in self.shadow.protected:
-            due = self.shadow.due_s(job.job_id)
-            if due is not None and due > now_s and (inner is None or due < inner):
-                return due
+        due = self.shadow.next_change_s(job, now_s)
+        if due is not None and due > now_s and (inner is None or due < inner):
+            return due
         return inner

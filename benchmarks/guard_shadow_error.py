@@ -1,0 +1,198 @@
+"""How well does the guard's shadow estimate a job's Slurm-alone start? (issue 33)
+
+The guard protects a job once it waits past its *shadow start*: the start its shadow of
+Slurm's own policy gives it from what is known at decision time. A shadow that runs ahead
+of the real ``fifo-backfill`` protects jobs Slurm alone would not yet have started (it costs
+the average); one that runs behind protects too late (the bound fails). This measures that
+error directly, before any slack is tuned: the profile runs unguarded with a *passive*
+shadow (it observes every cycle, protects nothing), and each job's shadow start, at the
+first cycle it is due (now >= shadow start, the job still pending), is compared with the
+job's actual start in a ``fifo-backfill`` run of the same window.
+
+Per job: ``early`` = (fifo-backfill start - due time) / max(fifo-backfill wait, 600 s) when
+the shadow fires before Slurm alone started the job (premature protection); ``late`` = the
+same the other way round, for jobs the unguarded order started later than fifo-backfill
+by more than 10% of the fifo-backfill JCT (the jobs the guard must catch): how long after
+their Slurm-alone start the shadow fires (or never, while they wait).
+
+Shadow variants (``--variant``, repeat):
+
+- ``mean``: as shipped: a live job's length is the mean of the ended runs longer than its
+  run so far.
+- ``known``: a live job's length is unknown until it ends: it holds its shadow GPUs until
+  then (the shadow can only lag Slurm alone, never run ahead on lengths).
+- ``oracle``: the true lengths (from the trace; a diagnostic only, it sees the future):
+  what remains is the error of the fluid model itself (no node packing, no backfill).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/guard_shadow_error.py --workers 2 \
+        --out /tmp/guard/shadow_error.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from slurm_marl.shared_data import data_file  # noqa: E402 (after the thread setting)
+
+TRACE = str(data_file("traces/philly.csv"))
+CLUSTER = "8x2x4:leaf=4"
+WINDOWS = [f"vc={vc},rows={a}:{a + 800}" for vc, a in [
+    ("6214e9", 5600), ("6214e9", 8000), ("6c71a0", 0), ("6c71a0", 1600), ("b436b2", 0),
+    ("ee9e8c", 0)]]
+VARIANTS = ("mean", "kmmean", "km50", "km25", "known", "oracle")
+FLOOR_S = 600.0
+
+
+def _starts(window: str, profile: str, strength: str) -> dict[int, tuple[float, float, float]]:
+    """{job id: (submit, first start, finish)} of one unguarded run."""
+    from slurm_marl.sim.run import simulate
+    run = simulate(TRACE, CLUSTER, profile, window=window, interference=strength,
+                   drop_oversized=True)
+    return {j.job_id: (j.submit_s, j.first_start_s, j.finish_s) for j in run.outcome.jobs
+            if j.first_start_s is not None and j.finish_s is not None}
+
+
+def shadow_run(window: str, profile: str, strength: str, variant: str,
+               durations: dict[int, float]) -> dict[int, float]:
+    """{job id: the first time it was due in a passive shadow} for one unguarded run."""
+    from dataclasses import replace
+
+    from slurm_marl.policy import guard
+    from slurm_marl.policy.profile import _frozen, load_profile
+    from slurm_marl.sim.run import simulate
+    due: dict[int, float] = {}
+    original = guard.SlurmAloneShadow.observe
+
+    def observe(self, jobs, now_s):
+        original(self, jobs, now_s)
+        for job in jobs:
+            if job.is_pending and job.job_id not in due:
+                start = self.starts.get(job.job_id)
+                if start is not None and now_s >= start:
+                    due[job.job_id] = now_s
+
+    guard.SlurmAloneShadow.observe = observe
+    if variant == "mean":
+        def mean_longer(self, ran_s):
+            longer = [t for t in self.lengths if t > ran_s]
+            return sum(longer) / len(longer) if longer else ran_s
+        guard.SlurmAloneShadow.expected_length = mean_longer
+    elif variant == "kmmean":
+        guard.SlurmAloneShadow.expected_length = \
+            lambda self, ran_s: self.survival.conditional_mean(ran_s)
+    elif variant.startswith("km"):
+        guard.SlurmAloneShadow.expected_length = \
+            lambda self, ran_s, _q=int(variant[2:]) / 100: quantile(self.survival, ran_s, _q)
+    elif variant == "known":
+        guard.SlurmAloneShadow.expected_length = lambda self, ran_s: math.inf
+    elif variant == "oracle":
+        # the live job's true length: the observe loop hands run_s only, so patch the
+        # list it is computed from (a diagnostic: this sees the future)
+        def shadow_starts(jobs, capacity, base=None, _orig=guard.shadow_starts):
+            return _orig([(j, s, g, durations.get(j, ln)) for j, s, g, ln in jobs],
+                         capacity, base)
+        guard.shadow_starts = shadow_starts
+    prof = load_profile(profile)
+    # passive: never due by the settings, so nothing is protected and the order is the
+    # unguarded one; the recorded due times use slack 0
+    prof = replace(prof, guard=_frozen({"slack": 1e9, "slack_min_s": 1e12}))
+    simulate(TRACE, CLUSTER, prof, window=window, interference=strength,
+             drop_oversized=True)
+    return due
+
+
+def quantile(km, ran_s: float, q: float) -> float:
+    """The length by which a run longer than ``ran_s`` has ended with probability ``1 - q``
+    on the Kaplan-Meier curve ``km``: the first event time where S has fallen to q
+    S(ran_s); ``ran_s`` while no run has ended, infinite where S never falls that far."""
+    import bisect
+    if not km.times:
+        return ran_s
+    lo = bisect.bisect_right(km.times, ran_s)
+    i = bisect.bisect_left(km.neg_s, -q * km.s(ran_s), lo)
+    return km.times[i] if i < len(km.times) else math.inf
+
+
+def one(window: str, profile: str, strength: str, variants: list[str]) -> dict:
+    t0 = time.perf_counter()
+    fifo = _starts(window, "fifo-backfill", strength)
+    mine = _starts(window, profile, strength)
+    durations = {j: f - s for j, (_, s, f) in fifo.items()}
+    out = {"window": window, "profile": profile, "strength": strength, "variants": {}}
+    for v in variants:
+        due = shadow_run(window, profile, strength, v, durations)
+        early, late, missed, caught = [], [], 0, 0
+        for j, (sub, start, fin) in fifo.items():
+            scale = max(start - sub, FLOOR_S)
+            d = due.get(j)
+            if d is not None and d < start:
+                early.append((start - d) / scale)
+            if j in mine and mine[j][2] - mine[j][0] > 1.1 * max(fin - sub, FLOOR_S):
+                # a job the unguarded order made > 1.1x slower: when did the shadow fire?
+                if d is None:
+                    missed += 1
+                else:
+                    caught += 1
+                    late.append(max(0.0, d - start) / scale)
+        out["variants"][v] = {
+            "jobs": len(fifo), "early": len(early),
+            "early_share": round(len(early) / len(fifo), 4),
+            "early_median": _q(early, 0.5), "early_p90": _q(early, 0.9),
+            "slowed": caught + missed, "missed": missed,
+            "late_median": _q(late, 0.5), "late_p90": _q(late, 0.9)}
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def _q(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 3)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--window", action="append", help="a window (repeat); default: the six")
+    ap.add_argument("--profile", default="las-consolidate")
+    ap.add_argument("--strength", default="none")
+    ap.add_argument("--variant", action="append", choices=VARIANTS)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    windows = args.window or WINDOWS
+    variants = args.variant or list(VARIANTS)
+    with ProcessPoolExecutor(max_workers=args.workers, max_tasks_per_child=1) as pool:
+        # one process per (window, variant): the variants patch the guard module
+        futures = [(w, v, pool.submit(one, w, args.profile, args.strength, [v]))
+                   for w in windows for v in variants]
+        rows: dict[str, dict] = {}
+        for w, v, f in futures:
+            r = f.result()
+            rows.setdefault(w, {k: r[k] for k in ("window", "profile", "strength")}
+                            ).setdefault("variants", {})[v] = r["variants"][v]
+            print(f"{w} {v}: {r['variants'][v]} ({r['wall_s']} s)", flush=True)
+    out = list(rows.values())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print("| window | shadow | due before Slurm alone started it | median / p90 early "
+          "(x wait) | jobs slowed > 1.1x | never due | median / p90 late (x wait) |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for r in out:
+        for v, m in r["variants"].items():
+            print(f"| {r['window'].replace('vc=', '').replace(',rows=', ' ')} | {v} | "
+                  f"{100 * m['early_share']:.1f}% | {m['early_median']} / {m['early_p90']} | "
+                  f"{m['slowed']} | {m['missed']} | {m['late_median']} / {m['late_p90']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
