@@ -15,6 +15,10 @@ before the held-out one validate and the ``--train-windows`` before them train: 
 knobs are kept only if they beat the fixed ones there by ``--min-gain`` (default 2%), as
 ``slurm-marl train thresholds`` does.
 
+The search and the guard are subject to the per-job bound against ``fifo-backfill`` (issue
+33; ``train/thresholds.py``), as ``train thresholds`` is by default; ``--no-bound`` ranks by
+average JCT alone, as every run of this benchmark before that did.
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learned_thresholds.py --strengths none,high \
         --out /tmp/thr/learned.json
 
@@ -56,7 +60,8 @@ def learn_and_run(window: str, strength: str, args) -> dict:
     assert all(w.end_row <= win.first_row for w in found)
     checks, train = split_history(found, args.validation_windows)
     cfg = CemConfig(population=args.population, iterations=args.iterations, seed=args.seed)
-    result = cem_search(simulator_evaluator(train, cluster, strength), cfg) if train else None
+    result = cem_search(simulator_evaluator(train, cluster, strength), cfg,
+                        bound=args.bound) if train else None
     verdict = guard(result, checks, cluster, strength, args.min_gain) if result else None
     learn_s = time.perf_counter() - t0
     jobs = load_trace(args.trace, window)
@@ -93,6 +98,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-gain", type=float, default=0.02)
     ap.add_argument("--train-rows", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bound", action=argparse.BooleanOptionalAction, default=True,
+                    help="search subject to the per-job bound (default); --no-bound: JCT only")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     windows = args.window or WINDOWS

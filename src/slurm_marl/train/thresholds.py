@@ -10,6 +10,25 @@ Tiresias' 2D-LAS for one virtual cluster (one partition's workload):
 
 Reward = minus the mean over K training windows of (average JCT / average JCT of the
 starting point on that window): minus average JCT, with each window weighing the same.
+
+Subject to the per-job bound of issue 33 ("no user pays for the average"): each window also
+runs ``fifo-backfill`` (once; it does not depend on the knobs) and every job's JCT is
+compared with its JCT there (``sim/perjob.py``: ratio = JCT / max(fifo-backfill JCT,
+600 s)). The bound on a window: at most 2% of jobs more than 1.1x slower, none more than
+2x slower, p99 ratio <= 1.5. A candidate's *violation* is the mean over its windows of
+
+    max(0, share > 1.1x - 0.02) / 0.02  +  share > 2x / 0.02  +  max(0, p99 - 1.5) / 0.5
+
+(shares in units of the 2% the bound allows, p99 in units of the 0.5 between its limit and
+2x; a window with unfinished jobs counts as infinitely far past the bound). It is 0 exactly
+when the bound holds on every window. CEM ranks candidates feasible-first: less violation
+always beats more, and only among equal violation (0: feasible) does the JCT reward decide;
+the best-seen candidate follows the same order. So where the start (Tiresias' fixed
+thresholds) itself breaks the bound, the search first minimises violation. ``starve_limit``
+(Tiresias' starvation promotion) is among the searched knobs: the alternative to the
+Slurm-alone guard (``policy/guard.py``) that issue 33 asks to measure. Without the bound
+(``bound=False``; ``train thresholds --no-bound``) the violation is still measured and
+reported, but only the reward ranks.
 Training windows are the virtual cluster's own past: rows *before* a given row (the first
 row of the window one will run), never after, and never inside an excluded (held-out)
 window. Everything is seeded: the same inputs give the same knobs.
@@ -19,7 +38,9 @@ on validation windows that are more recent than every training window (the past 
 the deployment; never trained on), they beat the starting point by at least ``min_gain``
 (``validate``). Otherwise the starting point (Tiresias' fixed thresholds) is kept: a small
 gain on two past windows is as likely noise as a trend (measured: +2.3% on one held-out
-window without the guard).
+window without the guard). With the bound, the learned knobs must also not violate it more
+than the start on the validation windows; where the start violates it, cutting its
+violation by at least ``min_gain`` (relative) is a clear gain too (``validate`` has the rule).
 
 The result becomes a ``tiresias_las`` profile with consolidate placement and fit-first
 backfill (as ``las-consolidate``), written as TOML for ``slurm-marl simulate --profile``, and
@@ -126,6 +147,91 @@ def _toml_bool(b: bool) -> str:
     return "true" if b else "false"
 
 
+# --- the per-job bound (issue 33) ------------------------------------------------------------
+
+MAX_SHARE_SLOWER = 0.02     # at most 2% of jobs more than 1.1x slower than under fifo-backfill
+MAX_P99_RATIO = 1.5         # p99 of the per-job ratio; and no job more than 2x slower
+P99_UNIT = 0.5              # p99 past its limit counts in units of (2x - 1.5)
+BASELINE = "fifo-backfill"  # Slurm's own FIFO with backfill: what a site runs without the agent
+
+
+@dataclass(frozen=True)
+class WindowScore:
+    """One policy on one window: its average JCT (None: it left jobs unfinished) and, where
+    measured, the per-job comparison with ``fifo-backfill`` on the same window (shares of
+    the compared jobs more than 1.1x / 2x slower, p99 ratio; None: not measured)."""
+
+    avg_jct_s: float | None
+    share_slower_1_1x: float | None = None
+    share_slower_2x: float | None = None
+    p99_ratio: float | None = None
+    compared_jobs: int = 0
+
+    @classmethod
+    def of(cls, x: "WindowScore | float | None") -> "WindowScore":
+        """An evaluator's answer for one window: a ``WindowScore``, or the average JCT alone
+        (a float, None or non-finite: unfinished jobs), with the bound not measured."""
+        if isinstance(x, WindowScore):
+            jct = x.avg_jct_s
+            if jct is not None and math.isfinite(jct):
+                return x
+            return cls(None, x.share_slower_1_1x, x.share_slower_2x, x.p99_ratio,
+                       x.compared_jobs)
+        if x is None or isinstance(x, bool) or not isinstance(x, (int, float)):
+            if x is not None:
+                raise TypeError(f"an evaluator returned {x!r} for a window, not an average "
+                                "JCT or a WindowScore")
+            return cls(None)
+        return cls(float(x) if math.isfinite(x) else None)
+
+    @property
+    def measured(self) -> bool:
+        return self.share_slower_1_1x is not None and self.share_slower_2x is not None
+
+    def violation(self) -> float:
+        """How far past the bound (module docstring): 0 when it holds or is not measured,
+        infinite with unfinished jobs. Rounded to 9 digits, so that equal shares reached by
+        different sums compare equal (the shares themselves have 4)."""
+        if self.avg_jct_s is None:
+            return math.inf
+        if not self.measured:
+            return 0.0
+        p99 = self.p99_ratio if self.p99_ratio is not None else 0.0
+        return round(max(0.0, self.share_slower_1_1x - MAX_SHARE_SLOWER) / MAX_SHARE_SLOWER
+                     + self.share_slower_2x / MAX_SHARE_SLOWER
+                     + max(0.0, p99 - MAX_P99_RATIO) / P99_UNIT, 9)
+
+    def bound_holds(self) -> bool | None:
+        """None: not measured; False with unfinished jobs."""
+        if self.avg_jct_s is None:
+            return False
+        if not self.measured:
+            return None
+        return (self.share_slower_1_1x <= MAX_SHARE_SLOWER and self.share_slower_2x == 0
+                and (self.p99_ratio is None or self.p99_ratio <= MAX_P99_RATIO))
+
+    def as_dict(self) -> dict:
+        return {"avg_jct_s": self.avg_jct_s, "share_slower_1_1x": self.share_slower_1_1x,
+                "share_slower_2x": self.share_slower_2x, "p99_ratio": self.p99_ratio,
+                "compared_jobs": self.compared_jobs, "bound_holds": self.bound_holds()}
+
+
+def mean_violation(scores: Sequence[WindowScore]) -> float:
+    """A policy's violation: the mean over its windows (0 with no windows)."""
+    if not scores:
+        return 0.0
+    vs = [s.violation() for s in scores]
+    return math.inf if any(math.isinf(v) for v in vs) else round(float(np.mean(vs)), 9)
+
+
+def bound_holds(scores: Sequence[WindowScore]) -> bool | None:
+    """Whether the bound holds on every window; None when no window measured it."""
+    got = [s.bound_holds() for s in scores]
+    if any(g is False for g in got):
+        return False
+    return True if got and all(g is True for g in got) else None
+
+
 # --- the search -----------------------------------------------------------------------------
 
 
@@ -166,8 +272,27 @@ class _Dist:
 @dataclass
 class Candidate:
     knobs: LasKnobs
-    jct_s: list[float]           # per training window
+    jct_s: list[float]           # per training window (inf: jobs left unfinished)
     reward: float
+    scores: list[WindowScore] = field(default_factory=list)   # per training window
+    violation: float = 0.0       # how far past the per-job bound (0: within it, or unmeasured)
+
+    def as_dict(self) -> dict:
+        return {**self.knobs.as_dict(), "description": self.knobs.describe(),
+                "train_avg_jct_s": self.jct_s, "reward": self.reward,
+                "train_windows": [s.as_dict() for s in self.scores],
+                "violation": _json_num(self.violation), "bound_holds": bound_holds(self.scores)}
+
+
+def _json_num(x: float) -> float | None:
+    """None for a non-finite number (unfinished jobs): strict JSON has no Infinity."""
+    return x if math.isfinite(x) else None
+
+
+def rank_key(c: Candidate, bound: bool = True) -> tuple[float, float]:
+    """Smaller is better. With the bound, feasible first: less violation always wins, and
+    the JCT reward decides only between equal violations; without it, the reward alone."""
+    return (c.violation if bound else 0.0, -c.reward)
 
 
 @dataclass
@@ -176,13 +301,12 @@ class SearchResult:
     start: Candidate
     history: list[dict] = field(default_factory=list)    # per iteration
     evaluations: int = 0          # distinct policies simulated (cache misses)
+    bound: bool = True            # whether the per-job bound ranked the candidates
 
     def as_dict(self) -> dict:
-        return {"best": {**self.best.knobs.as_dict(), "train_avg_jct_s": self.best.jct_s,
-                         "reward": self.best.reward, "description": self.best.knobs.describe()},
-                "start": {**self.start.knobs.as_dict(), "train_avg_jct_s": self.start.jct_s,
-                          "reward": self.start.reward},
-                "iterations": self.history, "evaluations": self.evaluations}
+        return {"bound": self.bound, "best": self.best.as_dict(),
+                "start": self.start.as_dict(), "iterations": self.history,
+                "evaluations": self.evaluations}
 
 
 def _sample(dist: _Dist, rng: np.random.Generator) -> LasKnobs:
@@ -231,27 +355,37 @@ def _refit(dist: _Dist, elites: Sequence[LasKnobs], cfg: CemConfig) -> _Dist:
     return _Dist(q_probs, p_preempt, p_starve, mean, std)
 
 
-def cem_search(evaluate: Callable[[LasKnobs], Sequence[float]], cfg: CemConfig = CemConfig(),
+Evaluate = Callable[[LasKnobs], Sequence[WindowScore | float | None]]
+
+
+def cem_search(evaluate: Evaluate, cfg: CemConfig = CemConfig(),
                start: LasKnobs = FIXED_TIRESIAS,
-               progress: Callable[[int, int, float], None] | None = None) -> SearchResult:
-    """Cross-entropy method over 2D-LAS knobs. ``evaluate(knobs)`` gives the average JCT on
-    each training window (None or non-finite: the policy left jobs unfinished, the worst
-    reward). The starting point is the first candidate of the first iteration; the result is
-    the best candidate seen (so never worse than the start on the training windows).
+               progress: Callable[[int, int, float], None] | None = None,
+               bound: bool = True) -> SearchResult:
+    """Cross-entropy method over 2D-LAS knobs. ``evaluate(knobs)`` gives, per training
+    window, a ``WindowScore`` or the average JCT alone (None or non-finite: the policy left
+    jobs unfinished, the worst reward). Candidates rank by ``rank_key``: with ``bound``, the
+    per-job bound's violation first (a plain JCT measures none), then the reward. The
+    starting point is the first candidate of the first iteration; the result is the best
+    candidate seen in that order (so never worse than the start on the training windows).
     ``progress(done, total, best_reward)`` after every candidate."""
     rng = np.random.default_rng(cfg.seed)
-    cache: dict[LasKnobs, list[float]] = {}
+    cache: dict[LasKnobs, list[WindowScore]] = {}
     base: list[float] = []
 
     def run(knobs: LasKnobs) -> Candidate:
         if knobs not in cache:
-            cache[knobs] = [float(x) if x is not None and math.isfinite(x) else math.inf
-                            for x in evaluate(knobs)]
-        jct = cache[knobs]
+            cache[knobs] = [WindowScore.of(x) for x in evaluate(knobs)]
+        scores = cache[knobs]
+        jct = [s.avg_jct_s if s.avg_jct_s is not None else math.inf for s in scores]
         if not base:
             base.extend(j if math.isfinite(j) and j > 0 else 1.0 for j in jct)
         ratios = [j / b for j, b in zip(jct, base)]
-        return Candidate(knobs, jct, -float(np.mean(ratios)) if ratios else 0.0)
+        return Candidate(knobs, jct, -float(np.mean(ratios)) if ratios else 0.0,
+                         list(scores), mean_violation(scores))
+
+    def key(c: Candidate) -> tuple[float, float]:
+        return rank_key(c, bound)
 
     start = start.canonical()
     dist = _Dist.around(start)
@@ -268,19 +402,22 @@ def cem_search(evaluate: Callable[[LasKnobs], Sequence[float]], cfg: CemConfig =
         for k in knobs:
             c = run(k)
             cands.append(c)
-            if c.reward > best.reward:
+            if key(c) < key(best):
                 best = c
             done += 1
             if progress is not None:
                 progress(done, total, best.reward)
         # stable sort: ties keep sampling order (deterministic)
-        elites = sorted(cands, key=lambda c: -c.reward)[:n_elite]
+        elites = sorted(cands, key=key)[:n_elite]
         history.append({"iteration": it + 1, "best_reward": best.reward,
+                        "best_violation": best.violation,
                         "elite_mean_reward": float(np.mean([c.reward for c in elites])),
+                        "feasible": sum(c.violation == 0.0 for c in cands),
                         "p_num_queues": [round(float(p), 3) for p in dist.q_probs],
                         "p_preemption": round(dist.p_preempt, 3)})
         dist = _refit(dist, [c.knobs for c in elites], cfg)
-    return SearchResult(best=best, start=start_c, history=history, evaluations=len(cache))
+    return SearchResult(best=best, start=start_c, history=history, evaluations=len(cache),
+                        bound=bound)
 
 
 # --- the over-fitting guard --------------------------------------------------------------------
@@ -289,7 +426,8 @@ def cem_search(evaluate: Callable[[LasKnobs], Sequence[float]], cfg: CemConfig =
 @dataclass(frozen=True)
 class Validation:
     """The guard's verdict on validation windows: mean JCT ratio learned / start (None when
-    a policy left jobs unfinished there), and the knobs kept."""
+    a policy left jobs unfinished there), each one's per-job scores and violation, and the
+    knobs kept."""
 
     windows: tuple[str, ...]
     learned_jct_s: tuple[float | None, ...]
@@ -298,33 +436,78 @@ class Validation:
     min_gain: float
     kept: LasKnobs
     learned_kept: bool
+    learned_scores: tuple[WindowScore, ...] = ()
+    start_scores: tuple[WindowScore, ...] = ()
+    bound: bool = True
+    reason: str = ""
+
+    @property
+    def learned_violation(self) -> float:
+        return mean_violation(self.learned_scores)
+
+    @property
+    def start_violation(self) -> float:
+        return mean_violation(self.start_scores)
 
     def as_dict(self) -> dict:
         return {"windows": list(self.windows), "learned_avg_jct_s": list(self.learned_jct_s),
                 "start_avg_jct_s": list(self.start_jct_s), "ratio": self.ratio,
-                "min_gain": self.min_gain, "learned_kept": self.learned_kept,
+                "min_gain": self.min_gain, "bound": self.bound,
+                "learned": {"windows": [s.as_dict() for s in self.learned_scores],
+                            "violation": _json_num(self.learned_violation),
+                            "bound_holds": bound_holds(self.learned_scores)},
+                "start": {"windows": [s.as_dict() for s in self.start_scores],
+                          "violation": _json_num(self.start_violation),
+                          "bound_holds": bound_holds(self.start_scores)},
+                "learned_kept": self.learned_kept, "reason": self.reason,
                 "kept": self.kept.describe()}
 
 
-def validate(learned: LasKnobs, start: LasKnobs,
-             evaluate: Callable[[LasKnobs], Sequence[float | None]],
-             windows: Sequence[str], min_gain: float = 0.02) -> Validation:
-    """Keep ``learned`` only if its mean JCT ratio to ``start`` over the validation windows
-    (``evaluate`` gives each one's average JCT) is at most ``1 - min_gain``, and it finishes
-    every job where the start does; otherwise keep ``start``."""
+def validate(learned: LasKnobs, start: LasKnobs, evaluate: Evaluate,
+             windows: Sequence[str], min_gain: float = 0.02, bound: bool = True
+             ) -> Validation:
+    """Keep ``learned`` or ``start`` by their scores on the validation windows (``evaluate``
+    as for ``cem_search``). ``learned`` is kept only if it finishes every job where the start
+    does and, with ``bound``, its violation of the per-job bound (mean over the windows) is
+    at most the start's, and it gains clearly on one of the two objectives:
+
+    * the start violates the bound and ``learned`` cuts that violation by at least
+      ``min_gain`` of it (whatever its JCT: the bound comes first, as in the search); or
+    * its mean JCT ratio to ``start`` is at most ``1 - min_gain``.
+
+    So where both are within the bound it is the JCT rule alone; a learned point that
+    violates more is refused however fast. Without ``bound`` (or with JCTs alone, which
+    measure no bound) only the JCT rule applies. Otherwise ``start`` is kept."""
     learned, start = learned.canonical(), start.canonical()
     if learned == start:
-        return Validation(tuple(windows), (), (), 1.0, min_gain, start, False)
-    ours = [float(x) if x is not None and math.isfinite(x) else None for x in evaluate(learned)]
-    base = [float(x) if x is not None and math.isfinite(x) else None for x in evaluate(start)]
-    pairs = [(a, b) for a, b in zip(ours, base) if b is not None and b > 0]
+        return Validation(tuple(windows), (), (), 1.0, min_gain, start, False, bound=bound,
+                          reason="the search's best is the start")
+    ours = tuple(WindowScore.of(x) for x in evaluate(learned))
+    theirs = tuple(WindowScore.of(x) for x in evaluate(start))
+    pairs = [(a.avg_jct_s, b.avg_jct_s) for a, b in zip(ours, theirs)
+             if b.avg_jct_s is not None and b.avg_jct_s > 0]
     if not pairs or any(a is None for a, _ in pairs):
         ratio = None
     else:
         ratio = float(np.mean([a / b for a, b in pairs]))
-    keep = ratio is not None and ratio <= 1.0 - min_gain
-    return Validation(tuple(windows), tuple(ours), tuple(base), ratio, min_gain,
-                      learned if keep else start, keep)
+    v_ours, v_theirs = mean_violation(ours), mean_violation(theirs)
+    jct_gain = ratio is not None and ratio <= 1.0 - min_gain
+    if ratio is None:
+        keep, reason = False, "the learned knobs leave jobs unfinished where the start does not"
+    elif bound and v_ours > v_theirs:
+        keep, reason = False, "the learned knobs violate the per-job bound more than the start"
+    elif bound and math.isfinite(v_theirs) and v_theirs > 0 and v_ours < v_theirs \
+            and v_ours <= (1.0 - min_gain) * v_theirs:
+        keep, reason = True, "the learned knobs cut the start's violation of the per-job bound"
+    elif jct_gain:
+        keep, reason = True, f"the learned knobs gain at least {min_gain:.0%} average JCT"
+    else:
+        keep, reason = False, f"the learned knobs gain less than {min_gain:.0%} average JCT" \
+            + (" and do not cut the start's violation of the per-job bound by as much"
+               if bound and v_theirs > 0 else "")
+    return Validation(tuple(windows), tuple(s.avg_jct_s for s in ours),
+                      tuple(s.avg_jct_s for s in theirs), ratio, min_gain,
+                      learned if keep else start, keep, ours, theirs, bound, reason)
 
 
 # --- training windows: the virtual cluster's past --------------------------------------------
@@ -402,31 +585,47 @@ def split_history(found: Sequence[HistoryWindow], validation_windows: int
 
 
 def guard(result: SearchResult, checks: Sequence[HistoryWindow], cluster: SimCluster,
-          interference: str, min_gain: float) -> Validation | None:
+          interference: str, min_gain: float, bound: bool | None = None) -> Validation | None:
     """``validate`` the search's best knobs against its start on the validation windows
-    ``checks`` (None without any: nothing is guarded)."""
+    ``checks`` (None without any: nothing is guarded); ``bound`` None: as the search."""
     if not checks:
         return None
     return validate(result.best.knobs, result.start.knobs,
                     simulator_evaluator(checks, cluster, interference),
-                    [w.window for w in checks], min_gain)
+                    [w.window for w in checks], min_gain,
+                    result.bound if bound is None else bound)
 
 
 def simulator_evaluator(windows: Sequence[HistoryWindow], cluster: SimCluster,
                         interference: str = "none", seed: int = 0,
-                        restart_delay_s: float = 30.0
-                        ) -> Callable[[LasKnobs], list[float | None]]:
-    """``evaluate`` for ``cem_search``: average JCT of the knobs on each window."""
+                        restart_delay_s: float = 30.0, baseline: str | None = BASELINE
+                        ) -> Callable[[LasKnobs], list[WindowScore]]:
+    """``evaluate`` for ``cem_search``: the knobs' ``WindowScore`` on each window: average
+    JCT and, unless ``baseline`` is None, the per-job comparison with that profile's run of
+    the same window (run once per window, on first use, and kept)."""
+    from slurm_marl.sim.perjob import per_job_comparison, records
     from slurm_marl.sim.run import simulate
 
-    def evaluate(knobs: LasKnobs) -> list[float | None]:
+    def run(w: HistoryWindow, prof):
+        return simulate(list(w.jobs), cluster, prof, interference=interference, seed=seed,
+                        restart_delay_s=restart_delay_s, drop_oversized=True)
+
+    base: dict[int, list] = {}
+
+    def evaluate(knobs: LasKnobs) -> list[WindowScore]:
         prof = knobs.profile()
         out = []
-        for w in windows:
-            run = simulate(list(w.jobs), cluster, prof, interference=interference, seed=seed,
-                           restart_delay_s=restart_delay_s, drop_oversized=True)
-            s = run.summary
-            out.append(None if s.get("unfinished") else s["avg_jct_s"])
+        for i, w in enumerate(windows):
+            r = run(w, prof)
+            jct = None if r.summary.get("unfinished") else r.summary["avg_jct_s"]
+            if baseline is None:
+                out.append(WindowScore(jct))
+                continue
+            if i not in base:
+                base[i] = records(run(w, baseline).outcome.jobs)
+            c = per_job_comparison(r.outcome.jobs, base[i], baseline=baseline)
+            out.append(WindowScore(jct, c["share_slower_1_1x"], c["share_slower_2x"],
+                                   c["p99_ratio"], c["compared_jobs"]))
         return out
 
     return evaluate
