@@ -21,6 +21,7 @@ from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.metrics import jcts, plot_jct_cdf, plot_ratio_cdf, write_jobs_csv, \
     write_samples
 from slurm_marl.sim.perjob import FLOOR_S, job_ratios, job_times, per_job_comparison
+from slurm_marl.sim.perjob_tables import print_per_job
 from slurm_marl.sim.perf import STRENGTHS
 from slurm_marl.sim.run import simulate as run_simulation
 from slurm_marl.sim.traces import TraceError, load_trace
@@ -122,61 +123,6 @@ def _baseline(name: str):
         _fail(f"--baseline: {exc}")
 
 
-def _pct(count: int, share: float | None) -> str:
-    return "-" if share is None else f"{count} ({share:.1%})"
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def _print_per_job(rows: list[tuple[str, str, dict]], baseline: str) -> None:
-    """Tables of the per-job comparisons: ``rows`` of (profile, strength, per_job)."""
-    console = output_console()
-    table = Table(title=f"per job against {baseline}: JCT / max(JCT under {baseline}, "
-                        f"{FLOOR_S:g} s), jobs finished in both runs")
-    for title in ("profile", "strength", "jobs", "avg JCT", "baseline avg", ">1.1x", ">2x",
-                  "p99", "worst", "worst job"):
-        table.add_column(title, justify="left" if title in ("profile", "strength")
-                         else "right")
-    for name, strength, p in rows:
-        w = p["worst_job"]
-        worst = "-" if w is None else (f"#{w['job_id']}: {w['num_gpus']} GPU"
-                                       f"{'s' if w['num_gpus'] != 1 else ''}, "
-                                       f"{w['baseline_jct_s']:,.0f} -> {w['jct_s']:,.0f} s")
-        table.add_row(name, strength, str(p["compared_jobs"]), _cell(p["avg_jct_s"], ""),
-                      _cell(p["baseline_avg_jct_s"], ""),
-                      _pct(p["jobs_slower_1_1x"], p["share_slower_1_1x"]),
-                      _pct(p["jobs_slower_2x"], p["share_slower_2x"]),
-                      _ratio(p["p99_ratio"]), _ratio(p["worst_ratio"]), worst)
-    console.print(table)
-    by_gpus = Table(title="per job by GPUs per job")
-    for title in ("profile", "strength", "GPUs", "jobs", ">1.1x", ">2x", "p99", "worst"):
-        by_gpus.add_column(title, justify="left" if title in ("profile", "strength")
-                           else "right")
-    for name, strength, p in rows:
-        for label, g in p["by_gpus"].items():
-            if g["jobs"]:
-                by_gpus.add_row(name, strength, label, str(g["jobs"]),
-                                _pct(g["jobs_slower_1_1x"], g["share_slower_1_1x"]),
-                                _pct(g["jobs_slower_2x"], g["share_slower_2x"]),
-                                _ratio(g["p99_ratio"]), _ratio(g["worst_ratio"]))
-    console.print(by_gpus)
-    if not any(p["by_user"] for _, _, p in rows):
-        return
-    users = Table(title="per job: the worst users")
-    for title in ("profile", "strength", "user", "jobs", ">1.1x", ">2x", "worst"):
-        users.add_column(title, justify="left" if title in ("profile", "strength", "user")
-                         else "right")
-    for name, strength, p in rows:
-        for g in (p["by_user"] or {}).get("worst", []):
-            users.add_row(name, strength, g["user"] or "(none)", str(g["jobs"]),
-                          _pct(g["jobs_slower_1_1x"], g["share_slower_1_1x"]),
-                          _pct(g["jobs_slower_2x"], g["share_slower_2x"]),
-                          _ratio(g["worst_ratio"]))
-    console.print(users)
-
-
 def _note_dropped(summary: dict, cluster: str) -> None:
     if summary.get("dropped_oversized"):
         _warn(f"dropped {summary['dropped_oversized']} job(s) larger than their partition "
@@ -248,7 +194,7 @@ def simulate(
             value, (int, float)) else str(value))
     output_console().print(table)
     if per_job is not None:
-        _print_per_job([(prof.name, strength[0], per_job)], base_prof.name)
+        print_per_job([((prof.name, strength[0]), per_job)], base_prof.name)
     if out is not None:
         output_console().print(f"wrote {out}/summary.json, jobs.csv, jct_cdf.png"
                         + (", samples.jsonl" if samples else ""))
@@ -370,10 +316,10 @@ def compare(
     for r in results + (baseline_results if extra else []):
         detail.add_row(*[_cell(r[key], key) for key, _ in columns])
     output_console().print(detail)
-    compared = [(r["profile"], r["interference"], r["per_job"]) for r in results
+    compared = [((r["profile"], r["interference"]), r["per_job"]) for r in results
                 if r.get("per_job") is not None]
     if compared:
-        _print_per_job(compared, base_prof.name)
+        print_per_job(compared, base_prof.name)
 
 
 if __name__ == "__main__":  # pragma: no cover
