@@ -14,10 +14,15 @@ a site would live it:
    (``learned-order``: 2D-LAS queues ordered inside by the predicted GPU-time, the
    predictor trained in step 1, least-interference placement).
 
+3. **Per job** (issue 33): every job of Tiresias' and the full agent's runs against its own
+   JCT with Slurm alone, and (``--noise-floor``, on by default) a second Slurm-alone run
+   against the first: the noise floor of real Slurm, and each agent run's jobs beyond it.
+
 Emulated interference (the simulator's performance model applied to what Slurm actually
 placed) makes placement matter. It prints each run's JCT next to the simulator's prediction,
-some of the full agent's decisions with their reasons (priorities with their predictions,
-placements, preemptions), and writes a JCT CDF plot.
+the per-job tables, some of the full agent's decisions with their reasons (priorities with
+their predictions, placements, preemptions), and writes a JCT CDF plot and a per-job ratio
+CDF plot.
 
 The full agent's placement is least-interference, not the learned (GNN) placement: on the
 held-out windows measured, the learned agents only match it (docs/benchmarks.md), so the
@@ -37,6 +42,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from slurm_marl.console import output_console
+from slurm_marl.replay.cli import NOISE_HELP
 from slurm_marl.testcluster.versions import OPTION_HELP as VERSION_HELP
 
 DEMO_WINDOW = "vc=6214e9,rows=8870:8950"
@@ -105,6 +111,9 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
          slurm_version: Optional[str] = typer.Option(
              None, "--slurm-version",
              help=VERSION_HELP),
+         noise_floor: bool = typer.Option(True, "--noise-floor/--no-noise-floor",
+                                          help=NOISE_HELP + " On by default; costs "
+                                          "one more run of the window."),
          json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a short Philly window on a real local Slurm cluster: Slurm alone vs Tiresias
     vs the full agent, whose GPU-time predictor learned from the cluster's own sacct."""
@@ -150,7 +159,7 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
                       gpu_time_model=model_dir, history=history_csv)]
     report = compare_replay(trace, window, speedup, nodes=8, gpus_per_socket=4, runs=runs,
                             interference=interference, out=out, seed=0, console=console,
-                            timeout_s=900, slurm_version=version)
+                            timeout_s=900, slurm_version=version, noise_floor=noise_floor)
     report["history"] = {"window": past, "jobs": len(plan.jobs), "csv": str(history_csv),
                          "trained_on": trained_on, "model": str(model_dir)}
     (out / "replay.json").write_text(json.dumps(report, indent=2, default=str))
@@ -161,7 +170,8 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
     render(report, console)
     _show_decisions(out / "learned" / "state" / "state.sqlite", console,
                     "Some of the full agent's decisions (slurm-marl decisions / explain)")
-    console.print(f"JCT CDF plot: {out / 'jct_cdf.png'}; per-job results: "
-                  f"{out}/<run>/result.json; history: {history_csv}")
+    console.print(f"JCT CDF plot: {out / 'jct_cdf.png'}; per-job ratio CDF plot: "
+                  f"{out / 'jct_ratio_cdf.png'}; per-job results: {out}/<run>/result.json; "
+                  f"history: {history_csv}")
     console.print(f"explain one: slurm-marl explain JOBID --store "
                   f"{out / 'learned' / 'state' / 'state.sqlite'}")

@@ -68,8 +68,8 @@ def test_replay_history_from_sacct_trains_the_agent_s_predictor(tmp_path):
 
     plan = plan_replay(TRACE, SPEC, speedup=50, seed=0)
     history = tmp_path / "history.csv"
-    res = run_replay(plan, SPEC, "slurm", tmp_path / "alone", interference="none",
-                     timeout_s=120, history_out=history)
+    alone = res = run_replay(plan, SPEC, "slurm", tmp_path / "alone", interference="none",
+                             timeout_s=120, history_out=history)
     assert res.summary()["completed"] == 6
     jobs = read_history(history)
     assert sorted(int(j.job_id) for j in jobs) == sorted(t.job_id for t in res.jobs)
@@ -99,3 +99,19 @@ def test_replay_history_from_sacct_trains_the_agent_s_predictor(tmp_path):
     store.close()
     assert {d["job_id"] for d in orders} == {t.job_id for t in res.jobs}
     assert any((d["reason"] or "").startswith("predicted ") for d in orders), orders[:5]
+    # per job against Slurm alone (issue 33), as replay and the demo report it: from what
+    # result.json holds, every job finished in both runs compared, by trace job id
+    from slurm_marl.replay.perjob import per_job_report, trace_job_times
+
+    saved = {key: json.loads((folder / "result.json").read_text())["jobs"]
+             for key, folder in (("slurm", tmp_path / "alone"), ("agent", out))}
+    assert sorted(j["trace_job_id"] for j in saved["agent"]) == [t.job_id for t in TRACE]
+    per_job = per_job_report({k: trace_job_times(plan, v) for k, v in saved.items()},
+                             "slurm")["runs"]["agent"]
+    finished = [{j.index for j in r.jobs if j.end_s is not None} for r in (alone, res)]
+    assert per_job["compared_jobs"] == len(finished[0] & finished[1]) == 6
+    assert per_job["not_compared"] == 0
+    assert sum(g["jobs"] for g in per_job["by_gpus"].values()) == 6
+    assert per_job["avg_jct_s"] == round(res.summary()["avg_jct_s"], 2)
+    assert per_job["baseline_avg_jct_s"] == round(alone.summary()["avg_jct_s"], 2)
+    assert 0 < per_job["worst_ratio"] and per_job["p99_ratio"] <= per_job["worst_ratio"]

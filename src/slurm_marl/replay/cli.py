@@ -19,6 +19,12 @@ from slurm_marl.console import output_console
 from slurm_marl.testcluster.versions import OPTION_HELP as VERSION_HELP
 
 DEFAULT_WINDOW = "vc=6214e9,rows=8750:8950"
+SLURM_KEY = "slurm"             # the Slurm-alone run every other run is compared with
+NOISE_KEY = "slurm-noise"       # the second Slurm-alone run: the noise floor
+NOISE_LABEL = "Slurm alone, 2nd run (noise floor)"
+NOISE_HELP = ("Run Slurm alone a second time on the same plan, last, and compare it with "
+              "the first per job: the noise floor of real Slurm. Each agent run's jobs "
+              "> 1.5x and beyond the noise floor's worst ratio are listed.")
 
 
 def _stop_cleanly_on_sigterm() -> None:
@@ -83,17 +89,26 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
                    runs: list[ReplayRun], interference: str, out: Path, seed: int,
                    console: Console | None = None, timeout_s: float = 3600.0,
                    interference_model: Path | None = None,
-                   slurm_version: str | None = None) -> dict:
+                   slurm_version: str | None = None, noise_floor: bool = False) -> dict:
     """Run the window once per run (``default_runs`` for Slurm alone vs one profile) on a
-    fresh cluster each, plus the simulator's prediction of each."""
+    fresh cluster each, plus the simulator's prediction of each. With a Slurm-alone run
+    (key ``slurm``), every other run's jobs are compared with their own JCT there
+    (``per_job``, ``replay/perjob.py``); ``noise_floor``: Slurm alone runs once more, last,
+    on the same plan, and its comparison is the noise floor."""
+    from slurm_marl.replay.perjob import per_job_report, ratio_series, trace_job_times
     from slurm_marl.replay.plan import plan_replay, sim_cluster_spec
     from slurm_marl.replay.runner import run_replay
-    from slurm_marl.sim.metrics import plot_jct_cdf
+    from slurm_marl.sim.metrics import plot_jct_cdf, plot_ratio_cdf
     from slurm_marl.sim.run import simulate
     from slurm_marl.sim.traces import load_trace
     from slurm_marl.testcluster.versions import label
 
     console = console or Console(stderr=True)
+    if noise_floor:
+        if not any(r.key == SLURM_KEY for r in runs):
+            raise ValueError("the noise floor is a second Slurm-alone run compared with the "
+                             "first: it needs a Slurm-alone run")
+        runs = [*runs, ReplayRun(NOISE_KEY, NOISE_LABEL, "slurm")]
     _stop_cleanly_on_sigterm()
     spec = replay_spec(nodes, gpus_per_socket, slurm_version)
     trace_jobs = load_trace(trace, window)
@@ -102,7 +117,7 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
                   f"({len(plan.dropped)} too large dropped), speedup {speedup:g}x, "
                   f"cluster {nodes} nodes x 2 sockets x {gpus_per_socket} GPUs, "
                   f"interference {interference}, Slurm {label(spec.slurm_version)}")
-    results, series = {}, {}
+    results, series, times = {}, {}, {}
     for run in runs:
         res = run_with_bar(run.label, len(plan.jobs), console, lambda progress, run=run:
                            run_replay(plan, spec, run.mode, out / run.key, profile=run.profile,
@@ -113,6 +128,7 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
                                       history=run.history))
         results[run.key] = res.summary()
         series[run.label] = res.jct_trace_s()
+        times[run.key] = trace_job_times(plan, res.jobs)
     cluster = sim_cluster_spec(spec)
     # The simulator predicts with what the agent has: the given model, else (like a daemon
     # whose profile names no model) the neutral estimator, not a pilot run's fitted one.
@@ -121,8 +137,11 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
     if interference_model is not None:
         from slurm_marl.models.interference import InterferenceModel
         estimator = InterferenceModel.load(interference_model)
-    predicted = {}
+    predicted, slurm_alone = {}, None
     for run in runs:
+        if run.mode == "slurm" and slurm_alone is not None:
+            predicted[run.key] = slurm_alone    # the simulator is deterministic
+            continue
         # orders that read predictions learn them in the simulated run, from the window's
         # own history before it where the trace has one (sim.run.simulate)
         sim = simulate(list(plan.sim_trace), cluster,
@@ -131,22 +150,38 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
                        estimator=estimator if run.mode == "agent" else None,
                        trace_source=(trace, window))
         predicted[run.key] = sim.summary
+        if run.mode == "slurm":
+            slurm_alone = sim.summary
     report = {"slurm_version": label(spec.slurm_version), "trace": str(trace), "window": window,
               "speedup": speedup, "jobs": len(plan.jobs),
               "dropped": list(plan.dropped), "cluster": cluster, "interference": interference,
               "interference_model": str(interference_model) if interference_model else None,
               "runs": {r.key: r.label for r in runs},
               "measured": results, "simulated": predicted}
-    if "slurm" in results:
-        m_s, p_s = results["slurm"]["avg_jct_s"], predicted["slurm"].get("avg_jct_s")
+    if SLURM_KEY in results:
+        m_s, p_s = results[SLURM_KEY]["avg_jct_s"], predicted[SLURM_KEY].get("avg_jct_s")
         report["ratios_to_slurm"] = {
             key: {"measured": results[key]["avg_jct_s"] / m_s if m_s else None,
                   "simulated": predicted[key].get("avg_jct_s") / p_s if p_s else None}
-            for key in results if key != "slurm"}
+            for key in results if key != SLURM_KEY}
         if "agent" in results:
             report["measured_ratio"] = report["ratios_to_slurm"]["agent"]["measured"]
             report["simulated_ratio"] = report["ratios_to_slurm"]["agent"]["simulated"]
+    labels = {r.key: r.label for r in runs}
+    report["per_job"] = None
     out.mkdir(parents=True, exist_ok=True)
+    ratio_plot = out / "jct_ratio_cdf.png"
+    ratio_plot.unlink(missing_ok=True)    # an earlier replay's, if this one draws none
+    if SLURM_KEY in times:
+        report["per_job"] = per_job_report(times, SLURM_KEY,
+                                           NOISE_KEY if noise_floor else None, labels)
+        ratios = ratio_series(times, SLURM_KEY, labels)
+        if ratios:
+            plot_ratio_cdf(ratio_plot, ratios,
+                           f"Per job on real Slurm, {trace.name} [{window}]\nagainst "
+                           f"{labels[SLURM_KEY]}",
+                           f"JCT / max(JCT under {labels[SLURM_KEY]}, "
+                           f"{report['per_job']['floor_s']:g} s), trace seconds")
     plot_jct_cdf(out / "jct_cdf.png", series, f"JCT on real Slurm, {trace.name} [{window}]")
     (out / "replay.json").write_text(json.dumps(report, indent=2, default=str))
     return report
@@ -173,6 +208,50 @@ def render(report: dict, console: Console) -> None:
                           f"{ratio['simulated']:.2f}")
     late = [r["submit_late_max_s"] for r in report["measured"].values()]
     console.print(f"submissions late by at most {max(late):.2f} s wall")
+    if report.get("per_job"):
+        render_per_job(report["per_job"], labels, console)
+
+
+def render_per_job(per_job: dict, labels: dict, console: Console, listed: int = 10) -> None:
+    """The report's ``per_job`` for people: the tables (``sim/perjob_tables.py``), the noise
+    floor and, per run, its jobs beyond it (the ``listed`` worst named)."""
+    from slurm_marl.sim.perjob_tables import pct, print_per_job, ratio, worst_job
+
+    noise = per_job["noise_floor"]
+    rows = [((labels.get(key, key),), p) for key, p in per_job["runs"].items()]
+    if noise is not None:
+        rows.append(((labels.get(per_job["noise_run"], NOISE_LABEL),), noise))
+    if not rows:
+        return
+    print_per_job(rows, per_job["baseline_label"], columns=("run",), console=console,
+                  users=False, note="JCT in trace seconds, #job ids the trace's")
+    if noise is None:
+        console.print("no noise floor: Slurm alone ran once (--noise-floor runs it twice)")
+        return
+    console.print(f"noise floor (Slurm alone against itself, {noise['compared_jobs']} jobs): "
+                  f"{pct(noise['jobs_slower_1_1x'], noise['share_slower_1_1x'])} > 1.1x, "
+                  f"{pct(noise['jobs_slower_2x'], noise['share_slower_2x'])} > 2x, "
+                  f"p99 {ratio(noise['p99_ratio'])}, worst {ratio(noise['worst_ratio'])} "
+                  f"({worst_job(noise['worst_job'])})")
+    for key, p in per_job["runs"].items():
+        beyond = p["beyond_noise_floor"]
+        name = escape(labels.get(key, key))
+        if beyond is None:
+            console.print(f"{name}: no job compared in the noise-floor run, so none is "
+                          "judged beyond it")
+            continue
+        line = (f"{name}: {beyond['jobs']} job{'s' if beyond['jobs'] != 1 else ''} "
+                f"> {beyond['min_ratio']:g}x and beyond the noise floor "
+                f"(worst {beyond['noise_worst_ratio']:.2f}x)")
+        shown = beyond["job_list"][:listed]
+        if shown:
+            line += ": " + ", ".join(
+                f"#{j['job_id']} {j['ratio']:.2f}x ({j['num_gpus']} GPU"
+                f"{'s' if j['num_gpus'] != 1 else ''}, {j['baseline_jct_s']:,.0f} -> "
+                f"{j['jct_s']:,.0f} s)" for j in shown)
+            if beyond["jobs"] > len(shown):
+                line += f", and {beyond['jobs'] - len(shown)} more (replay.json)"
+        console.print(line)
 
 
 def replay(trace: Annotated[Optional[Path], typer.Option(
@@ -199,13 +278,23 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
            slurm_version: Optional[str] = typer.Option(
                None, "--slurm-version",
                help=VERSION_HELP),
+           noise_floor: bool = typer.Option(False, "--noise-floor/--no-noise-floor",
+                                            help=NOISE_HELP + " Costs one more run."),
            json_output: bool = typer.Option(False, "--json")) -> None:
-    """Replay a trace window on a fresh local Slurm cluster: Slurm alone vs the agent."""
+    """Replay a trace window on a fresh local Slurm cluster: Slurm alone vs the agent, and
+    every job against its own JCT with Slurm alone."""
     from slurm_marl.shared_data import data_file
 
     trace = trace or data_file("traces/philly.csv")
-    modes = ("slurm", "agent") if mode == "both" else (mode,)
     console = output_console(stderr=json_output)
+    if mode not in ("both", "slurm", "agent"):
+        console.print(f"[red]error:[/] --mode is both, slurm or agent, got {escape(mode)!r}")
+        raise typer.Exit(2)
+    modes = ("slurm", "agent") if mode == "both" else (mode,)
+    if noise_floor and "slurm" not in modes:
+        console.print("[red]error:[/] --noise-floor compares a second Slurm-alone run with "
+                      "the first: it needs --mode both or slurm")
+        raise typer.Exit(2)
     for what, path in (("interference model", interference_model),
                        ("GPU-time model", gpu_time_model), ("history", history)):
         if path is not None and not path.exists():
@@ -222,10 +311,12 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
     report = compare_replay(trace, window, speedup, nodes, gpus_per_socket,
                             default_runs(modes, profile, gpu_time_model, history),
                             interference, out, seed, console,
-                            interference_model=interference_model, slurm_version=version)
+                            interference_model=interference_model, slurm_version=version,
+                            noise_floor=noise_floor)
     if json_output:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         render(report, console)
-        console.print(f"results and JCT CDF plot in {out}/")
+        plots = "JCT CDF plot" + (" and per-job ratio CDF plot" if report["per_job"] else "")
+        console.print(f"results and {plots} in {out}/")

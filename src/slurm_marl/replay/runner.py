@@ -42,14 +42,18 @@ class ReplayError(RuntimeError):
 
 @dataclass
 class JobTimes:
-    index: int
-    job_id: int
+    """One replayed job. Times are wall seconds after the replay's start (result.json keeps
+    them so); ``ReplayResult`` turns them into trace seconds (x speedup)."""
+
+    index: int                 # in the plan
+    job_id: int                # Slurm's: a fresh cluster numbers from 1 again, every run
     arrival_s: float           # planned, relative to replay start
     submit_s: float            # actual, relative to replay start
     start_s: float | None = None
     end_s: float | None = None
     restarts: int = 0
     nodes: str = ""
+    trace_job_id: int | None = None   # the trace's: the same job in every run of a plan
 
 
 @dataclass
@@ -265,7 +269,8 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
             if proc.returncode != 0:
                 raise ReplayError(f"sbatch of {job.name} failed: {proc.stderr.strip()}")
             jid = int(proc.stdout.strip().split(";")[0])
-            times[jid] = JobTimes(job.index, jid, job.arrival_s, time.time() - t0)
+            times[jid] = JobTimes(job.index, jid, job.arrival_s, time.time() - t0,
+                                  trace_job_id=job.trace_job_id)
             if progress:
                 progress("submitted", k + 1, len(plan.jobs))
         deadline = time.monotonic() + timeout_s
