@@ -45,13 +45,9 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from slurm_marl.shared_data import data_file  # noqa: E402 (after the thread setting)
+# the same trace, cluster and six windows as the trade-off (run from benchmarks/)
+from guard_tradeoff import CLUSTER, TRACE, WINDOWS  # noqa: E402 (after the thread setting)
 
-TRACE = str(data_file("traces/philly.csv"))
-CLUSTER = "8x2x4:leaf=4"
-WINDOWS = [f"vc={vc},rows={a}:{a + 800}" for vc, a in [
-    ("6214e9", 5600), ("6214e9", 8000), ("6c71a0", 0), ("6c71a0", 1600), ("b436b2", 0),
-    ("ee9e8c", 0)]]
 VARIANTS = ("mean", "kmmean", "km50", "km25", "known", "oracle")
 FLOOR_S = 600.0
 SLACK = 0.1
