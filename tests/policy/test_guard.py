@@ -138,6 +138,28 @@ def test_a_job_past_its_shadow_start_is_protected_ranked_first_and_kept_running(
     assert "protected by the Slurm-alone guard" in order.describe(old, 3000.0, 0)
 
 
+def test_a_prediction_never_pushes_a_protected_job_back():
+    """The guard wraps the predicted order too: a job predicted to need far more GPU-time
+    than the others ranks last while unprotected and first once past its shadow start."""
+    prof = profile_from_mapping({
+        "name": "pred-guard", "preemption": True, "backfill": True, "backfill_reserve": False,
+        "order": {"plugin": "predicted_las"}, "place": {"consolidate": 1.0},
+        "guard": {"slack": 0.0, "slack_min_s": 0, "step_s": 0}})
+    policy = build_policy(prof)
+    order = policy.order
+    assert isinstance(order, GuardedOrder)
+    huge = replace(job(1, 0.0, 4), predicted_gpu_s=1e9)
+    small = [replace(job(10 + i, 50.0 + i, 1), predicted_gpu_s=100.0) for i in range(3)]
+    runner = job(9, -10.0, 4, JobState.RUNNING, attained=4 * 100.0)
+    order.set_capacity(4)
+    order.begin_cycle([huge, runner, *small], 60.0)      # 9 holds the GPUs till 90
+    assert 1 not in order.shadow.protected
+    assert policy.rank([huge, *small], 60.0)[-1].job.job_id == 1
+    order.begin_cycle([huge, *small], 3000.0)            # 9 ended: 1's FCFS turn has come
+    assert 1 in order.shadow.protected
+    assert policy.rank([huge, *small], 3000.0)[0].job.job_id == 1
+
+
 def _trace(rng: random.Random) -> list[TraceJob]:
     t, jobs = 0.0, []
     for i in range(rng.randint(15, 40)):
