@@ -7,18 +7,16 @@ running, no pending job may preempt it.
 
 The shadow (``shadow_starts``) is a fluid FCFS schedule of the cluster's GPUs: jobs in
 submission order, each starting when every earlier job has started and enough GPUs are
-free, as ``fifo-backfill`` would start them but without backfill (so it never starts a job
-earlier than FCFS would; backfilled jobs are rarely the ones the agent's order makes wait).
+free, as ``fifo-backfill`` would start them but without backfill: a job Slurm alone would
+have started around a blocked large one gets a later shadow start than it had (measured,
+docs/benchmarks.md "How far off is the shadow": the main error left for 1-GPU jobs).
 A job's length in the shadow is what is known at decision time: the run time it needed, if
 it has ended; else, given that it has run ``r`` seconds already, the mean length of a run
 longer than ``r`` on the Kaplan-Meier curve of every run seen (``Survival``): the ended
 runs at their lengths, the runs still alive censored at their run time so far. No future
 enters: only what has ended or run before now. Not the ended runs alone: the runs that end
-first are the short ones, and a mean (or a median) of them makes the shadow run ahead of
-Slurm. Measured (``benchmarks/guard_shadow_error.py``, docs/benchmarks.md): with the
-ended runs' mean the shadow declared 21-38% of jobs due at their submission on two
-``6214e9`` windows that Slurm alone made wait; with Kaplan-Meier the error is a small
-share of the job's wait, close to that of the true lengths.
+first are the short ones, and a mean (or a median) of them ran the shadow ahead of Slurm
+(``benchmarks/guard_shadow_error.py`` measures both, docs/benchmarks.md).
 
 Wraps any order plugin (``GuardedOrder``): Tiresias' 2D-LAS, the learned order, predicted
 LAS alike, so a prediction can never push a protected job back.
