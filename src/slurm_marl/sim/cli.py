@@ -30,8 +30,9 @@ TraceOpt = Annotated[Path, typer.Option("--trace", help="Trace CSV: Philly, Tire
                                         "generic format (detected from the header).")]
 WindowOpt = Annotated[Optional[str], typer.Option(
     "--window", help="Part of the trace: vc=6c71a0,rows=0:1000,from=2017-10-01,to=...")]
-ClusterOpt = Annotated[str, typer.Option("--cluster", help="NODESxSOCKETSxGPUS[:leaf=N]"
-                                         "[:share=K][+...] or a TOML file.")]
+ClusterOpt = Annotated[str, typer.Option(
+    "--cluster", help="NODESxSOCKETSxGPUS[:leaf=N][:share=K][+...], a TOML file, or a site's "
+                      "slurm.conf (gres.conf and topology.conf read from beside it).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for model types and noise.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 RestartOpt = Annotated[float, typer.Option("--restart-delay",
@@ -108,6 +109,8 @@ def _load(trace: Path, window: str | None, cluster: str, skip_bad_rows: bool = F
         jobs = load_trace(trace, window, skip_bad_rows=skip_bad_rows, on_skip=_warn)
     except (TraceError, ClusterSpecError, OSError) as exc:
         _fail(str(exc))
+    for note in sim_cluster.not_modelled:
+        _warn(f"cluster: {note}")
     if not jobs:
         _fail(f"no jobs in {trace} for window {window!r}")
     return jobs, sim_cluster

@@ -12,7 +12,9 @@ CPU cores per socket (default max(16, GPU slots per socket)), ``mem=N`` memory p
 GiB (default 256), ``share=K`` Slurm GPU sharing (shards/MPS): each GPU offered as K slots
 (default 1 = whole GPUs). A TOML file says the same (``[[partition]]`` tables with keys
 ``name``, ``nodes``, ``sockets``, ``gpus_per_socket``, ``cores_per_socket``, ``mem_gib``,
-``nodes_per_leaf``, ``share``).
+``nodes_per_leaf``, ``share``). A site's own ``slurm.conf`` (a ``*.conf`` file, a file with
+``NodeName=`` lines or a folder holding one; gres.conf and topology.conf read from beside it)
+is read by ``sim/site_config.py``, which lists what it could not model.
 
 Jobs get CPUs in proportion to their GPU slots (cores per node / slots per node each), so GPUs
 stay the binding resource only while a node has at least one core per GPU slot: fewer cores
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from slurm_marl.sim.cluster_model import (DEFAULT_CORES_PER_SOCKET, ClusterSpecError,
                                           PartitionSpec, SimCluster, build_cluster)
+from slurm_marl.sim.site_config import looks_like_slurm_conf, read_site_cluster
 
 __all__ = ["DEFAULT_CORES_PER_SOCKET", "ClusterSpecError", "PartitionSpec", "SimCluster",
            "build_cluster", "parse_cluster"]
@@ -38,12 +41,20 @@ _SHAPE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
 
 def parse_cluster(spec: str | Path) -> SimCluster:
     text = str(spec)
+    if not text.endswith(".toml") and _is_slurm_conf(text):
+        return read_site_cluster(text).cluster
     if text.endswith(".toml") or (Path(text).is_file() and "x" not in Path(text).name):
         return _from_toml(Path(text))
     parts = []
     for i, chunk in enumerate(text.split("+")):
         parts.append(_parse_chunk(chunk.strip(), i, text))
     return build_cluster(parts, text)
+
+
+def _is_slurm_conf(text: str) -> bool:
+    if _SHAPE.match(text.split(":")[0].split("+")[0]):
+        return False
+    return looks_like_slurm_conf(text)
 
 
 def _parse_chunk(chunk: str, index: int, whole: str) -> PartitionSpec:

@@ -1,6 +1,6 @@
 """The simulated cluster's model: ``PartitionSpec`` (one partition's shape), ``SimCluster``
 (the domain objects the simulator runs on) and ``build_cluster``. ``sim/cluster.py`` reads
-them from a spec string or TOML file."""
+them from a spec string or TOML file, ``sim/site_config.py`` from a site's Slurm files."""
 
 from __future__ import annotations
 
@@ -70,6 +70,8 @@ class SimCluster:
     switches: tuple[Switch, ...]
     partitions: tuple[Partition, ...]
     share_by_node: dict
+    # What a site's Slurm files said that the simulator does not model (sim/site_config.py)
+    not_modelled: tuple[str, ...] = ()
 
     @property
     def total_gpus(self) -> int:
