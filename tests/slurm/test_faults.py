@@ -23,6 +23,9 @@ GRACE_S = 10
 RUN_S = 2
 SLACK_S = 12          # the scheduler's own pass interval, job start/stop, polling
 CRED_EXPIRE_S = 10    # Slurm's requeue delay on this cluster is this + 1 s
+# The job the agent must requeue runs this long: the agent has to see it past the threshold
+# and requeue it before it ends (6 s was missed under the load of CI's side-by-side runs).
+LONG_S = 12
 PROFILE = """
 name = "faults"
 preemption = true
@@ -258,13 +261,13 @@ def test_agent_killed_right_after_a_requeue(setup, tmp_path):
         old = int(cl.run("sbatch", "--parsable", "--requeue", f"--chdir={cl.local.root}/out",
                          f"--output={cl.local.root}/out/%j.out", "--open-mode=append",
                          "-N", "2", "--gres=gpu:4", "--wrap",
-                         PAYLOAD.format(s=6)).stdout.strip())
+                         PAYLOAD.format(s=LONG_S)).stdout.strip())
         cl.wait_state(old, "RUNNING", timeout_s=GRACE_S + 10)
         time.sleep(2)   # 8 GPUs x 2 s: past the 30 GPU-s threshold
         return {old: (4, None)}
     jobs = run_with_fault(c, cfg, wrap, real, env, before=long_job,
                           shapes=[(("-N", "2", "--gres=gpu:4"), 4, None)])
-    wait_all_done(c, jobs, CRED_EXPIRE_S + 1 + GRACE_S + 6 + RUN_S + 2 * SLACK_S)
+    wait_all_done(c, jobs, CRED_EXPIRE_S + 1 + GRACE_S + LONG_S + RUN_S + 2 * SLACK_S)
     for jid, (per_node, gpu_type) in jobs.items():
         check_gpus(c, jid, per_node, gpu_type)
     assert c.job(min(jobs)).restart_count == 1   # it really was requeued
