@@ -192,9 +192,12 @@ class Daemon:
         return rows[0]["cycle"] if rows else 0
 
     def stop(self, sig=signal.SIGTERM) -> int:
+        """Signal the agent and wait for its exit. It first lets a running cycle finish
+        (daemon/loop.py); a cycle whose Slurm commands are slow under load took more than
+        30 s once (run.sh test-versions, 26.05), so the wait is 60 s."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.proc.wait(timeout=30)
+        return self.proc.wait(timeout=60)
 
     def output(self) -> str:
         return self.log.read_text()
