@@ -65,10 +65,13 @@ def one(window: str, label: str, profile: str, error: str | None,
 
 
 def bound_holds(row: dict) -> bool:
+    """The issue's bound (``train/thresholds.py``'s, where the learned knobs obey it) and
+    the average within 1.1x of the unguarded profile."""
+    from slurm_marl.train.thresholds import WindowScore
     c = row["per_job"]
-    return (c["share_slower_1_1x"] is not None and c["share_slower_1_1x"] <= 0.02
-            and c["jobs_slower_2x"] == 0 and c["p99_ratio"] <= 1.5
-            and row["avg_vs_unguarded"] <= 1.1)
+    score = WindowScore(row["avg_jct_s"], c["share_slower_1_1x"], c["share_slower_2x"],
+                        c["p99_ratio"], c["compared_jobs"])
+    return bool(score.bound_holds()) and row["avg_vs_unguarded"] <= 1.1
 
 
 def main(argv=None) -> int:
