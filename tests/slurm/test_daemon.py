@@ -148,6 +148,55 @@ def test_kill9_fail_open_then_restart_resumes_without_duplicates(gated, cfg_path
         assert daemon.stop() == 0, daemon.output()
 
 
+def test_two_agents_on_one_cluster_one_acts_and_a_standby_takes_over(gated, cfg_path,
+                                                                     tmp_path):
+    """Three agents against one cluster: A, B with a state dir of its own, and A's config
+    started twice. Only A acts (B's store is never created, the others log no start); killed
+    with SIGKILL, exactly one standby takes over within a few intervals and starts jobs."""
+    c = gated
+    other = tmp_path / "other"
+    other.mkdir()
+    cfg_b = other / "config.toml"
+    cfg_b.write_text(cfg_path.read_text().replace(str(tmp_path / "state"),
+                                                  str(other / "state")))
+    assert load_config(cfg_b).store_path != load_config(cfg_path).store_path
+    a = Daemon(cfg_path, c.local.env)
+    b = Daemon(cfg_b, c.local.env, wait=False)
+    twin = Daemon(cfg_path, c.local.env, wait=False)
+    standbys = (b, twin)
+    try:
+        c.wait_for(lambda: all("standby: the cluster lock" in d.output() for d in standbys),
+                   30, "both later agents to wait as standbys")
+        lock = tmp_path / "cluster-lock-holder"
+        holder = c.local.root / "state" / "slurm-marl.lock"
+        lock.write_text(holder.read_text())
+        assert f'"pid": {a.proc.pid}' in lock.read_text()
+        jobs = [c.sbatch("--gres=gpu:1", "-J", f"one{i}", gated=False) for i in range(2)]
+        for j in jobs:   # the gate delays them 20 s: only an agent's StartTime=now is sooner
+            c.wait_state(j, "RUNNING", timeout_s=GRACE_S / 2)
+        assert not load_config(cfg_b).store_path.exists()
+        assert all("slurm-marl agent starting" not in d.output() for d in standbys)
+        a.stop(signal.SIGKILL)
+        killed = time.monotonic()
+        took_over = c.wait_for(lambda: [d for d in standbys if "standby over" in d.output()],
+                               10, "a standby to take over")
+        over_s = time.monotonic() - killed
+        assert len(took_over) == 1
+        new = took_over[0]
+        print(f"standby took the locks {over_s:.2f} s after the SIGKILL")
+        c.wait_for(lambda: "slurm-marl agent starting" in new.output(), 20, "its start")
+        late = c.sbatch("--gres=gpu:1", "-J", "after-takeover", gated=False)
+        c.wait_state(late, "RUNNING", timeout_s=GRACE_S / 2)
+        took_s = time.monotonic() - killed
+        assert took_s < GRACE_S, took_s
+        time.sleep(1.0)
+        assert len([d for d in standbys if "standby over" in d.output()]) == 1
+    finally:
+        a.stop(signal.SIGKILL)
+        for d in standbys:
+            assert d.stop() == 0, d.output()
+
+
 def test_multi_node_waiting_job_gets_one_reservation_and_it_is_ended(gated, cfg_path):
     c = gated
     profile = cfg_path.parent / "reserve.toml"

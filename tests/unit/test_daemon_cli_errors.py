@@ -40,8 +40,13 @@ def one_line_error(result, *needles):
 
 
 def write_config(tmp_path, profile="las-consolidate"):
+    """A config whose slurm.conf exists (its StateSaveLocation holds the cluster lock)."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"ClusterName=t\nStateSaveLocation={tmp_path / 'slurmstate'}\n")
+    (tmp_path / "slurmstate").mkdir(exist_ok=True)
     cfg = tmp_path / "config.toml"
-    cfg.write_text(f'[agent]\nstate_dir = "{tmp_path / "state"}"\nprofile = "{profile}"\n'
+    cfg.write_text(f'[slurm]\nslurm_conf = "{conf}"\n'
+                   f'[agent]\nstate_dir = "{tmp_path / "state"}"\nprofile = "{profile}"\n'
                    "[metrics]\nenabled = false\n")
     return cfg
 

@@ -97,6 +97,7 @@ def run(config: ConfigOpt = None,
     """Run the agent (what systemd starts)."""
     from dataclasses import replace
 
+    from slurm_marl.daemon.leader import LockError
     from slurm_marl.daemon.loop import run_daemon, setup_logging
     from slurm_marl.daemon.store import StoreError
     from slurm_marl.history.records import HistoryError, ModelError
@@ -108,7 +109,7 @@ def run(config: ConfigOpt = None,
     setup_logging(cfg.log.level)
     try:
         raise typer.Exit(run_daemon(cfg, max_cycles=cycles))
-    except (StoreError, ProfileError, ModelError, HistoryError) as exc:
+    except (StoreError, ProfileError, ModelError, HistoryError, LockError) as exc:
         raise _fail(exc)
 
 

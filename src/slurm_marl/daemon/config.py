@@ -42,6 +42,10 @@ class AgentSection:
     lease: bool = True
     priority_base: int = 1_000_000
     state_dir: str = "/var/lib/slurm-marl"
+    # one active agent per cluster (daemon/leader.py): the file every agent of this cluster
+    # locks ("" = slurm-marl.lock in slurm.conf's StateSaveLocation, shared by the primary
+    # and backup controllers); a second agent waits as a standby
+    lock_file: str = ""
     retention_days: float = 14.0    # store: decisions/cycles/finished jobs older are pruned
     retention_max_rows: int = 1_000_000  # store: newest decisions/cycles kept (0 = no cap)
     watchdog: bool = True

@@ -13,6 +13,7 @@ from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from slurm_marl.daemon.config import Config
+from slurm_marl.daemon.leader import AgentLocks, holder_text
 from slurm_marl.daemon.metrics import Metrics
 from slurm_marl.daemon.service import Agent, build_agent
 from slurm_marl.daemon.systemd import Notifier
@@ -133,16 +134,81 @@ class Retention:
         return counts
 
 
+def wait_for_locks(locks: AgentLocks, interval_s: float, notifier,
+                   stopped: threading.Event) -> bool:
+    """Take ``locks``; while another agent holds one, wait as a standby: ready for systemd,
+    the watchdog fed, a try every ``interval_s``. False: stopped before taking them."""
+    busy = locks.try_acquire()
+    if busy is None:
+        return True
+    what = f"standby: the {busy.what} {busy.path} is held by {holder_text(busy.holder())}"
+    log.warning("%s; this agent acts only when it is released (tried every %.1f s)",
+                what, interval_s)
+    notifier.ready(what)
+    while not stopped.wait(interval_s):
+        notifier.watchdog()
+        busy = locks.try_acquire()
+        if busy is None:
+            log.warning("standby over: this agent holds %s and acts from now on",
+                        locks.describe())
+            return True
+    return False
+
+
 def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | None = None,
-               notifier: Notifier | None = None) -> int:
-    """Run cycles every ``agent.interval_s`` until SIGTERM/SIGINT (or ``max_cycles``)."""
+               notifier: Notifier | None = None, locks: AgentLocks | None = None) -> int:
+    """Run cycles every ``agent.interval_s`` until SIGTERM/SIGINT (or ``max_cycles``).
+
+    Without an ``agent`` given, it first takes the agent's locks (``locks``, else those of
+    ``config``: daemon/leader.py), waiting as a standby while another agent holds them."""
     import torch  # the learned plugin uses torch; one thread, the cores are Slurm's
 
     torch.set_num_threads(1)
     os.umask(0o027)  # the store and logs: readable by the admin group, not by users
+    notifier = notifier or Notifier()
+    done = threading.Event()
+    schedulers: list[BlockingScheduler] = []  # the loop's, once it exists
+
+    def _shutdown() -> None:
+        for scheduler in schedulers:
+            try:
+                scheduler.shutdown(wait=False)
+            except SchedulerNotRunningError:  # a second signal, or max_cycles and a signal
+                pass
+
+    def stop(signum, _frame) -> None:
+        log.info("signal %d: stopping", signum)
+        notifier.stopping()
+        done.set()
+        _shutdown()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    acquire = None
+    if agent is None:
+        locks = locks or AgentLocks.for_config(config)
+        held = locks
+
+        def acquire() -> bool:
+            return wait_for_locks(held, config.agent.interval_s, notifier, done)
+    try:
+        return _run_active(config, agent, max_cycles, notifier, locks, done, schedulers,
+                           _shutdown, acquire)
+    finally:
+        if locks is not None:
+            locks.release()
+
+
+def _run_active(config: Config, agent: Agent | None, max_cycles: int | None, notifier,
+                locks: AgentLocks | None, done: threading.Event,
+                schedulers: list[BlockingScheduler], _shutdown, acquire) -> int:
     metrics = Metrics() if config.metrics.enabled else None
-    # The agent first: a bad profile or store ends the start before a port is taken.
-    agent = agent or build_agent(config, metrics=metrics)
+    # The agent first: a bad profile or store ends the start before a port is taken; it
+    # opens its store only once it holds the locks (a standby waits inside, see above).
+    agent = agent or build_agent(config, metrics=metrics, acquire=acquire)
+    if agent is None:
+        log.info("slurm-marl agent stopped while a standby")
+        return 0
     if agent.metrics is None:
         agent.metrics = metrics
     server = None
@@ -152,7 +218,6 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
         except OSError as exc:
             log.error("metrics endpoint %s:%d unavailable (%s); continuing without it",
                       config.metrics.address, config.metrics.port, exc)
-    notifier = notifier or Notifier()
     mode = "shadow (decides, writes nothing)" if config.agent.shadow else "active"
     log.info("slurm-marl agent starting: %s mode, profile %s, partitions %s, every %.1f s, "
              "store %s", mode, config.agent.profile, ",".join(config.agent.managed_partitions),
@@ -160,8 +225,8 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
 
     scheduler = BlockingScheduler(job_defaults={"coalesce": True, "max_instances": 1,
                                                 "misfire_grace_time": None})
-    done = threading.Event()
-    count = {"n": 0}
+    schedulers.append(scheduler)
+    count = {"n": 0, "rc": 0}
 
     watchdog = WatchdogGate(notifier, config.agent.interval_s,
                             enabled=config.agent.watchdog and getattr(notifier, "enabled", True))
@@ -173,6 +238,15 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
 
     def tick() -> None:
         if done.is_set():
+            return
+        lost = locks.lost() if locks is not None else None
+        if lost is not None:
+            log.error("the agent's %s %s was removed or replaced while held: stopping, so "
+                      "that no second agent acts beside this one (systemd restarts it, as "
+                      "a standby if another agent holds the new file)", lost.what, lost.path)
+            count["rc"] = 1
+            done.set()
+            _shutdown()
             return
         beat()
         with in_cycle:
@@ -198,20 +272,9 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
             done.set()
             _shutdown()
 
-    def _shutdown() -> None:
-        try:
-            scheduler.shutdown(wait=False)
-        except SchedulerNotRunningError:  # a second signal, or max_cycles and a signal
-            pass
-
-    def stop(signum, _frame) -> None:
-        log.info("signal %d: stopping", signum)
-        notifier.stopping()
-        done.set()
-        _shutdown()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    if done.is_set():  # a signal while the agent was being built
+        agent.store.close()
+        return 0
     scheduler.add_job(tick, "interval", seconds=config.agent.interval_s, id="cycle",
                       next_run_time=datetime.datetime.now())
     try:
@@ -233,4 +296,4 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
             if held:
                 in_cycle.release()
     log.info("slurm-marl agent stopped after %d cycles", count["n"])
-    return 0
+    return count["rc"]

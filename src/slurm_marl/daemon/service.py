@@ -23,6 +23,7 @@ import gc
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 
@@ -677,8 +678,13 @@ class Agent:
                                            snap.time_s)
 
 
-def build_agent(config: Config, metrics=None) -> Agent:
-    """The agent wired to real Slurm, its store and the configured policy profile."""
+def build_agent(config: Config, metrics=None,
+                acquire: Callable[[], bool] | None = None) -> Agent | None:
+    """The agent wired to real Slurm, its store and the configured policy profile.
+
+    ``acquire`` (daemon/loop.py) is called once the profiles and the predictor have loaded
+    and before the store opens: it takes the agent's locks, waiting as a standby while
+    another agent holds them; None if it was stopped before (no agent then)."""
     from slurm_marl.policy.framework import build_policy
     from slurm_marl.policy.profile import ProfileError, load_profile
     from slurm_marl.slurm_integration.runner import SlurmRunner
@@ -707,6 +713,8 @@ def build_agent(config: Config, metrics=None) -> Agent:
                                     gate=GateParams() if config.agent.prediction_gate else None)
     elif config.agent.history:
         log.warning("agent.history is set but agent.gpu_time_model is not: no predictions")
+    if acquire is not None and not acquire():
+        return None
     store = Store(config.store_path)
     return Agent(config, source, sink, store, policy, metrics=metrics, predictor=predictor,
                  partition_policies=partition_policies)
