@@ -233,6 +233,42 @@ def test_no_requeue_outside_preempt_partitions(gated, cfg_path):
         assert daemon.stop() == 0, daemon.output()
 
 
+def test_a_job_left_to_slurm_does_not_jump_earlier_managed_jobs(gated, tmp_path):
+    """GPUs full, two managed 4-GPU jobs waiting; then a one-task array and a job of two
+    partitions, both left to Slurm, eligible at once. When two nodes free, Slurm started the
+    left jobs first (the managed ones waited ineligible for the agent's next cycle, and
+    their priorities were below priority/basic's). Now the managed jobs submitted before
+    them are eligible, ranked above them: they start first, as under Slurm alone."""
+    c = gated
+    c.cancel_all()
+    cfg = write_agent_config(c, tmp_path, FAST_LAS.replace("preemption = true",
+                                                           "preemption = false"),
+                             GRACE_S, "no-preemption")
+    # the default cycle of 5 s, not the tests' 0.5 s: a fast cycle often wins the race
+    cfg.write_text(cfg.read_text().replace("interval_s = 0.5", "interval_s = 5"))
+    daemon = Daemon(cfg, c.local.env)
+    try:
+        fill = [int(submit(c, "--gres=gpu:4", seconds=300).stdout.strip()) for _ in range(2)]
+        for job in fill:
+            c.wait_state(job, "RUNNING", timeout_s=GRACE_S - 5)
+        mine = [int(submit(c, "--gres=gpu:4", seconds=30).stdout.strip()) for _ in range(2)]
+        cycles = daemon.cycles()
+        c.wait_for(lambda: daemon.cycles() > cycles, 15, "a cycle: ordered and leased")
+        later = [int(submit(c, *opts).stdout.strip().split(";")[0]) for opts in (
+            ("--array=0", "--gres=gpu:4"), ("-p", "gpu,all", "--gres=gpu:4"))]
+        cycles = daemon.cycles()
+        c.wait_for(lambda: daemon.cycles() > cycles, 15, "a cycle that sees them")
+        c.run("scancel", *map(str, fill))
+        for job in mine:
+            c.wait_state(job, "RUNNING", timeout_s=15)
+        time.sleep(2)
+        assert all(c.job(job).is_pending for job in later), [c.job(j) for j in later]
+        releases = [d for job in mine for d in decisions(cfg, job) if d["kind"] == "Release"]
+        assert releases and all(d["plugin"] == "queue" for d in releases), releases
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+
+
 def test_a_hetjob_is_left_to_slurm_at_once(gated, cfg_path):
     """Each component was decided as its own job: the write to the first refused every
     cycle, the job waiting the whole grace. Now it is released at once, never pinned."""

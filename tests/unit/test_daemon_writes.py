@@ -109,3 +109,74 @@ def test_priority_writes_are_the_policy_decisions_with_only_their_priority_chang
     assert [d.job_id for d in factors] == [1, 2, 4]
     for d in factors:
         assert d == replace(by_job[d.job_id], priority=d.priority, site_factor=True)
+
+
+def _queue(jobs_submits, order_ids, left_submits, left_priority=4_294_901_000):
+    """Pending jobs (id, submit) decided in ``order_ids`` (first = runs first), and jobs
+    left to Slurm (id, submit) with Slurm's own priority/basic-like values."""
+    from slurm_marl.domain import SetPriority
+
+    mine = [Job(job_id=i, state=JobState.PENDING, gpus_per_job=4, submit_time_s=t,
+                eligible_time_s=NOW + 20, priority=0) for i, t in jobs_submits]
+    left = [Job(job_id=i, state=JobState.PENDING, gpus_per_job=4, submit_time_s=t,
+                eligible_time_s=NOW, priority=left_priority - k,
+                left_to_slurm="a job array")
+            for k, (i, t) in enumerate(left_submits)]
+    snap = ClusterSnapshot(time_s=NOW, jobs=tuple(mine + left))
+    order = [SetPriority(job_id=j, plugin="tiresias_las", reason="queue 0",
+                         priority=len(order_ids) - r, queue=0)
+             for r, j in enumerate(order_ids)]
+    return snap, order, left
+
+
+def test_jobs_submitted_before_a_job_left_to_slurm_are_made_eligible_above_it():
+    """Jobs 1-3 wait (leased); array job 10 came after 1 and 2: those two (and any job the
+    policy ranks between them) get priorities above the array's and are released, so
+    Slurm starts them first; job 3, submitted after the array, stays leased and below."""
+    from slurm_marl.daemon.writes import ordered_writes, queue_head
+
+    snap, order, left = _queue([(1, 10.0), (2, 20.0), (3, 40.0)], [1, 2, 3], [(10, 30.0)])
+    ranked = [(d, snap.job(d.job_id)) for d in order]
+    assert queue_head(ranked, left) == (2, left[0].priority)
+    writes, head = ordered_writes(snap, order, 1_000_000, left)
+    assert head == [1, 2]
+    prio = {w.job_id: w.priority for w in writes}
+    assert prio[1] > prio[2] > left[0].priority > prio[3] > 1_000_000
+    # the policy's order puts job 3 between 1 and 2: it is released too, in that order
+    snap, order, left = _queue([(1, 10.0), (2, 20.0), (3, 40.0)], [1, 3, 2], [(10, 30.0)])
+    writes, head = ordered_writes(snap, order, 1_000_000, left)
+    assert head == [1, 3, 2]
+    prio = {w.job_id: w.priority for w in writes}
+    assert prio[1] > prio[3] > prio[2] > left[0].priority
+    # released through plan_writes: StartTime=now (Release), no lease renewal
+    from slurm_marl.domain import Release
+    out, _ = plan_writes(snap, [*order], writes, CFG, written={}, reservations={},
+                         inflight_nodes=set(), resv_renewed={}, eligible=set(head))
+    assert sorted(w.job_id for w in out if isinstance(w, Release)) == [1, 2, 3]
+    assert not any(isinstance(w, Defer) for w in out)
+
+
+def test_no_left_job_or_only_earlier_ones_change_nothing():
+    from slurm_marl.daemon.writes import ordered_writes, priority_writes
+
+    for left_submits in ([], [(10, 5.0)]):   # none, or one submitted before every job
+        snap, order, left = _queue([(1, 10.0), (2, 20.0)], [2, 1], left_submits)
+        writes, head = ordered_writes(snap, order, 1_000_000, left)
+        assert head == []
+        assert writes == priority_writes(snap, order, 1_000_000)
+        assert all(w.priority < 4_000_000_000 for w in writes)
+        out, _ = plan_writes(snap, order, writes, CFG, written={}, reservations={},
+                             inflight_nodes=set(), resv_renewed={}, eligible=set(head))
+        assert {type(w).__name__ for w in out} == {"SetPriority"}  # leased: begin 20 s off
+
+
+def test_a_head_already_above_the_left_jobs_is_not_rewritten():
+    from slurm_marl.daemon.writes import ordered_writes
+
+    snap, order, left = _queue([(1, 10.0), (2, 20.0)], [1, 2], [(10, 30.0)],
+                               left_priority=500)
+    snap = ClusterSnapshot(time_s=NOW, jobs=tuple(
+        j.with_(priority={1: 3_000_000, 2: 2_000_000}.get(j.job_id, j.priority))
+        for j in snap.jobs))
+    writes, head = ordered_writes(snap, order, 1_000_000, left)
+    assert head == [1, 2] and writes == []

@@ -31,7 +31,7 @@ from slurm_marl.daemon.accounting import AccountMemo, account
 from slurm_marl.daemon.config import Config
 from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
-from slurm_marl.daemon.writes import (place_key, plan_writes, priority_writes,
+from slurm_marl.daemon.writes import (ordered_writes, place_key, plan_writes,
                                       site_factor_writes)
 from slurm_marl.domain import (ACTIVE_STATES, ClusterSnapshot, Decision, EndReservation, Job,
                                JobState, Place, Preempt, Release, Reserve, SetPriority)
@@ -576,11 +576,28 @@ class Agent:
 
     # ---- decisions -> writes ------------------------------------------------------------
     def _priority_writes(self, snap: ClusterSnapshot, part: str, order: list[SetPriority],
-                         written: dict) -> list[SetPriority]:
+                         written: dict, eligible: set[int]) -> list[SetPriority]:
+        """The partition's priority writes; adds to ``eligible`` the jobs that must not
+        wait behind the lease because a job left to Slurm would jump them
+        (``writes.ordered_writes``; not for SiteFactor partitions, whose order only
+        nudges Slurm's own)."""
         agent = self.config.agent
         if part in agent.site_factor_partitions:
             return site_factor_writes(snap, order, agent.site_factor_max, written)
-        return priority_writes(snap, order, agent.priority_base)
+        writes, head = ordered_writes(snap, order, agent.priority_base,
+                                      self._left_waiting(snap, part))
+        eligible.update(head)
+        return writes
+
+    def _left_waiting(self, snap: ClusterSnapshot, part: str) -> list[Job]:
+        """Pending GPU jobs of ``part`` left to Slurm that Slurm may start now or within
+        one grace (not held, no unmet dependency, no later begin time of their own)."""
+        horizon = snap.time_s + self.config.agent.grace_s + 2 * self.config.agent.interval_s
+        return [j for j in snap.pending
+                if j.left_to_slurm and j.num_gpus and not j.held
+                and not unschedulable(j.pending_reason)
+                and (j.eligible_time_s is None or j.eligible_time_s <= horizon)
+                and part in j.partition.split(",")]
 
     def _translate(self, snap: ClusterSnapshot, decisions: list[Decision],
                    orders: list[tuple[str, list[SetPriority]]]
@@ -588,13 +605,14 @@ class Agent:
         """(writes for Slurm, changed plans that need no write); ``orders``: each
         partition's SetPriority decisions, planned apart (``daemon/writes.py``)."""
         written = self.store.written({d.job_id for d in decisions})
+        eligible: set[int] = set()
+        priorities = [w for part, order in orders
+                      for w in self._priority_writes(snap, part, order, written, eligible)]
         return plan_writes(
-            snap, decisions, [w for part, order in orders
-                              for w in self._priority_writes(snap, part, order, written)],
-            self.config.agent, written=written,
+            snap, decisions, priorities, self.config.agent, written=written,
             reservations=self.store.active_reservations(),
             inflight_nodes={n for place, _ in self._inflight.values() for n in place.nodes},
-            resv_renewed=self._resv_renewed)
+            resv_renewed=self._resv_renewed, eligible=eligible)
 
     REFUSED_PAUSE_MAX_S = 600.0
 

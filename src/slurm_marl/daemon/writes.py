@@ -14,7 +14,7 @@ import json
 from slurm_marl.daemon.config import AgentSection
 from slurm_marl.daemon.priorities import plan_priorities
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
-                               Preempt, Reserve, SetPriority)
+                               Preempt, Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration.vocabulary import MAX_PRIORITY, reservation_name
 
 
@@ -52,13 +52,57 @@ def priority_writes(snap: ClusterSnapshot, order: list[SetPriority], priority_ba
                     ) -> list[SetPriority]:
     """The priorities to write so Slurm's order of this partition's pending jobs is the
     policy's, changing as few jobs as possible (``plan_priorities``)."""
+    return ordered_writes(snap, order, priority_base)[0]
+
+
+def queue_head(ranked: list[tuple[SetPriority, Job]], left: list[Job]) -> tuple[int, int]:
+    """(how many of the policy's first jobs must be eligible now, the Slurm priority they
+    must all be above) so that no job left to Slurm starts ahead of one submitted before it.
+
+    A job left to Slurm (an array, several partitions, ...) is eligible at once, while the
+    agent's jobs wait ineligible for its next cycle (the lease): when GPUs free, Slurm would
+    start it first, ahead of jobs Slurm alone would have started before it (it ranks jobs by
+    submission under priority/basic; the age factor does so under multifactor). So every job
+    the policy ranks at or above the lowest-ranked job submitted before some left job is
+    made eligible, with a priority above those left jobs': Slurm itself then starts them
+    first, in the policy's order, the moment GPUs free. O(jobs + left)."""
+    if not ranked or not left:
+        return 0, 0
+    first = min((j.submit_time_s, j.job_id) for _, j in ranked)
+    jumping = [lj for lj in left if (lj.submit_time_s, lj.job_id) > first]
+    if not jumping:
+        return 0, 0
+    latest = max((lj.submit_time_s, lj.job_id) for lj in jumping)
+    head = 1 + max(i for i, (_, j) in enumerate(ranked)
+                   if (j.submit_time_s, j.job_id) < latest)
+    return head, max(lj.priority for lj in jumping)
+
+
+def ordered_writes(snap: ClusterSnapshot, order: list[SetPriority], priority_base: int,
+                   left: list[Job] = ()) -> tuple[list[SetPriority], list[int]]:
+    """(``priority_writes``, the jobs to make eligible now): with jobs ``left`` to Slurm in
+    the partition, the policy's head (``queue_head``) gets priorities above theirs and the
+    rest stays below the head, each part changing as few jobs as it can. If the range
+    above the left jobs cannot hold the head, the order is written as without them."""
     ranked = _pending_in_order(snap, order)
     if not ranked:
-        return []
+        return [], []
     current = [j.priority for _, j in ranked]
-    planned = plan_priorities(current, priority_base + 1, MAX_PRIORITY)
-    return [_with_priority(d, p, d.site_factor)
-            for (d, _), p, c in zip(ranked, planned, current) if p != c]
+    head, floor = queue_head(ranked, list(left))
+    planned = None
+    if head and floor > priority_base:
+        try:
+            top = plan_priorities(current[:head], floor + 1, MAX_PRIORITY)
+            rest = plan_priorities(current[head:], min(priority_base + 1, top[-1] - 1),
+                                   top[-1] - 1) if head < len(ranked) else []
+            planned = top + rest
+        except ValueError:  # no room: the order as before, the queue jump not prevented
+            planned = None
+    if planned is None:
+        planned = plan_priorities(current, priority_base + 1, MAX_PRIORITY)
+    writes = [_with_priority(d, p, d.site_factor)
+              for (d, _), p, c in zip(ranked, planned, current) if p != c]
+    return writes, [d.job_id for d, _ in ranked[:head]]
 
 
 def site_factor_writes(snap: ClusterSnapshot, order: list[SetPriority], site_factor_max: int,
@@ -82,13 +126,15 @@ def site_factor_writes(snap: ClusterSnapshot, order: list[SetPriority], site_fac
 
 def plan_writes(snap: ClusterSnapshot, decisions: list[Decision],
                 priorities: list[SetPriority], cfg: AgentSection, *, written: dict,
-                reservations: dict, inflight_nodes: set[str], resv_renewed: dict[str, float]
+                reservations: dict, inflight_nodes: set[str], resv_renewed: dict[str, float],
+                eligible: frozenset[int] | set[int] = frozenset()
                 ) -> tuple[list[Decision], list[Place]]:
     """(writes for Slurm, changed plans that need no write). ``priorities``: the priority
     writes, planned per partition; ``written``: (job, "place") -> the placement last written
     (the store's); ``reservations``: the agent's active ones by name; ``inflight_nodes``:
     nodes of jobs told to start and not yet running; ``resv_renewed``: when each
-    reservation was last written."""
+    reservation was last written; ``eligible``: waiting jobs to make eligible now rather
+    than lease (``ordered_writes``: ahead of a job left to Slurm)."""
     advice: list[Place] = []
     out: list[Decision] = list(priorities)
     ending: set[str] = set()
@@ -139,13 +185,20 @@ def plan_writes(snap: ClusterSnapshot, decisions: list[Decision],
         elif isinstance(d, Preempt):
             if job.is_running:
                 out.append(d)
-    # The lease: keep waiting jobs from becoming eligible behind the agent's back.
-    if cfg.lease:
-        renew_before = snap.time_s + 2 * cfg.interval_s + 1
-        decided = {d.job_id for d in decisions}
-        for job in snap.pending:
-            if job.job_id in placed_now or job.job_id not in decided:
-                continue
+    # The lease: keep waiting jobs from becoming eligible behind the agent's back; but
+    # never let a job left to Slurm jump ahead of them (``eligible``).
+    renew_before = snap.time_s + 2 * cfg.interval_s + 1
+    decided = {d.job_id for d in decisions}
+    for job in snap.pending:
+        if job.job_id in placed_now or job.job_id not in decided:
+            continue
+        if job.job_id in eligible:
+            if job.eligible_time_s is not None and job.eligible_time_s > snap.time_s + 1:
+                out.append(Release(job.job_id, "queue", "eligible now: a job left to "
+                                   "Slurm, submitted after it, waits too; Slurm starts "
+                                   "this one first, in the agent's order"))
+            continue
+        if cfg.lease:
             if job.eligible_time_s is not None and job.eligible_time_s <= renew_before:
                 out.append(Defer(job.job_id, "lease", f"waits; eligible on its own in "
                                  f"{cfg.grace_s} s unless the agent renews",
