@@ -178,3 +178,37 @@ def test_the_loop_stops_with_exit_1_when_its_lock_file_is_removed(tmp_path, monk
         os.umask(umask)
     assert rc == 1 and Agent.cycles == 2
     assert held.locks[0].fd is None          # let go at the end
+
+
+def test_status_says_who_holds_the_cluster_lock(tmp_path):
+    """`status --json` has agent_lock: path, held, holder; the line names the holder."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from slurm_marl.cli import app
+    from slurm_marl.daemon.store import Store
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"StateSaveLocation={tmp_path}\n")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[slurm]\nslurm_conf = "{conf}"\n[agent]\nstate_dir = "{tmp_path / "s"}"\n')
+    Store(tmp_path / "s" / "state.sqlite").close()
+    runner = CliRunner()
+    free = runner.invoke(app, ["status", "--config", str(cfg), "--json"])
+    assert free.exit_code == 0, free.output
+    assert _json.loads(free.stdout)["agent_lock"] == {
+        "path": str(tmp_path / LOCK_NAME), "held": None, "holder": None,
+        "error": "cannot open the lock file"}
+    held = AgentLocks(tmp_path / LOCK_NAME, tmp_path / "s", str(cfg))
+    assert held.try_acquire() is None
+    try:
+        out = runner.invoke(app, ["status", "--config", str(cfg), "--json"])
+        state = _json.loads(out.stdout)["agent_lock"]
+        assert state["held"] is True and state["holder"]["pid"] == os.getpid()
+        line = runner.invoke(app, ["status", "--config", str(cfg)]).stdout
+        assert f"held by pid {os.getpid()}" in line
+    finally:
+        held.release()
+    out = runner.invoke(app, ["status", "--config", str(cfg), "--json"])
+    assert _json.loads(out.stdout)["agent_lock"]["held"] is False

@@ -228,10 +228,14 @@ def status(config: ConfigOpt = None, store: StoreOpt = None,
     info = {"last_cycle": last, "recent_errors": [c for c in cycles if c["error"]][:5],
             "age_s": (time.time() - last["time_s"]) if last else None,
             "store": str(st.path)}
+    if store is None or config is not None:
+        info["agent_lock"] = _lock_state(_load(config))
     if json_output:
         json.dump(info, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
+    if "agent_lock" in info:
+        typer.echo(_lock_line(info["agent_lock"]))
     if not last:
         typer.echo("the agent has not run a cycle yet")
         raise typer.Exit(1)
@@ -246,6 +250,32 @@ def status(config: ConfigOpt = None, store: StoreOpt = None,
                    "after it): `slurm-marl queues` marks them")
     for c in info["recent_errors"]:
         typer.echo(f"  cycle {c['cycle']} at {format_time(c['time_s'])}: {c['error']}")
+
+
+def _lock_state(cfg) -> dict:
+    """The cluster lock of ``cfg`` (daemon/leader.py): its path, whether an agent holds it
+    now, and who the holder said it is."""
+    from slurm_marl.daemon.leader import (LockError, cluster_lock_path, lock_is_held,
+                                          read_holder)
+
+    try:
+        path = cluster_lock_path(cfg.agent.lock_file, cfg.slurm.slurm_conf)
+    except LockError as exc:
+        return {"path": None, "held": None, "holder": None, "error": str(exc)}
+    held = lock_is_held(path)
+    return {"path": str(path), "held": held,
+            "holder": read_holder(path) if held else None,
+            "error": None if held is not None else "cannot open the lock file"}
+
+
+def _lock_line(state: dict) -> str:
+    from slurm_marl.daemon.leader import holder_text
+
+    if state["path"] is None or state["held"] is None:
+        return f"agent lock {state['path'] or '?'}: {state['error']}"
+    if state["held"]:
+        return f"agent lock {state['path']}: held by {holder_text(state['holder'])}"
+    return f"agent lock {state['path']}: free (no agent is acting on this cluster)"
 
 
 def _scontrol_version(slurm_conf: Path) -> str:
