@@ -296,6 +296,24 @@ def _scontrol_version(slurm_conf: Path) -> str:
     return res.stdout.strip()
 
 
+def _print_ip_allow(cfg, slurm_conf: Path, allow: list[str]) -> None:
+    """The drop-in for the unit's IPAddressAllow (daemon/ipallow.py) on stdout."""
+    from slurm_marl.daemon import ipallow
+    from slurm_marl.topology.errors import TopologyConfigError
+
+    try:
+        peers = ipallow.slurmctld_peers(slurm_conf)
+        peers += ipallow.name_servers()
+        peers += [ipallow.Peer(host, "--allow") for host in allow]
+        text = ipallow.render_dropin(peers, f"{slurm_conf} and {ipallow.RESOLV_CONF}")
+    except (ipallow.AllowError, TopologyConfigError, OSError) as exc:
+        raise _fail(exc)
+    note = ipallow.metrics_note(cfg.metrics.address, cfg.metrics.port, cfg.metrics.enabled)
+    if note and not allow:
+        typer.echo(f"warning: {note}", err=True)
+    typer.echo(text, nl=False)
+
+
 def install_plugin(config: ConfigOpt = None,
                    slurm_conf: Annotated[Optional[Path], typer.Option(
                        help="slurm.conf (default: from the config)")] = None,
@@ -306,13 +324,26 @@ def install_plugin(config: ConfigOpt = None,
                    slurm_version: Annotated[Optional[str], typer.Option(
                        help="the site's Slurm version, e.g. 24.11.5 (default: "
                             "`scontrol --version`); it decides whether the gate forces "
-                            "GRES enforce-binding (22.05 only)")] = None
+                            "GRES enforce-binding (22.05 only)")] = None,
+                   ip_allow: bool = typer.Option(
+                       False, "--ip-allow",
+                       help="print the unit's IPAddressAllow drop-in instead (slurmctld "
+                            "hosts of slurm.conf, name servers, --allow), write nothing"),
+                   allow: list[str] = typer.Option(
+                       [], help="with --ip-allow: also allow this host, address or network "
+                                "(Prometheus servers, an LDAP server)")
                    ) -> None:
-    """Write the fail-open gate (job_submit.lua) beside slurm.conf."""
+    """Write the fail-open gate (job_submit.lua) beside slurm.conf (--ip-allow: print the
+    unit's IP allow list drop-in)."""
     from slurm_marl.slurm_integration.plugin import (PluginError, install_job_submit_lua,
                                                      render_job_submit_lua)
 
     cfg = _load(config)
+    if ip_allow:
+        _print_ip_allow(cfg, slurm_conf or Path(cfg.slurm.slurm_conf), allow)
+        return
+    if allow:
+        raise _fail("--allow goes with --ip-allow")
     try:
         version = slurm_version or _scontrol_version(slurm_conf or Path(cfg.slurm.slurm_conf))
         text = render_job_submit_lua(list(cfg.agent.managed_partitions), cfg.agent.grace_s,
