@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 UNIT = Path(__file__).parents[2] / "src/slurm_marl/data/systemd/slurm-marl.service"
-# `systemd-analyze security --offline=true` on the shipped unit, systemd 252 (Debian 12):
-# 3.2 before issue 31's hardening, 1.1 after (docs/operations.md, section 5)
+# The exposure `systemd-analyze security --offline=true` measured on the shipped unit with
+# systemd 252 (Debian 12), recorded in docs/operations.md (section 5)
 MAX_EXPOSURE = 1.1
 PR_GET_MDWE = 66
 
