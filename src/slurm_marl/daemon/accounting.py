@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from slurm_marl.colocation import sample_colocated, snapshot_neighbourhoods
 from slurm_marl.daemon.store import JobRecord
-from slurm_marl.domain import ClusterSnapshot, Job, JobState
+from slurm_marl.domain import ACTIVE_STATES, ClusterSnapshot, Job, JobState
 
 
 @dataclass
@@ -138,6 +138,10 @@ def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
                             submit_time_s=job.submit_time_s,
                             queue_since_s=job.submit_time_s, restart_count=job.restart_count)
             records[job_id] = rec
+        if rec.finished_s is not None and (pending or state in ACTIVE_STATES):
+            # Gone from Slurm's list and back (its partition renamed and restored across
+            # slurmctld restarts): live again, its record and attained service kept
+            rec.finished_s = None
         if running:
             # GPUs actually held (a COMPLETING job reports only the nodes still cleaning up)
             alloc_text, held = _alloc(job.gpu_alloc)

@@ -103,7 +103,13 @@ def run(config: ConfigOpt = None,
     from slurm_marl.history.records import HistoryError, ModelError
     from slurm_marl.policy.profile import ProfileError
 
+    from slurm_marl.daemon.config import ConfigError, check_slurm_conf
+
     cfg = _load(config)
+    try:
+        check_slurm_conf(cfg)
+    except ConfigError as exc:
+        raise _fail(exc)
     if shadow:
         cfg = replace(cfg, agent=replace(cfg.agent, shadow=True))
     setup_logging(cfg.log.level)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from slurm_marl.slurm_integration.vocabulary import bad_partition_name
+
 DEFAULT_PATH = Path("/etc/slurm-marl/config.toml")
 
 
@@ -184,6 +186,10 @@ def parse_config(data: dict, source: str = "<string>") -> Config:
         raise ConfigError(f"{source}: log.level must be one of {', '.join(_LEVELS)}")
     if not cfg.agent.managed_partitions:
         raise ConfigError(f"{source}: agent.managed_partitions is empty: nothing to manage")
+    for name in cfg.agent.managed_partitions:
+        why = bad_partition_name(name)
+        if why is not None:   # the same rule as install-plugin's (the gate's Lua table)
+            raise ConfigError(f"{source}: agent.managed_partitions: {why}")
     stray = set(cfg.agent.preempt_partitions) - set(cfg.agent.managed_partitions)
     if stray:
         raise ConfigError(f"{source}: agent.preempt_partitions {sorted(stray)} are not in "
@@ -196,6 +202,23 @@ def parse_config(data: dict, source: str = "<string>") -> Config:
             raise ConfigError(f"{source}: agent.{key} {sorted(stray)} are not in "
                               "agent.managed_partitions")
     return cfg
+
+
+def check_slurm_conf(cfg: Config) -> None:
+    """``slurm.slurm_conf`` is a file the agent can read (``slurm-marl run`` checks it at
+    start): without it every Slurm command would wait for it, a cycle at a time."""
+    path = Path(cfg.slurm.slurm_conf)
+    try:
+        with path.open("rb") as fh:
+            fh.read(1)
+    except IsADirectoryError:
+        raise ConfigError(f"{cfg.source}: slurm.slurm_conf {path} is a directory, not "
+                          "slurm.conf") from None
+    except FileNotFoundError:
+        raise ConfigError(f"{cfg.source}: slurm.slurm_conf {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"{cfg.source}: slurm.slurm_conf {path} cannot be read: "
+                          f"{exc.strerror or exc}") from None
 
 
 def load_config(path: str | Path | None = None) -> Config:

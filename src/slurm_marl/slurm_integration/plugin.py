@@ -6,7 +6,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+from slurm_marl.slurm_integration.vocabulary import bad_partition_name
 
 
 class PluginError(ValueError):
@@ -38,8 +38,9 @@ def render_job_submit_lua(managed_partitions: list[str], grace_s: int,
     if not managed_partitions:
         raise PluginError("no managed partitions: the gate would do nothing")
     for name in managed_partitions:
-        if not _NAME_RE.match(name):
-            raise PluginError(f"partition name {name!r} is not a plain Slurm name")
+        why = bad_partition_name(name)
+        if why is not None:
+            raise PluginError(why)
     enforce_binding = enforce_binding_for(slurm_version)
     if not 0 < grace_s <= 3600:
         raise PluginError(f"grace_s must be 1..3600 seconds, got {grace_s}")

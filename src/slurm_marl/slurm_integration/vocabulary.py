@@ -5,6 +5,8 @@ in Slurm is spelled here. The AdminComment marker has its own module (``marker``
 
 from __future__ import annotations
 
+import re
+
 # Reservations the agent creates for a waiting multi-node job: ``slurm-marl-<jobid>``. Any
 # reservation named so is the agent's own (one left by a crash is adopted at start-up).
 RESERVATION_PREFIX = "slurm-marl-"
@@ -27,6 +29,23 @@ UNSCHEDULABLE_REASONS = HELD_REASONS + (
     "Dependency", "DependencyNeverSatisfied", "BadConstraints", "PartitionDown",
     "PartitionInactive", "InvalidAccount", "InvalidQOS", "ReqNodeNotAvail, UnavailableNodes",
     "SystemFailure")
+
+
+# A partition name the agent accepts (config, the gate): letters, digits, ``_``, ``.`` and
+# ``-``, as sites name partitions. Anything else (a comma is Slurm's list separator; quotes,
+# brackets, ``$``, ``;``, spaces would have to be escaped in the gate's Lua table and in the
+# command lines the agent runs) is refused: by the config at start and by install-plugin.
+PARTITION_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def bad_partition_name(name: str) -> str | None:
+    """Why ``name`` is not a partition name the agent accepts, or None if it is."""
+    if not isinstance(name, str) or not name:
+        return "an empty partition name"
+    if PARTITION_NAME_RE.fullmatch(name) is None:
+        return (f"partition name {name!r} is not a plain Slurm name (letters, digits, "
+                "'_', '.' and '-' only)")
+    return None
 
 
 def reservation_name(job_id: int) -> str:
