@@ -162,3 +162,162 @@ def test_run_with_a_bad_partition_name_exits_2_at_start(tmp_path):
                                                                    ("gpu", "a;b"))),
                                    "--cycles", "1"])
     one_line_error(res, "agent.managed_partitions", "'a;b' is not a plain Slurm name")
+
+
+# ---- managed partitions Slurm does not have ----------------------------------------------
+
+def status_json(tmp_path, *extra):
+    res = CliRunner().invoke(app, ["status", "--json", "--store",
+                                   str(tmp_path / "state.sqlite"), *extra])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_no_managed_partition_in_slurm_is_a_failing_cycle(tmp_path, caplog):
+    from slurm_marl.daemon.loop import WatchdogGate
+    from slurm_marl.daemon.metrics import Metrics
+
+    now = 1000.0
+    a = agent(tmp_path, snap(now, pending(1, now)), managed_partitions=["nosuch"])
+    a.metrics = Metrics()
+    clock = [0.0]
+    pings = []
+    gate = WatchdogGate(type("N", (), {"watchdog": lambda self: pings.append(1) or True,
+                                       "watchdog_s": None})(), 1.0, clock=lambda: clock[0])
+    with caplog.at_level("INFO"):
+        for k in range(5):
+            a.source.snap = snap(now + k, pending(1, now))
+            report = a.cycle()
+            gate.cycle_done(report.error is None)
+            clock[0] += 1.0
+            gate.beat()
+    assert report.error.startswith("config: no managed partition is in Slurm: ")
+    assert "nosuch" in report.error and "Slurm has: gpu, cpu" in report.error
+    assert report.pending == 0 and not a.sink.calls
+    # one line, once (not every cycle), no traceback
+    lines = [r for r in caplog.records if "not in Slurm" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelname == "ERROR" and lines[0].exc_info is None
+    # the watchdog stops: 3 intervals without a good cycle
+    assert len(pings) == 3 and gate.stopped
+    # the store, `status --json` and the metrics say so
+    assert a.store.cycles(1)[0]["error"] == report.error
+    info = status_json(tmp_path)
+    assert info["healthy"] is False and info["last_cycle"]["error"] == report.error
+    assert any("nosuch" in p for p in info["problems"]), info["problems"]
+    assert a.metrics.healthy._value.get() == 0
+    assert a.metrics.unknown_partitions._value.get() == 1
+    assert a.metrics.cycle_errors.labels("config")._value.get() == 5
+    text = CliRunner().invoke(app, ["status", "--store", str(tmp_path / "state.sqlite")])
+    assert "health: FAILING: cycle 5 failed: config: no managed partition" in text.stdout
+
+
+def test_some_managed_partitions_unknown_is_a_warning(tmp_path, caplog):
+    from slurm_marl.daemon.metrics import Metrics
+
+    now = 1000.0
+    a = agent(tmp_path, snap(now, pending(1, now)), managed_partitions=["gpu", "typo"])
+    a.metrics = Metrics()
+    with caplog.at_level("INFO"):
+        for k in range(3):
+            report = a.cycle()
+    assert report.error is None and report.pending == 1      # gpu is managed
+    assert report.warning.startswith("managed partitions not in Slurm: typo (Slurm has: ")
+    assert len([r for r in caplog.records if "typo" in r.getMessage()]) == 1
+    assert a.store.cycles(1)[0]["warning"] == report.warning
+    info = status_json(tmp_path)
+    assert info["healthy"] is True and info["warnings"] == [report.warning]
+    assert a.metrics.healthy._value.get() == 1
+    assert a.metrics.unknown_partitions._value.get() == 1
+    text = CliRunner().invoke(app, ["status", "--store", str(tmp_path / "state.sqlite")])
+    assert f"warning: {report.warning}" in text.stdout
+
+
+def test_status_json_health_fields_of_a_healthy_agent(tmp_path):
+    import time as _time
+
+    a = agent(tmp_path, snap(_time.time(), pending(1, _time.time())))
+    a.clock = _time.time
+    a.cycle()
+    info = status_json(tmp_path)
+    assert info["healthy"] is True and info["problems"] == [] and info["warnings"] == []
+    assert info["agent_report"]["ok"] is True and info["agent_report"]["recorded"] is True
+    assert info["agent_report"]["cycle"] == info["last_cycle"]["cycle"] == 1
+    # an agent that stopped cycling: stale after 3 intervals (30 s at least)
+    report = dict(info["agent_report"], time_s=_time.time() - 100,
+                  written_s=_time.time() - 100)
+    (tmp_path / "state.health").write_text(json.dumps(report) + "\n")
+    with a.store.transaction() as db:
+        db.execute("UPDATE cycles SET time_s = ?", (_time.time() - 100,))
+    info = status_json(tmp_path)
+    assert info["healthy"] is False and "no cycle for 100 s" in info["problems"][0]
+
+
+# ---- a store that cannot be written (disk full) ----------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs (root only), filled up on demand."""
+    import os
+    import subprocess
+
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+            capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(path):
+    """Write ``path`` until the file system is full."""
+    import os
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_is_a_failed_cycle_in_one_line_that_status_shows(small_disk, caplog):
+    import time as _time
+
+    from slurm_marl.daemon.metrics import Metrics
+
+    now = _time.time()
+    a = agent(small_disk, snap(now, pending(1, now)))
+    a.clock = _time.time
+    a.metrics = Metrics()
+    assert a.cycle().error is None
+    fill(small_disk / "filler")
+    jobs = [pending(j, now) for j in range(1, 400)]      # much to write: new records
+    a.source.snap = snap(now + 1, *jobs)
+    with caplog.at_level("INFO"):
+        report = a.cycle()
+        again = a.cycle()
+    assert report.error.startswith(f"store: cannot write {small_disk / 'state.sqlite'}: ")
+    assert "full" in report.error, report.error
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 2 and all(r.exc_info is None for r in errors), \
+        [(r.getMessage(), r.exc_info) for r in errors]
+    assert "Traceback" not in caplog.text and again.error is not None
+    # the store still says cycle 1 was fine; status learns the failure from the side file
+    assert a.store.cycles(1)[0]["cycle"] == 1
+    info = status_json(small_disk)
+    assert info["healthy"] is False and info["last_cycle"]["cycle"] == 1
+    assert info["agent_report"]["cycle"] == again.cycle
+    assert info["agent_report"]["recorded"] is False
+    assert any("full" in p for p in info["problems"]), info["problems"]
+    assert a.metrics.cycle_errors.labels("store")._value.get() == 2
+    assert a.metrics.healthy._value.get() == 0
+    # space again: the next cycle succeeds and status is healthy again
+    (small_disk / "filler").unlink()
+    assert a.cycle().error is None
+    info = status_json(small_disk)
+    assert info["healthy"] is True and info["last_cycle"]["cycle"] == info[
+        "agent_report"]["cycle"]

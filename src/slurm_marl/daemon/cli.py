@@ -227,21 +227,34 @@ def queues(config: ConfigOpt = None, store: StoreOpt = None,
 def status(config: ConfigOpt = None, store: StoreOpt = None,
            json_output: JsonOpt = False) -> None:
     """Is the agent cycling, and how are its writes going."""
+    from slurm_marl.daemon.health import read_health, verdict
+
     st = _store(config, store)
     with _reading(st):
         cycles = st.cycles(limit=20)
     last = cycles[0] if cycles else None
+    now = time.time()
+    cfg = _load(config) if store is None or config is not None else None
+    health = read_health(st.path)
     info = {"last_cycle": last, "recent_errors": [c for c in cycles if c["error"]][:5],
-            "age_s": (time.time() - last["time_s"]) if last else None,
-            "store": str(st.path)}
-    if store is None or config is not None:
-        info["agent_lock"] = _lock_state(_load(config))
+            "age_s": (now - last["time_s"]) if last else None,
+            "store": str(st.path),
+            # health (daemon/health.py): the store's last cycle or, newer, the agent's side
+            # file (written even when the store cannot be)
+            **verdict(last, health, now, cfg.agent.interval_s if cfg else None),
+            "agent_report": health}
+    if cfg is not None:
+        info["agent_lock"] = _lock_state(cfg)
     if json_output:
         json.dump(info, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
     if "agent_lock" in info:
         typer.echo(_lock_line(info["agent_lock"]))
+    typer.echo("health: " + ("ok" if info["healthy"] else "FAILING: "
+                             + "; ".join(info["problems"])))
+    for text in info["warnings"]:
+        typer.echo(f"warning: {text}")
     if not last:
         typer.echo("the agent has not run a cycle yet")
         raise typer.Exit(1)

@@ -8,6 +8,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 log = logging.getLogger(__name__)
 
+# A failed cycle's error starts with its cause (daemon/service.py): "slurm: ...", ...
+ERROR_CAUSES = ("slurm", "store", "config", "internal")
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -35,9 +38,27 @@ class Metrics:
                                "Slurm's own order would have given them, or running after "
                                "it (0 without a guard)", registry=r)
 
+        # health (daemon/health.py): what `slurm-marl status` says, without reading a file
+        self.healthy = Gauge("slurm_marl_healthy",
+                             "1 if the last cycle succeeded and was recorded, else 0",
+                             registry=r)
+        self.cycle_errors = Counter("slurm_marl_cycle_errors_total",
+                                    "Failed cycles, by cause: slurm (no answer), store (the "
+                                    "state store cannot be written), config (no managed "
+                                    "partition in Slurm), internal", ["cause"], registry=r)
+        self.unknown_partitions = Gauge("slurm_marl_unknown_partitions",
+                                        "Managed partitions Slurm does not list", registry=r)
+        for cause in ERROR_CAUSES:
+            self.cycle_errors.labels(cause)
+
     def observe(self, report) -> None:
         self.cycle_seconds.observe(report.duration_s)
         self.cycles.labels("error" if report.error else "ok").inc()
+        self.healthy.set(0 if report.error else 1)
+        if report.error:
+            cause = report.error.split(":", 1)[0]
+            self.cycle_errors.labels(cause if cause in ERROR_CAUSES else "internal").inc()
+        self.unknown_partitions.set(len(getattr(report, "unknown_partitions", ()) or ()))
         self.pending.set(report.pending)
         self.running.set(report.running)
         queues: dict[int, int] = {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -29,6 +30,7 @@ from operator import attrgetter
 
 from slurm_marl.daemon.accounting import AccountMemo, account
 from slurm_marl.daemon.config import Config
+from slurm_marl.daemon.health import HealthFile, health_path
 from slurm_marl.daemon.signature import infer_signatures
 from slurm_marl.daemon.store import Store
 from slurm_marl.daemon.writes import (ordered_writes, place_key, plan_writes,
@@ -59,6 +61,9 @@ class CycleReport:
     error: str | None = None
     # jobs the Slurm-alone guard protects (policy/guard.py); None: no profile has a guard
     protected: int | None = None
+    # managed partitions Slurm does not list; some of them: a warning, all: an error
+    unknown_partitions: tuple[str, ...] = ()
+    warning: str | None = None
 
     @property
     def written(self) -> int:
@@ -166,6 +171,9 @@ class Agent:
         self._alone_recorded: dict[int, str] = {}
         self._cycle_no = 0   # the cycle under way (repairs are recorded under it)
         self.last_report: CycleReport | None = None
+        self._unknown_logged: str | None = None  # unknown partitions, as last logged
+        # the last cycle's outcome beside the store, for `status` when the store fails
+        self.health = HealthFile(health_path(store.path), config.agent.interval_s)
         self.sampler = None
         if config.agent.progress_dir:
             from slurm_marl.daemon.progress import ProgressSampler, usable_dir
@@ -176,7 +184,11 @@ class Agent:
     # ---- one cycle ----------------------------------------------------------------------
     def cycle(self) -> CycleReport:
         started = time.monotonic()
-        report = CycleReport(cycle=self.store.next_cycle(), time_s=self.clock())
+        try:
+            number = self.store.next_cycle()
+        except sqlite3.Error:
+            number = (self.last_report.cycle if self.last_report else 0) + 1
+        report = CycleReport(cycle=number, time_s=self.clock())
         # A cycle makes hundreds of thousands of short-lived objects (the snapshot, the
         # policy's state) that reference counting frees at its end; the cyclic collector
         # would walk the live heap several times meanwhile (10,000 nodes / 5,000 pending:
@@ -190,6 +202,10 @@ class Agent:
             report.error = f"slurm: {exc.message or exc}"
             log.warning("cycle %d: Slurm did not answer (%s); retrying next tick",
                         report.cycle, exc.message or exc)
+        except sqlite3.Error as exc:  # the disk is full, the file damaged: one line
+            self.store.forget_live()
+            report.error = f"store: cannot write {self.store.path}: {exc}"
+            log.error("cycle %d failed: %s", report.cycle, report.error)
         except Exception as exc:  # one bad cycle must not end the agent
             self.store.forget_live()
             report.error = f"internal: {exc!r}"
@@ -198,13 +214,20 @@ class Agent:
             if collecting:
                 gc.enable()
         report.duration_s = time.monotonic() - started
+        recorded = False
         try:
             self.store.record_cycle(report.cycle, report.time_s, report.duration_s,
                                     report.pending, report.running, len(report.decisions),
                                     report.written, report.refused, report.error,
-                                    report.protected)
+                                    report.protected, report.warning)
+            recorded = True
+        except sqlite3.Error as exc:
+            if report.error is None:    # a cycle the store did not take has failed
+                report.error = f"store: cannot record the cycle in {self.store.path}: {exc}"
+                log.error("cycle %d failed: %s", report.cycle, report.error)
         except Exception:
             log.exception("could not record cycle %d", report.cycle)
+        self.health.write(report, recorded)
         if self.metrics is not None:
             self.metrics.observe(report)
         self.last_report = report
@@ -234,9 +257,8 @@ class Agent:
                                       colocated=json.dumps(run.colocated),
                                       start_s=run.start_s, end_s=run.end_s, state=run.state)
         managed = [p for p in self.config.agent.managed_partitions if snap.partition(p)]
-        missing = set(self.config.agent.managed_partitions) - set(managed)
-        if missing:
-            log.warning("managed partitions not in Slurm: %s", ", ".join(sorted(missing)))
+        if self._unknown_partitions(report, snap, managed):
+            return
         decisions: list[Decision] = []
         decided_jobs: set[int] = set()
         left = self._left_to_slurm(snap, managed, report.cycle)
@@ -299,6 +321,33 @@ class Agent:
             [(r.decision, r.status.value, r.message) for r in results]
             + [(d, "planned", "waits; nothing written") for d in advice]
             + [(d, "planned", "order kept; no write needed") for d in kept])
+
+    def _unknown_partitions(self, report: CycleReport, snap: ClusterSnapshot,
+                            managed: list[str]) -> bool:
+        """Managed partitions Slurm does not list (a typo in the config, a partition
+        renamed): all of them is an error (the cycle fails: nothing to manage; `status`,
+        the metrics and the watchdog show it); some of them a warning (the others are
+        managed; a partition renamed and restored comes back by itself). Logged when the
+        set changes. True: the cycle can do nothing."""
+        missing = tuple(p for p in self.config.agent.managed_partitions if p not in managed)
+        report.unknown_partitions = missing
+        if not missing:
+            if self._unknown_logged is not None:
+                log.warning("every managed partition is in Slurm again")
+                self._unknown_logged = None
+            return False
+        known = ", ".join(p.name for p in snap.partitions) or "none"
+        text = (f"managed partitions not in Slurm: {', '.join(missing)} (Slurm has: "
+                f"{known}; agent.managed_partitions in {self.config.source})")
+        if not managed:
+            report.error = f"config: no managed partition is in Slurm: {text}"
+        else:
+            report.warning = f"{text}; the others are managed"
+        if self._unknown_logged != text:
+            (log.error if not managed else log.warning)(
+                "%s", report.error or report.warning)
+            self._unknown_logged = text
+        return not managed
 
     def _settle_orders(self, views: dict[str, ClusterSnapshot], now_s: float) -> None:
         """Each policy's order state (Tiresias' queue lists) settled once a cycle over the

@@ -65,7 +65,8 @@ CREATE TABLE IF NOT EXISTS cycles (
     cycle INTEGER PRIMARY KEY, time_s REAL NOT NULL, duration_s REAL,
     pending INTEGER, running INTEGER, decisions INTEGER, written INTEGER,
     refused INTEGER, error TEXT,
-    protected INTEGER                           -- jobs the guard protected (NULL: no guard)
+    protected INTEGER,                          -- jobs the guard protected (NULL: no guard)
+    warning TEXT                                -- a cycle that ran but warned (daemon/health)
 );
 CREATE TABLE IF NOT EXISTS outcomes (
     job_id INTEGER NOT NULL, run INTEGER NOT NULL, user TEXT, name TEXT, model_type TEXT,
@@ -133,7 +134,10 @@ CREATE TABLE IF NOT EXISTS guard (
 # feature_history.sacct_id: the job's id as sacct and the history CSV write it, "123_4"
 # for task 4 of array 123 (its own job id otherwise), as Slurm last listed the job.
 # cycles.protected: jobs the Slurm-alone guard protected at that cycle (NULL: no guard).
-_ADDED_COLUMNS = {"feature_history": ("sacct_id TEXT",), "cycles": ("protected INTEGER",)}
+# cycles.warning: what went wrong in a cycle that still ran (some managed partitions not in
+# Slurm); cycles.error says why one failed.
+_ADDED_COLUMNS = {"feature_history": ("sacct_id TEXT",),
+                  "cycles": ("protected INTEGER", "warning TEXT")}
 
 
 @dataclass
@@ -493,12 +497,13 @@ class Store:
 
     def record_cycle(self, cycle: int, now_s: float, duration_s: float, pending: int,
                      running: int, decisions: int, written: int, refused: int,
-                     error: str | None = None, protected: int | None = None) -> None:
+                     error: str | None = None, protected: int | None = None,
+                     warning: str | None = None) -> None:
         self.db.execute("INSERT OR REPLACE INTO cycles (cycle, time_s, duration_s, pending, "
-                        "running, decisions, written, refused, error, protected) VALUES "
-                        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "running, decisions, written, refused, error, protected, warning) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (cycle, now_s, duration_s, pending, running, decisions, written,
-                         refused, error, protected))
+                         refused, error, protected, warning))
 
     def set_protected(self, protected: dict[int, tuple[float, float | None]]) -> None:
         """The jobs the Slurm-alone guard protects now: job id -> (protected since, its
