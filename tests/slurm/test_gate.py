@@ -12,8 +12,9 @@ import pytest
 from slurm_marl.domain import GroupAlloc, Place
 from slurm_marl.slurm_integration.marker import parse_marker
 from slurm_marl.slurm_integration.parse_layout import job_state_text, num
+from slurm_marl.testcluster.versions import label
 
-from slurmtest import as_nobody, gated_cluster
+from slurmtest import SLURM_VERSION, as_nobody, gated_cluster
 
 pytestmark = pytest.mark.slurm
 GRACE_S = 4
@@ -108,6 +109,13 @@ def test_users_cannot_skip_the_grace_but_the_agent_can(gated):
                              f"jobid={job}", "StartTime=now"], env=env, capture_output=True,
                             text=True)
     assert bypass.returncode != 0
+    # The user is told why: the error code's text on every version ("Unspecified error" before
+    # issue 31); the gate's own reason too where Slurm passes slurm_job_modify's log_user
+    # message on (23.02 on; 22.05 drops it: SchedMD bug 14539).
+    assert f"Access/permission denied for job {job}" in bypass.stderr, bypass.stderr
+    if label(SLURM_VERSION) != "22.05":
+        assert f"slurm-marl: job {job} waits for the scheduling agent: its start may not be " \
+            f"moved earlier than {GRACE_S} s from now" in bypass.stderr, bypass.stderr
     assert c.job(job).is_pending
     # The owner may still cancel (nothing else is taken from users).
     res = c.sink.apply([Place(job, nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),))],
