@@ -321,3 +321,56 @@ def test_a_full_disk_is_a_failed_cycle_in_one_line_that_status_shows(small_disk,
     info = status_json(small_disk)
     assert info["healthy"] is True and info["last_cycle"]["cycle"] == info[
         "agent_report"]["cycle"]
+
+
+# ---- the loop: systemd's STATUS line, `run --cycles N`'s exit status ------------------------
+
+@pytest.mark.parametrize("error,warning,rc", [
+    (None, None, 0),
+    (None, "managed partitions not in Slurm: typo", 0),
+    ("config: no managed partition is in Slurm: nosuch", None, 1),
+])
+def test_status_line_and_exit_status_of_a_last_failed_cycle(monkeypatch, error, warning, rc):
+    import time as _time
+
+    from slurm_marl.daemon.loop import run_daemon
+    from slurm_marl.daemon.service import CycleReport
+
+    monkeypatch.setattr("signal.signal", lambda *a: None)  # keep pytest's handlers
+    lines = []
+
+    class Store:
+        def close(self):
+            pass
+
+        def prune(self, *a, **k):
+            return {"done": 1}
+
+    class FailingAgent:
+        metrics = None
+        store = Store()
+
+        def cycle(self):
+            return CycleReport(cycle=1, time_s=_time.time(), error=error, warning=warning)
+
+    class Notifier:
+        enabled = False
+        watchdog_s = None
+
+        def ready(self, status=""): return False
+        def status(self, text): return lines.append(text) or False
+        def stopping(self): return False
+        def watchdog(self): return False
+
+    config = parse_config({"agent": {"interval_s": 0.5}, "metrics": {"enabled": False}})
+    import os
+
+    umask = os.umask(0o022)
+    try:        # run_daemon sets the agent's umask: not pytest's
+        got = run_daemon(config, agent=FailingAgent(), notifier=Notifier(), max_cycles=1)
+    finally:
+        os.umask(umask)
+    assert got == rc
+    assert len(lines) == 1
+    assert (f"error: {error}" in lines[0]) == bool(error)
+    assert (f"warning: {warning}" in lines[0]) == bool(warning)

@@ -260,7 +260,8 @@ def _run_active(config: Config, agent: Agent | None, max_cycles: int | None, not
         beat()
         notifier.status(f"cycle {report.cycle}: {report.pending} pending, {report.running} "
                         f"running, {report.written} written"
-                        + (f", error: {report.error}" if report.error else ""))
+                        + (f", error: {report.error}" if report.error else "")
+                        + (f", warning: {report.warning}" if report.warning else ""))
         if report.error is None:
             log.debug("cycle %d: %.3f s, %d decisions, %d written, %d refused", report.cycle,
                       report.duration_s, len(report.decisions), report.written,
@@ -269,6 +270,8 @@ def _run_active(config: Config, agent: Agent | None, max_cycles: int | None, not
             if not done.is_set():
                 retention.maybe_prune()
         if max_cycles is not None and count["n"] >= max_cycles:
+            if report.error and not count["rc"]:
+                count["rc"] = 1     # `run --cycles N`: exit 1 when the last cycle failed
             done.set()
             _shutdown()
 
