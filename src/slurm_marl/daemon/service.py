@@ -337,33 +337,6 @@ class Agent:
                 self._unknown_logged = None
             return False
         known = ", ".join(p.name for p in snap.partitions) or "none"
-        text = (f"managed partitions not in Slurm: {', '.join(missing)} (Slurm has: "
-                f"{known}; agent.managed_partitions in {self.config.source})")
-        if not managed:
-            report.error = f"config: no managed partition is in Slurm: {text}"
-        else:
-            report.warning = f"{text}; the others are managed"
-        if self._unknown_logged != text:
-            (log.error if not managed else log.warning)(
-                "%s", report.error or report.warning)
-            self._unknown_logged = text
-        return not managed
-
-    def _unknown_partitions(self, report: CycleReport, snap: ClusterSnapshot,
-                            managed: list[str]) -> bool:
-        """Managed partitions Slurm does not list (a typo in the config, a partition
-        renamed): all of them is an error (the cycle fails: nothing to manage; `status`,
-        the metrics and the watchdog show it); some of them a warning (the others are
-        managed; a partition renamed and restored comes back by itself). Logged when the
-        set changes. True: the cycle can do nothing."""
-        missing = tuple(p for p in self.config.agent.managed_partitions if p not in managed)
-        report.unknown_partitions = missing
-        if not missing:
-            if self._unknown_logged is not None:
-                log.warning("every managed partition is in Slurm again")
-                self._unknown_logged = None
-            return False
-        known = ", ".join(p.name for p in snap.partitions) or "none"
         text = (f"{', '.join(missing)} (Slurm has: {known}; agent.managed_partitions in "
                 f"{self.config.source})")
         if not managed:
