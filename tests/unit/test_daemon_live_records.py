@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import sqlite3
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from fakes import FakeClusterSource
@@ -86,7 +86,9 @@ def test_kept_records_give_what_reading_the_file_every_cycle_gives(tmp_path_fact
         paths.append(tmp / "s.sqlite")
     for name in ("jobs", "outcomes", "decisions"):
         assert table(paths[0], name) == table(paths[1], name), name
-    assert table(paths[0], "outcomes")      # runs did end: the comparison saw some
+    # A draw whose agent saw no run end (seed 83698: every job still listed at the last
+    # snapshot) compares nothing about outcomes: not counted, so the test stays meaningful.
+    assume(table(paths[0], "outcomes"))
 
 
 def test_live_records_are_kept_and_let_go_when_finished_and_unlisted(tmp_path):
