@@ -94,6 +94,16 @@ class FakeClusterSource(_PortFake, port=ClusterSource):
             raise self.error
         return self.snap
 
+    def queue_fingerprint(self, partitions: tuple[str, ...]) -> str | None:
+        """``snap``'s pending, running and completing jobs of ``partitions``, as a string
+        (None while ``error`` is set)."""
+        if self.error is not None:
+            return None
+        return " ".join(f"{j.job_id}:{j.state.value}" for j in sorted(
+            self.snap.jobs, key=lambda j: j.job_id)
+            if j.is_pending or j.is_running or j.state.value == "COMPLETING"
+            if set(j.partition.split(",")) & set(partitions))
+
 
 class FakeDecisionSink(_PortFake, port=DecisionSink):
     """Records what it is asked to write and answers ``status`` for every decision;

@@ -197,6 +197,23 @@ def test_two_agents_on_one_cluster_one_acts_and_a_standby_takes_over(gated, cfg_
             assert d.stop() == 0, d.output()
 
 
+def test_the_queue_fingerprint_changes_with_arrivals_and_starts_not_priorities(gated,
+                                                                             cfg_path):
+    """The light probe the agent runs between cycles (``react_s``): a new job and a job
+    that starts change it; a priority write (the agent's own, every cycle) does not."""
+    c = gated
+    empty = c.source.queue_fingerprint(("gpu",))
+    assert empty is not None
+    job = c.sbatch("--gres=gpu:1", "-J", "probe")            # pending (begin in 600 s)
+    arrived = c.source.queue_fingerprint(("gpu",))
+    assert arrived not in (None, empty)
+    c.run("scontrol", "update", f"jobid={job}", "Priority=12345")
+    assert c.source.queue_fingerprint(("gpu",)) == arrived
+    c.run("scontrol", "update", f"jobid={job}", "StartTime=now")
+    c.wait_state(job, "RUNNING", timeout_s=10)
+    assert c.source.queue_fingerprint(("gpu",)) not in (None, arrived)
+
+
 def test_multi_node_waiting_job_gets_one_reservation_and_it_is_ended(gated, cfg_path):
     c = gated
     profile = cfg_path.parent / "reserve.toml"

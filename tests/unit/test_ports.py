@@ -15,7 +15,7 @@ from slurm_marl.daemon import service
 from slurm_marl.daemon.config import parse_config
 from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
-from slurm_marl.domain import ClusterSnapshot, SetPriority
+from slurm_marl.domain import ClusterSnapshot, Partition, SetPriority
 from slurm_marl.slurm_integration import marker, ports, runner, sink, vocabulary
 from slurm_marl.slurm_integration.ports import ClusterSource, DecisionSink
 from slurm_marl.slurm_integration.sink import CliDecisionSink
@@ -83,11 +83,17 @@ def test_the_fakes_fail_loudly_beyond_their_port():
             def snapshot(self):
                 return None
 
+            def queue_fingerprint(self, partitions):
+                return None
+
             def jobs(self):
                 return []
     with pytest.raises(TypeError, match="differs"):
         class Other(_PortFake, port=ClusterSource):
             def snapshot(self, fresh=False):
+                return None
+
+            def queue_fingerprint(self, partitions):
                 return None
 
 
@@ -109,7 +115,7 @@ class NoDecisions:
 
 
 def test_a_source_error_is_a_failed_cycle_and_repairs_run_on_every_active_cycle(tmp_path):
-    snap = ClusterSnapshot(1000.0)
+    snap = ClusterSnapshot(1000.0, partitions=(Partition("gpu"),))  # the managed one exists
     down = ports.SlurmUnavailable(["squeue", "--json"], 1, "unable to contact slurm controller")
     source, fake_sink = FakeClusterSource(snap, error=down), FakeDecisionSink()
     a = Agent(cfg(tmp_path), source, fake_sink, Store(tmp_path / "s.sqlite"), NoDecisions())

@@ -36,12 +36,22 @@ class SlurmSection:
 @dataclass(frozen=True)
 class AgentSection:
     interval_s: float = 5.0
+    # between cycles, probe the managed partitions' queue this often (one light squeue)
+    # and run a cycle at once when a job arrived, started or ended, so that freed GPUs
+    # wait at most about this long for the agent's next start (0 = cycles only every
+    # interval_s)
+    react_s: float = 1.0
     profile: str = "las-consolidate"
     managed_partitions: tuple[str, ...] = ("gpu",)
     preempt_partitions: tuple[str, ...] = ()
     shadow: bool = False
     grace_s: int = 30
     lease: bool = True
+    # the policy's first waiting jobs, up to this many GPUs per partition, are kept eligible
+    # (priorities in the policy's order) so that Slurm starts them the moment GPUs free,
+    # between the agent's cycles, where Slurm places them (0 = none: every start waits for
+    # a cycle and gets the agent's placement)
+    eligible_ahead_gpus: int = 0
     priority_base: int = 1_000_000
     state_dir: str = "/var/lib/slurm-marl"
     # one active agent per cluster (daemon/leader.py): the file every agent of this cluster
@@ -107,8 +117,10 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
     ("slurm", "write_retries"): (0, 10),
     ("slurm", "full_read_s"): (0, 86400),
     ("agent", "interval_s"): (0.5, 3600),
+    ("agent", "react_s"): (0, 3600),
     ("agent", "grace_s"): (1, 3600),
     ("agent", "priority_base"): (0, 4_000_000_000),
+    ("agent", "eligible_ahead_gpus"): (0, 1_000_000),
     ("agent", "site_factor_max"): (2, 2_000_000_000),
     ("agent", "sample_min_s"): (0.5, 86400),
     ("agent", "retention_days"): (0.01, 3650),

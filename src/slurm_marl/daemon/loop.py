@@ -90,6 +90,51 @@ class WatchdogGate:
         return False
 
 
+class Pacer:
+    """When the loop runs a cycle: every ``interval_s``; and, with ``react_s`` (0 <
+    ``react_s`` < ``interval_s``), early when the managed partitions' queue fingerprint
+    (``Agent.probe``, one light squeue, taken every ``react_s``) differs from the one taken
+    as the last cycle started: a job arrived, started or ended, so freed GPUs wait about
+    ``react_s`` for the agent, not up to ``interval_s``. An early cycle waits at least
+    ``react_s`` and the last cycle's own duration after it ended, so cycles take at most
+    about half the time however busy the queue."""
+
+    def __init__(self, interval_s: float, react_s: float, clock=time.monotonic) -> None:
+        self.interval_s = interval_s
+        self.react_s = react_s
+        self.reacting = 0 < react_s < interval_s
+        self.tick_s = react_s if self.reacting else interval_s
+        self.clock = clock
+        self.last_start: float | None = None
+        self.last_end = -1e18
+        self.last_duration = 0.0
+        self.last_fingerprint: str | None = None
+        self.early = 0                     # cycles run early, for the log
+
+    def due(self, probe) -> bool:
+        """Whether to run a cycle now; ``probe()`` gives the fingerprint (None: unknown)."""
+        now = self.clock()
+        if self.last_start is None or now - self.last_start >= self.interval_s - 0.01:
+            self.last_fingerprint = probe() if self.reacting else None
+            return True
+        if not self.reacting or now - self.last_end < max(self.react_s, self.last_duration):
+            return False
+        seen = probe()
+        if seen is None or seen == self.last_fingerprint:
+            return False
+        self.last_fingerprint = seen
+        self.early += 1
+        return True
+
+    def started(self) -> None:
+        self.last_start = self.clock()
+
+    def ended(self) -> None:
+        self.last_end = self.clock()
+        if self.last_start is not None:
+            self.last_duration = self.last_end - self.last_start
+
+
 class Retention:
     """Prunes the store (``Store.prune``) after the first cycle, then at most every
     ``every_s``; sooner only to finish a prune its time budget cut short. A failure is
@@ -235,6 +280,8 @@ def _run_active(config: Config, agent: Agent | None, max_cycles: int | None, not
                           config.agent.retention_max_rows)
 
     in_cycle = threading.Lock()  # shutdown waits for a running cycle before closing the store
+    pacer = Pacer(config.agent.interval_s, config.agent.react_s)
+    probe = getattr(agent, "probe", lambda: None)   # an agent without a probe: interval only
 
     def tick() -> None:
         if done.is_set():
@@ -252,7 +299,11 @@ def _run_active(config: Config, agent: Agent | None, max_cycles: int | None, not
         with in_cycle:
             if done.is_set():  # stopped while this tick waited: the store may be closed
                 return
+            if not pacer.due(probe):
+                return
+            pacer.started()
             report = agent.cycle()
+            pacer.ended()
         watchdog.cycle_done(report.error is None)
         count["n"] += 1
         if count["n"] == 1:
@@ -278,7 +329,10 @@ def _run_active(config: Config, agent: Agent | None, max_cycles: int | None, not
     if done.is_set():  # a signal while the agent was being built
         agent.store.close()
         return 0
-    scheduler.add_job(tick, "interval", seconds=config.agent.interval_s, id="cycle",
+    if pacer.reacting:
+        log.info("between cycles the queue is probed every %.1f s; a change runs a cycle "
+                 "early", pacer.tick_s)
+    scheduler.add_job(tick, "interval", seconds=pacer.tick_s, id="cycle",
                       next_run_time=datetime.datetime.now())
     try:
         scheduler.start()

@@ -182,6 +182,19 @@ class Agent:
                                            config.agent.sample_min_s)
 
     # ---- one cycle ----------------------------------------------------------------------
+    def probe(self) -> str | None:
+        """The managed partitions' queue fingerprint (``ClusterSource.queue_fingerprint``):
+        the loop runs a cycle early when it changes. None: not known (a source without the
+        probe, or a failed read)."""
+        probe = getattr(self.source, "queue_fingerprint", None)
+        if probe is None:
+            return None
+        try:
+            return probe(tuple(self.config.agent.managed_partitions))
+        except Exception as exc:  # a probe never stops the agent; the cycle will tell
+            log.debug("queue probe failed: %s", exc)
+            return None
+
     def cycle(self) -> CycleReport:
         started = time.monotonic()
         try:
@@ -634,7 +647,8 @@ class Agent:
         if part in agent.site_factor_partitions:
             return site_factor_writes(snap, order, agent.site_factor_max, written)
         writes, head = ordered_writes(snap, order, agent.priority_base,
-                                      self._left_waiting(snap, part))
+                                      self._left_waiting(snap, part),
+                                      agent.eligible_ahead_gpus)
         eligible.update(head)
         return writes
 

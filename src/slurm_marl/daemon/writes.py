@@ -78,12 +78,29 @@ def queue_head(ranked: list[tuple[SetPriority, Job]], left: list[Job]) -> tuple[
     return head, max(lj.priority for lj in jumping)
 
 
+def gpus_ahead(ranked: list[tuple[SetPriority, Job]], gpus: int) -> int:
+    """How many of the policy's first jobs fit in ``gpus`` GPUs together (the first one
+    always, if ``gpus`` > 0): the jobs kept eligible so Slurm starts them between cycles."""
+    if gpus <= 0:
+        return 0
+    total = n = 0
+    for _, j in ranked:
+        total += j.num_gpus
+        if n and total > gpus:
+            break
+        n += 1
+    return n
+
+
 def ordered_writes(snap: ClusterSnapshot, order: list[SetPriority], priority_base: int,
-                   left: list[Job] = ()) -> tuple[list[SetPriority], list[int]]:
+                   left: list[Job] = (), ahead_gpus: int = 0
+                   ) -> tuple[list[SetPriority], list[int]]:
     """(``priority_writes``, the jobs to make eligible now): with jobs ``left`` to Slurm in
     the partition, the policy's head (``queue_head``) gets priorities above theirs and the
     rest stays below the head, each part changing as few jobs as it can. If the range
-    above the left jobs cannot hold the head, the order is written as without them."""
+    above the left jobs cannot hold the head, the order is written as without them.
+    ``ahead_gpus``: the policy's first jobs up to that many GPUs are made eligible too
+    (``agent.eligible_ahead_gpus``), in the same order."""
     ranked = _pending_in_order(snap, order)
     if not ranked:
         return [], []
@@ -102,6 +119,7 @@ def ordered_writes(snap: ClusterSnapshot, order: list[SetPriority], priority_bas
         planned = plan_priorities(current, priority_base + 1, MAX_PRIORITY)
     writes = [_with_priority(d, p, d.site_factor)
               for (d, _), p, c in zip(ranked, planned, current) if p != c]
+    head = max(head, gpus_ahead(ranked, ahead_gpus))
     return writes, [d.job_id for d, _ in ranked[:head]]
 
 

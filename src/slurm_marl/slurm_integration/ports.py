@@ -54,6 +54,13 @@ class ClusterSource(Protocol):
         otherwise."""
         raise NotImplementedError
 
+    def queue_fingerprint(self, partitions: tuple[str, ...]) -> str | None:
+        """A digest of the ids and states of the jobs of ``partitions`` that are pending,
+        running or completing, from one light read (the daemon probes it between cycles
+        and runs one early when it changes: a job arrived, started or ended). None when the
+        read failed; never raises."""
+        raise NotImplementedError
+
 
 @runtime_checkable
 class DecisionSink(Protocol):

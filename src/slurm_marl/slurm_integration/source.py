@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -142,6 +143,18 @@ class CliClusterSource(ClusterSource):
         if self.layout is None or self.layout.squeue_lists_finished:
             return ["squeue", "--json"]
         return ["squeue", "--json", "--states=all"]
+
+    def queue_fingerprint(self, partitions: tuple[str, ...]) -> str | None:
+        """One ``squeue -h -t PD,R,CG,CF -p ... -o "%i %t" --sort=i`` (ids and compact
+        states, ordered by id so that a priority write changes nothing), digested."""
+        try:
+            res = self.runner.run(["squeue", "-h", "-t", "PD,R,CG,CF", "-p",
+                                   ",".join(partitions), "-o", "%i %t", "--sort=i"])
+        except SlurmError:
+            return None
+        if not res.ok:
+            return None
+        return hashlib.blake2b(res.stdout.encode(), digest_size=16).hexdigest()
 
     def invalidate(self, job_ids) -> None:
         """Jobs written to (``CliDecisionSink``'s ``on_write``): the next snapshot reads
