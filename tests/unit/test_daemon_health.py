@@ -11,18 +11,15 @@ import pytest
 from typer.testing import CliRunner
 
 from fakes import FakeClusterSource, FakeDecisionSink
+from test_daemon_agent import NODES, PARTS
+from test_daemon_cli_errors import one_line_error
 from slurm_marl.cli import app
 from slurm_marl.daemon.config import ConfigError, parse_config
 from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
-from slurm_marl.domain import (ClusterSnapshot, GpuGroup, Job, JobState, Node, Partition,
-                               SetPriority)
+from slurm_marl.domain import ClusterSnapshot, Job, JobState, SetPriority
 from slurm_marl.slurm_integration.plugin import PluginError, render_job_submit_lua
 
-NODES = tuple(Node(name=n, partitions=("gpu",), cpus=8, real_memory_mib=16000,
-                   gpu_groups=(GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1)))
-              for n in ("n1", "n2"))
-PARTS = (Partition("gpu", ("n1", "n2"), True), Partition("cpu", ("n1",)))
 
 
 class OrderAll:
@@ -128,15 +125,6 @@ def write_config(tmp_path, slurm_conf, partitions=("gpu",), shadow=False):
                    f"managed_partitions = [{parts}]\nshadow = {str(shadow).lower()}\n"
                    "[metrics]\nenabled = false\n")
     return cfg
-
-
-def one_line_error(result, *needles):
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    err = result.stderr.strip()
-    assert "\n" not in err and err.startswith("error: "), err
-    assert "Traceback" not in result.output
-    for needle in needles:
-        assert needle in err, err
 
 
 @pytest.mark.parametrize("shadow", [False, True])
