@@ -584,7 +584,7 @@ class Agent:
         jobs outside ``preempt_partitions`` (or all, if ``part`` is not one) are marked
         not preemptible. A job the agent narrowed to one GPU group (moving its request to
         the per-job field) is read as the per-node request its user made (the marker)."""
-        horizon = view.time_s + self.config.agent.grace_s + 2 * self.config.agent.interval_s
+        horizon = self._horizon(view.time_s)
         keep = []
         pending = JobState.PENDING
         for j in view.jobs:
@@ -638,7 +638,8 @@ class Agent:
 
     # ---- decisions -> writes ------------------------------------------------------------
     def _priority_writes(self, snap: ClusterSnapshot, part: str, order: list[SetPriority],
-                         written: dict, eligible: set[int]) -> list[SetPriority]:
+                         written: dict, eligible: set[int], left: list[Job]
+                         ) -> list[SetPriority]:
         """The partition's priority writes; adds to ``eligible`` the jobs that must not
         wait behind the lease because a job left to Slurm would jump them
         (``writes.ordered_writes``; not for SiteFactor partitions, whose order only
@@ -647,20 +648,24 @@ class Agent:
         if part in agent.site_factor_partitions:
             return site_factor_writes(snap, order, agent.site_factor_max, written)
         writes, head = ordered_writes(snap, order, agent.priority_base,
-                                      self._left_waiting(snap, part),
+                                      [j for j in left if part in j.partition.split(",")],
                                       agent.eligible_ahead_gpus)
         eligible.update(head)
         return writes
 
-    def _left_waiting(self, snap: ClusterSnapshot, part: str) -> list[Job]:
-        """Pending GPU jobs of ``part`` left to Slurm that Slurm may start now or within
-        one grace (not held, no unmet dependency, no later begin time of their own)."""
-        horizon = snap.time_s + self.config.agent.grace_s + 2 * self.config.agent.interval_s
+    def _horizon(self, now_s: float) -> float:
+        """How far ahead a begin time still counts as the gate's grace (a job whose begin
+        is later is the user's or Slurm's, not the agent's to decide or to count)."""
+        return now_s + self.config.agent.grace_s + 2 * self.config.agent.interval_s
+
+    def _left_waiting(self, snap: ClusterSnapshot) -> list[Job]:
+        """Pending GPU jobs left to Slurm that Slurm may start now or within one grace
+        (not held, no unmet dependency, no later begin time of their own)."""
+        horizon = self._horizon(snap.time_s)
         return [j for j in snap.pending
                 if j.left_to_slurm and j.num_gpus and not j.held
                 and not unschedulable(j.pending_reason)
-                and (j.eligible_time_s is None or j.eligible_time_s <= horizon)
-                and part in j.partition.split(",")]
+                and (j.eligible_time_s is None or j.eligible_time_s <= horizon)]
 
     def _translate(self, snap: ClusterSnapshot, decisions: list[Decision],
                    orders: list[tuple[str, list[SetPriority]]]
@@ -669,8 +674,10 @@ class Agent:
         partition's SetPriority decisions, planned apart (``daemon/writes.py``)."""
         written = self.store.written({d.job_id for d in decisions})
         eligible: set[int] = set()
+        left = self._left_waiting(snap)   # once a cycle, for every partition
         priorities = [w for part, order in orders
-                      for w in self._priority_writes(snap, part, order, written, eligible)]
+                      for w in self._priority_writes(snap, part, order, written, eligible,
+                                                     left)]
         return plan_writes(
             snap, decisions, priorities, self.config.agent, written=written,
             reservations=self.store.active_reservations(),
