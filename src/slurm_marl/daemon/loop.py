@@ -109,7 +109,7 @@ class Pacer:
         self.last_end = -1e18
         self.last_duration = 0.0
         self.last_fingerprint: str | None = None
-        self.early = 0                     # cycles run early, for the log
+        self.early = 0                     # cycles run early so far
 
     def due(self, probe) -> bool:
         """Whether to run a cycle now; ``probe()`` gives the fingerprint (None: unknown)."""
