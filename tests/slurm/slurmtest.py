@@ -201,3 +201,14 @@ class Daemon:
 
     def output(self) -> str:
         return self.log.read_text()
+
+    def decisions(self, chars: int = 6000) -> str:
+        """The log's end for a failure message: what the agent logged, wrote and decided,
+        without its reads and its empty cycles (DEBUG lines with nothing written)."""
+        def wanted(line: str) -> bool:
+            if not line.startswith("DEBUG"):
+                return True
+            if "runner: scontrol " in line:
+                return not line.split("runner: scontrol ", 1)[1].startswith("show")
+            return " cycle " in line and " 0 decisions, 0 written" not in line
+        return "\n".join(filter(wanted, self.output().splitlines()))[-chars:]

@@ -73,21 +73,29 @@ def render_slurmdbd_conf(root: Path, ports: AccountingPorts, password: str) -> s
 
 def mariadb_argv(root: Path, port: int) -> list[str]:
     """mariadbd on 127.0.0.1:port with everything under ``root/mysql`` (no system config:
-    ``--no-defaults``, so /etc/mysql is never read)."""
+    ``--no-defaults``, so /etc/mysql is never read), its temporary tables too: see
+    :func:`install_db`."""
     db = root / "mysql"
     return ["mariadbd", "--no-defaults", f"--datadir={db}/data", f"--socket={db}/mysql.sock",
+            f"--tmpdir={db}/tmp",
             f"--port={port}", "--bind-address=127.0.0.1", f"--pid-file={root}/run/mariadb.pid",
             "--user=root", f"--log-error={root}/log/mariadb.log", "--skip-log-bin",
             "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M"]
 
 
 def install_db(root: Path, env: dict[str, str]) -> None:
-    """An empty MariaDB data directory (root reaches it through the socket only)."""
+    """An empty MariaDB data directory (root reaches it through the socket only).
+
+    Temporary tables go to ``root/mysql/tmp``, not /tmp: a MariaDB server that starts deletes
+    every ``#sql*`` file in its tmpdir, so a cluster starting beside this one (another pytest
+    worker) once removed the bootstrap's tables mid-way (CI on 24.11: "Could not remove
+    temporary table '/tmp/#sql-temptable-...'", then "Unknown table
+    'mysql.tmp_user_nopasswd'")."""
     db = root / "mysql"
-    db.mkdir(parents=True, exist_ok=True)
+    (db / "tmp").mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
         ["mariadb-install-db", "--no-defaults", f"--datadir={db}/data", "--user=root",
-         "--auth-root-authentication-method=socket", "--skip-test-db"],
+         "--auth-root-authentication-method=socket", "--skip-test-db", f"--tmpdir={db}/tmp"],
         env=env, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"mariadb-install-db failed (rc {proc.returncode}): "
