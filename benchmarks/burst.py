@@ -18,7 +18,8 @@ Measured per mode: makespan (first submission to last end), mean and p95 wait (s
 submission), GPUs allocated (mean over samples every 2 s while jobs wait: ``sinfo``
 GresUsed), samples with at least 8 GPUs idle while jobs wait, and for an agent its
 cycles, Slurm client calls per cycle (its DEBUG log) and writes. Ratios are against the
-``slurm`` mode of the same run.
+``slurm`` mode of the same run, and so is each job's completion time (``per_job_vs_slurm``:
+the same job, by its place in the burst, in both modes).
 """
 
 from __future__ import annotations
@@ -85,6 +86,27 @@ def pending_count(cluster: LocalCluster) -> int:
     return len(out.split())
 
 
+def per_job(jct: dict[int, float], base: dict[int, float]) -> dict:
+    """Each job's completion time against the same job's with Slurm alone: the share that
+    finished later (at all, and by more than 10% and 30 s), the median ratio, and the worst
+    job (its ratio and the seconds it lost)."""
+    common = sorted(set(jct) & set(base))
+    if not common:
+        return {}
+    ratios = {k: jct[k] / base[k] for k in common if base[k] > 0}
+    worst = max(common, key=lambda k: jct[k] - base[k])
+    later = [k for k in common if jct[k] > base[k]]
+    return {"jobs": len(common),
+            "slower_share": round(len(later) / len(common), 3),
+            "slower_10pct_and_30s_share": round(sum(
+                1 for k in later if jct[k] > 1.1 * base[k] and jct[k] - base[k] > 30)
+                / len(common), 3),
+            "ratio_median": round(statistics.median(ratios.values()), 3),
+            "ratio_max": round(max(ratios.values()), 2),
+            "worst_job": {"k": worst, "jct_s": jct[worst], "slurm_jct_s": base[worst],
+                          "later_s": round(jct[worst] - base[worst], 1)}}
+
+
 def run_mode(mode: str, jobs: list[dict], args, settings: dict[str, str]) -> dict:
     spec = ClusterSpec(nodes=args.nodes, sockets=2, cores_per_socket=8, gpus_per_socket=4,
                        nodes_per_leaf=4, memory_mib=64000, slurm_version=args.slurm_version,
@@ -122,6 +144,7 @@ def run_mode(mode: str, jobs: list[dict], args, settings: dict[str, str]) -> dic
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         submitted: dict[int, float] = {}
+        index: dict[int, int] = {}         # Slurm's job id -> k, the job's place in ``jobs``
         t0 = time.time()
         for k, job in enumerate(jobs):
             wrap = (f"echo S $(date +%s.%N); sleep {job['seconds']}; "
@@ -133,7 +156,9 @@ def run_mode(mode: str, jobs: list[dict], args, settings: dict[str, str]) -> dic
                 env=cluster.env, capture_output=True, text=True, timeout=60)
             if proc.returncode != 0:
                 raise SystemExit(f"sbatch failed: {proc.stderr.strip()}")
-            submitted[int(proc.stdout.strip().split(";")[0])] = time.time()
+            job_id = int(proc.stdout.strip().split(";")[0])
+            submitted[job_id] = time.time()
+            index[job_id] = k
         submit_s = time.time() - t0
         deadline = time.time() + args.timeout_s
         while time.time() < deadline:
@@ -167,6 +192,9 @@ def run_mode(mode: str, jobs: list[dict], args, settings: dict[str, str]) -> dic
             "samples_8_idle": f"{sum(1 for a, _ in waiting if total_gpus - a >= 8)} of "
                               f"{len(waiting)}",
         }
+        # each job's completion time (submission to end), by its place in the burst: the
+        # same k is the same job (GPUs, length, nodes) in every mode
+        result["jct_by_job"] = {index[j]: round(ends[j] - submitted[j], 2) for j in submitted}
         if agent:
             daemon.terminate()
             daemon.wait(timeout=120)
@@ -213,13 +241,18 @@ def main() -> None:
         name = mode.partition(":")[2]
         res = run_mode(mode, jobs, args, settings.get(name, {}))
         results.append(res)
-        print(json.dumps(res), file=sys.stderr, flush=True)
+        print(json.dumps({k: v for k, v in res.items() if k != "jct_by_job"}),
+              file=sys.stderr, flush=True)
     base = next((r for r in results if r["mode"] == "slurm"), None)
     if base:
         for r in results:
             for key in ("makespan_s", "wait_mean_s", "gpus_alloc_mean"):
                 if r.get(key) is not None and base.get(key):
                     r[f"{key}_vs_slurm"] = round(r[key] / base[key], 3)
+            if r is not base:
+                r["per_job_vs_slurm"] = per_job(r["jct_by_job"], base["jct_by_job"])
+    for r in results:
+        r.pop("jct_by_job")
     if args.json:
         json.dump(results, sys.stdout, indent=2)
         sys.stdout.write("\n")
