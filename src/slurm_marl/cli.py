@@ -29,6 +29,7 @@ _PARTS = [
     ("slurm_marl.sim.cli", "compare", "compare", "command"),
     ("slurm_marl.train.cli", "app", "train", "group"),
     ("slurm_marl.history_cli", "app", "history", "group"),
+    ("slurm_marl.report_cli", "report", "report", "command"),
     ("slurm_marl.sweep.cli", "app", "sweep", "group"),
     ("slurm_marl.train.cli", "evaluate", "evaluate", "command"),
     ("slurm_marl.daemon.cli", "run", "run", "command"),

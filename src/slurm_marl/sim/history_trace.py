@@ -1,7 +1,8 @@
 """A history as a simulator trace: each job that ran becomes one ``TraceJob`` whose
 duration is what it ran and whose GPUs are what it held, submitted when it was submitted
 (rebased to the first job). A job that ran for 0 s has nothing to simulate and is
-counted, not kept."""
+counted, not kept. ``trace_with_sources`` also says which history job each trace job is
+(what ``report`` compares the simulated start with)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from slurm_marl.sim.traces import TraceJob
 
 
 def to_trace(jobs: list[HistoryJob]) -> tuple[list[TraceJob], Counter]:
-    kept, skipped = [], Counter()
+    kept, skipped, _, _ = trace_with_sources(jobs)
+    return kept, skipped
+
+
+def trace_with_sources(jobs: list[HistoryJob]
+                       ) -> tuple[list[TraceJob], Counter, dict[int, HistoryJob], float]:
+    """``to_trace``'s jobs and skips, each kept trace job's history job by trace job id, and
+    the origin: the Unix time of trace time 0 (the first submission of the jobs that ran)."""
+    kept, skipped, sources = [], Counter(), {}
     ran = sorted((j for j in jobs if j.start_s is not None), key=lambda j: (j.submit_s, j.job_id))
     skipped["never started"] += len(jobs) - len(ran)
     origin = ran[0].submit_s if ran else 0.0
@@ -24,4 +33,5 @@ def to_trace(jobs: list[HistoryJob]) -> tuple[list[TraceJob], Counter]:
         kept.append(TraceJob(job_id=k, submit_time_s=j.submit_s - origin, duration_s=j.ran_s,
                              num_gpus=j.gpus, gpus_per_node=per_node, partition=j.partition,
                              user=j.user))
-    return kept, +skipped
+        sources[k] = j
+    return kept, +skipped, sources, origin

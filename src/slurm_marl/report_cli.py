@@ -1,0 +1,239 @@
+"""`slurm-marl report`: what the agent would have done on a site's own cluster, from its
+accounting history and its Slurm files (issue 34; the logic is ``sim/report.py``). Outside
+the history and sim packages, which it joins (as ``history_cli``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+    TimeElapsedColumn
+from rich.table import Table
+
+from slurm_marl.console import output_console
+from slurm_marl.history.records import FIELDS, HistoryError, HistoryJob, read_history
+from slurm_marl.history_cli import _fail, _when, read_file
+from slurm_marl.policy.profile import Profile, ProfileError, load_profile
+from slurm_marl.sim import report as R
+from slurm_marl.sim.jobs import SimulationError
+from slurm_marl.sim.perf import STRENGTHS
+from slurm_marl.sim.perjob_tables import pct, print_per_job, ratio, seconds
+from slurm_marl.sim.site_config import SiteConfigError, read_site_cluster
+
+
+def read_any_history(path: Path) -> tuple[list[HistoryJob], int]:
+    """A history CSV (``history import``), a saved ``sacct --json`` or ``sacct -P`` file:
+    its jobs and the number of rows that could not be read. ``ValueError`` (one line) when
+    nothing could."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            first = handle.readline()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    header = [c.strip() for c in first.split(",")]
+    if set(FIELDS) <= set(header):
+        return read_history(path), 0
+    got = read_file(path)
+    if not got.jobs and got.bad:
+        raise ValueError(f"{path}: no job could be read ({len(got.bad)} bad row(s); first: "
+                         f"{got.bad[0]})")
+    return got.jobs, len(got.bad)
+
+
+def _profiles(text: str) -> list[Profile]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        _fail("--profiles is empty", 2)
+    try:
+        return [load_profile(n) for n in names]
+    except ProfileError as exc:
+        _fail(f"--profiles: {exc}", 2)
+        raise  # unreachable
+
+
+def _strengths(text: str) -> list[str]:
+    out = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in out if s not in STRENGTHS]
+    if bad or not out:
+        _fail(f"--strengths must be one or more of {', '.join(STRENGTHS)} (comma "
+              f"separated), got {text!r}", 2)
+    return list(dict.fromkeys(out))
+
+
+def _day(ts: float) -> str:
+    return datetime.fromtimestamp(ts).isoformat(timespec="seconds")
+
+
+def report(
+    history: Annotated[Path, typer.Option(
+        "--history", help="The site's accounting history: a history CSV (`history import`), "
+        "a saved `sacct --json`, or a saved `sacct -a -X -P` text file.")],
+    slurm_conf: Annotated[Path, typer.Option(
+        "--slurm-conf", help="The site's slurm.conf (or its folder).")],
+    gres_conf: Annotated[Optional[Path], typer.Option(
+        "--gres-conf", help="gres.conf (default: the one beside slurm.conf, if any).")]
+    = None,
+    topology_conf: Annotated[Optional[Path], typer.Option(
+        "--topology-conf", help="topology.conf (default: the one beside slurm.conf, if "
+        "any).")] = None,
+    start: Annotated[Optional[str], typer.Option(
+        "--from", help="First submission of the period (YYYY-MM-DD[THH:MM[:SS]], local "
+        "time; default: the history's first).")] = None,
+    end: Annotated[Optional[str], typer.Option(
+        "--to", help="End of the period, excluded (default: after the history's last "
+        "submission).")] = None,
+    profiles: Annotated[str, typer.Option(
+        "--profiles", help="Comma-separated profile names or TOML files to compare with "
+        "Slurm alone (fifo-backfill).")] = ",".join(R.DEFAULT_PROFILES),
+    strengths: Annotated[str, typer.Option(
+        "--strengths", help="Interference strengths of the what-if runs, from "
+        + ", ".join(STRENGTHS) + ".")] = ",".join(R.DEFAULT_STRENGTHS),
+    seed: Annotated[int, typer.Option("--seed", help="Seed of model types and noise.")] = 0,
+    restart_delay: Annotated[float, typer.Option(
+        "--restart-delay", help="Seconds of lost work per preemption.")] = 30.0,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Also write the report as JSON to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+    = False,
+) -> None:
+    """What the agent's profiles would have done on this site, for its own jobs: the
+    simulator first replays Slurm alone (fifo-backfill) on the history and says how close
+    its starts come to the recorded ones (calibration), then runs each profile at each
+    interference strength and compares every job with Slurm alone (what-if)."""
+    profs = _profiles(profiles)
+    strength_list = _strengths(strengths)
+    start_s = _when(start, "--from") if start is not None else None
+    end_s = _when(end, "--to") if end is not None else None
+    if start_s is not None and end_s is not None and end_s <= start_s:
+        _fail("--to must come after --from", 2)
+    try:
+        jobs, bad_rows = read_any_history(history)
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    try:
+        site = read_site_cluster(slurm_conf, gres_conf, topology_conf)
+    except SiteConfigError as exc:
+        _fail(str(exc), 2)
+    chosen = R.in_period(jobs, start_s, end_s)
+    if not chosen:
+        _fail(f"{history}: no job submitted in the period ({start or 'start'} to "
+              f"{end or 'end'}; the history holds {len(jobs)} job(s))", 2)
+    trace = R.site_trace(chosen, site.cluster)
+    if not trace.trace:
+        left = ", ".join(f"{n} {why}" for why, n in trace.left_out.items())
+        _fail(f"{history}: none of the {len(chosen)} job(s) of the period can be simulated "
+              f"({left})", 2)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("report", total=None)
+        try:
+            runs = R.run_all(trace, site.cluster, profs, strength_list, seed=seed,
+                             restart_delay_s=restart_delay,
+                             progress=lambda label, done, total: bar.update(
+                                 task, description=label, completed=done, total=total))
+        except (SimulationError, ValueError) as exc:
+            _fail(str(exc), 2)
+    left_out = dict(trace.left_out)
+    if runs.calibration.outcome.dropped:
+        left_out["larger than their partition as modelled"] = runs.calibration.outcome.dropped
+    doc = {
+        "history": str(history), "bad_rows": bad_rows,
+        "period": {"from": start, "to": end,
+                   "first_submit": _day(min(j.submit_s for j in chosen)),
+                   "last_submit": _day(max(j.submit_s for j in chosen))},
+        "jobs": {"in_history": len(jobs), "in_period": len(chosen),
+                 "simulated": len(trace.trace) - runs.calibration.outcome.dropped,
+                 "left_out": left_out},
+        "cluster": {"slurm_conf": str(slurm_conf), **R.cluster_doc(site.cluster)},
+        "simulator_not_modelled": list(R.SIMULATOR_NOT_MODELLED),
+        "seed": seed, "restart_delay_s": restart_delay,
+        "calibration": R.calibration(runs.calibration, trace),
+        "what_if": {"baseline": R.BASELINE, "strengths": strength_list,
+                    "results": R.what_if(runs)},
+    }
+    text = json.dumps(doc, indent=2)
+    if out is not None:
+        try:
+            out.write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            _fail(f"--out {out}: cannot write ({exc.strerror or exc})", 2)
+    if as_json:
+        print(text)
+        return
+    _print(doc)
+    if out is not None:
+        output_console().print(f"wrote {escape(str(out))}")
+
+
+def _print(doc: dict) -> None:
+    console = output_console()
+    jobs, period = doc["jobs"], doc["period"]
+    left = ", ".join(f"{n} {why}" for why, n in jobs["left_out"].items()) or "none"
+    console.print(f"{escape(doc['history'])}: {jobs['in_period']} of {jobs['in_history']} "
+                  f"jobs submitted {period['first_submit']} to {period['last_submit']}; "
+                  f"{jobs['simulated']} simulated, left out: {escape(left)}"
+                  + (f"; {doc['bad_rows']} bad row(s) not read" if doc["bad_rows"] else ""),
+                  highlight=False)
+    parts = ", ".join(f"{p['name']} ({p['nodes']} nodes, {p['gpus']} GPUs)"
+                      for p in doc["cluster"]["partitions"])
+    console.print(f"cluster of {escape(doc['cluster']['slurm_conf'])}: {escape(parts)}",
+                  highlight=False)
+    console.print("not modelled:", highlight=False)
+    for note in doc["cluster"]["not_modelled"] + doc["simulator_not_modelled"]:
+        console.print(f"  - {escape(note)}", highlight=False)
+    cal = doc["calibration"]
+    table = Table(title=f"calibration: {cal['profile']} (Slurm alone, {cal['interference']} "
+                        f"interference) against sacct; start error = |simulated start - "
+                        f"recorded start|, within {cal['tolerance']}")
+    for title in ("partition", "jobs", "recorded mean wait", "simulated mean wait",
+                  "ratio", "median start error", "p90 start error", "within tolerance"):
+        table.add_column(title, justify="left" if title == "partition" else "right")
+    parts = list(cal["by_partition"].items()) if len(cal["by_partition"]) > 1 else []
+    for name, g in [("all", cal["all"]), *parts]:
+        table.add_row(escape(name), str(g["jobs"]), seconds(g["recorded_mean_wait_s"]),
+                      seconds(g["simulated_mean_wait_s"]), ratio(g["wait_ratio"]),
+                      seconds(g["median_start_error_s"]), seconds(g["p90_start_error_s"]),
+                      "-" if g["share_within_tolerance"] is None
+                      else f"{g['share_within_tolerance']:.1%}")
+    console.print(table)
+    results = doc["what_if"]["results"]
+    table = Table(title=f"what-if (seconds; wait = first start - submit), per job against "
+                        f"{doc['what_if']['baseline']} at the same strength")
+    for title in ("profile", "strength", "partition", "jobs", "avg JCT", "p95 JCT",
+                  "avg wait", "p95 wait", ">1.1x", ">2x", "p99", "worst"):
+        table.add_column(title, justify="left" if title in ("profile", "strength",
+                                                            "partition") else "right")
+    for r in results:
+        parts = list(r["by_partition"].items()) if len(r["by_partition"]) > 1 else []
+        for name, g in [("all", {**r["all"], "per_job": r["per_job"]}), *parts]:
+            p = g["per_job"]
+            table.add_row(escape(r["profile"]), r["interference"], escape(name),
+                          str(g["jobs"]), seconds(g["avg_jct_s"]), seconds(g["p95_jct_s"]),
+                          seconds(g["avg_wait_s"]), seconds(g["p95_wait_s"]),
+                          "-" if p is None else pct(p["jobs_slower_1_1x"],
+                                                    p["share_slower_1_1x"]),
+                          "-" if p is None else pct(p["jobs_slower_2x"], p["share_slower_2x"]),
+                          "-" if p is None else ratio(p["p99_ratio"]),
+                          "-" if p is None else ratio(p["worst_ratio"]))
+    console.print(table)
+    for r in results:
+        if r["predictions"]:
+            console.print(f"{escape(r['profile'])} ({r['interference']}): predictions "
+                          f"{escape(r['predictions'])}", highlight=False)
+    compared = [((r["profile"], r["interference"]), r["per_job"]) for r in results
+                if r["per_job"] is not None]
+    if compared:
+        print_per_job(compared, doc["what_if"]["baseline"], console=console)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app = typer.Typer()
+    app.command()(report)
+    app(sys.argv[1:])
