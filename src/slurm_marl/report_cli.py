@@ -130,8 +130,10 @@ def report(
         left = ", ".join(f"{n} {why}" for why, n in trace.left_out.items())
         _fail(f"{history}: none of the {len(chosen)} job(s) of the period can be simulated "
               f"({left})", 2)
+    err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+                  TimeElapsedColumn(), console=err, transient=True,
+                  disable=not err.is_terminal) as bar:
         task = bar.add_task("report", total=None)
         try:
             runs = R.run_all(trace, site.cluster, profs, strength_list, seed=seed,

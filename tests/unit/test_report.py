@@ -1,0 +1,241 @@
+"""`slurm-marl report` (issue 34): calibration and what-if on hand-built histories whose
+numbers can be worked out by hand, and the command's bad-input paths."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from slurm_marl.cli import app
+from slurm_marl.history.records import HistoryJob, write_history
+from slurm_marl.history.sacct import TEXT_FIELDS
+from slurm_marl.policy.profile import load_profile
+from slurm_marl.sim import report as R
+from slurm_marl.sim.site_config import read_site_cluster
+
+# Two partitions: gpu (one 4-GPU node) and big (two 4-GPU nodes).
+SLURM_CONF = """\
+ClusterName=site
+NodeName=DEFAULT Sockets=1 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=128000 Gres=gpu:4
+NodeName=n1
+NodeName=b[1-2]
+PartitionName=gpu Nodes=n1 Default=YES State=UP
+PartitionName=big Nodes=b[1-2] State=UP
+"""
+GRES_CONF = """\
+NodeName=n1,b[1-2] Name=gpu File=/dev/nvidia[0-3] Cores=0-15
+"""
+T0 = datetime(2024, 5, 1, 8, 0).timestamp()      # local time, as --from/--to read it
+
+
+def site(tmp_path: Path) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "slurm.conf").write_text(SLURM_CONF)
+    (tmp_path / "gres.conf").write_text(GRES_CONF)
+    return tmp_path / "slurm.conf"
+
+
+def job(jid: str, submit: float, wait: float, ran: float, gpus: int = 1,
+        partition: str = "gpu", user: str = "alice") -> HistoryJob:
+    """A job submitted ``submit`` s after T0 that sacct recorded waiting ``wait`` s."""
+    return HistoryJob(job_id=jid, name="train", user=user, account="lab",
+                      partition=partition, qos="normal", gpus=gpus, nodes=1,
+                      time_limit_s=86400.0, submit_s=T0 + submit,
+                      start_s=T0 + submit + wait, end_s=T0 + submit + wait + ran,
+                      state="COMPLETED")
+
+
+def calibrate(tmp_path: Path, jobs: list[HistoryJob]) -> dict:
+    cluster = read_site_cluster(site(tmp_path)).cluster
+    trace = R.site_trace(jobs, cluster)
+    runs = R.run_all(trace, cluster, [load_profile("fifo-backfill")], ["none"])
+    return R.calibration(runs.calibration, trace)
+
+
+def test_an_empty_cluster_starts_every_job_when_sacct_did(tmp_path):
+    cal = calibrate(tmp_path, [job("1", 0, 0, 50), job("2", 100, 0, 50),
+                               job("3", 200, 0, 50, gpus=4)])
+    assert cal["all"] == {"jobs": 3, "recorded_mean_wait_s": 0.0,
+                          "simulated_mean_wait_s": 0.0, "wait_ratio": 1.0,
+                          "median_start_error_s": 0.0, "p90_start_error_s": 0.0,
+                          "share_within_tolerance": 1.0}
+    assert cal["compared_jobs"] == 3 and cal["not_compared"] == 0
+
+
+def test_recorded_waits_longer_than_simulated(tmp_path):
+    # Job 2 waited 300 s in Slurm (something the simulator does not see held the GPUs);
+    # on the simulated idle node it starts at once: errors 0 and 300 s.
+    cal = calibrate(tmp_path, [job("1", 0, 0, 100), job("2", 50, 300, 100)])
+    g = cal["all"]
+    assert g["recorded_mean_wait_s"] == 150.0 and g["simulated_mean_wait_s"] == 0.0
+    assert g["wait_ratio"] == 0.0
+    assert g["median_start_error_s"] == 150.0
+    assert g["p90_start_error_s"] == 270.0            # 0 + 0.9 x (300 - 0)
+    # job 2: JCT 400 s, tolerance max(40, 60) = 60 s < 300 s
+    assert g["share_within_tolerance"] == 0.5
+    assert cal["worst_jobs"][0]["job_id"] == "2"
+    assert cal["worst_jobs"][0]["start_error_s"] == 300.0
+
+
+def test_a_full_node_makes_the_next_job_wait_as_in_slurm(tmp_path):
+    # Job 1 holds all 4 GPUs for 1,000 s; job 2 (4 GPUs, submitted 10 s later) waits 990 s
+    # in the simulator as it did in Slurm. Job 3 went to the other partition: no wait.
+    cal = calibrate(tmp_path, [job("1", 0, 0, 1000, gpus=4), job("2", 10, 990, 100, gpus=4),
+                               job("3", 20, 0, 100, partition="big")])
+    assert cal["by_partition"]["gpu"]["recorded_mean_wait_s"] == 495.0
+    assert cal["by_partition"]["gpu"]["simulated_mean_wait_s"] == 495.0
+    assert cal["by_partition"]["gpu"]["wait_ratio"] == 1.0
+    assert cal["by_partition"]["big"] == {
+        "jobs": 1, "recorded_mean_wait_s": 0.0, "simulated_mean_wait_s": 0.0,
+        "wait_ratio": 1.0, "median_start_error_s": 0.0, "p90_start_error_s": 0.0,
+        "share_within_tolerance": 1.0}
+    assert cal["all"]["share_within_tolerance"] == 1.0
+
+
+def test_simulated_waits_longer_than_recorded_have_no_ratio_over_zero():
+    assert R.wait_ratio(120.0, 0.0) is None
+    assert R.wait_ratio(0.0, 0.0) == 1.0
+    assert R.wait_ratio(30.0, 60.0) == 0.5
+
+
+def test_jobs_outside_the_period_or_the_cluster_are_left_out_and_counted(tmp_path):
+    cluster = read_site_cluster(site(tmp_path)).cluster
+    jobs = [job("1", 0, 0, 50), job("2", 3600, 0, 50), job("3", 7200, 0, 50, partition="cpu"),
+            job("4", 7300, 0, 0)]
+    chosen = R.in_period(jobs, T0 + 3600, T0 + 10000)
+    assert [j.job_id for j in chosen] == ["2", "3", "4"]
+    trace = R.site_trace(chosen, cluster)
+    assert len(trace.trace) == 1 and trace.sources[trace.trace[0].job_id].job_id == "2"
+    assert trace.left_out == {"partition cpu not in the simulated cluster": 1, "ran 0 s": 1}
+
+
+def test_what_if_compares_each_profile_with_slurm_alone_per_partition(tmp_path):
+    # One long 4-GPU job, then short 1-GPU jobs: FIFO makes the short ones queue behind a
+    # blocked 4-GPU job; 2D-LAS lets them preempt it.
+    jobs = [job("1", 0, 0, 3000, gpus=3), job("2", 10, 2990, 3000, gpus=4)] + [
+        job(str(k), 20 + k, 0, 60, user="bob") for k in range(3, 8)] + [
+        job("9", 30, 0, 100, partition="big", gpus=8)]
+    cluster = read_site_cluster(site(tmp_path)).cluster
+    trace = R.site_trace(jobs, cluster)
+    profs = [load_profile("fifo-backfill"), load_profile("las-consolidate")]
+    results = R.what_if(R.run_all(trace, cluster, profs, ["none", "medium"]))
+    assert [(r["profile"], r["interference"]) for r in results] == [
+        ("fifo-backfill", "none"), ("las-consolidate", "none"),
+        ("fifo-backfill", "medium"), ("las-consolidate", "medium")]
+    base, las = results[0], results[1]
+    assert base["per_job"] is None and base["baseline"] is None
+    assert las["baseline"] == "fifo-backfill"
+    assert las["per_job"]["compared_jobs"] == 8
+    assert set(las["by_partition"]) == {"big", "gpu"}
+    assert las["by_partition"]["big"]["jobs"] == 1
+    assert las["by_partition"]["gpu"]["per_job"]["compared_jobs"] == 7
+    assert las["per_job"]["by_user"]["users"] == 2
+    # fifo-backfill: job 2 holds the free GPU, so the 1-GPU jobs wait for job 1 (3,000 s)
+    assert base["by_partition"]["gpu"]["avg_wait_s"] > 1000
+    assert las["all"]["avg_jct_s"] < base["all"]["avg_jct_s"]
+
+
+# ---------------------------------------------------------------------------------------
+# the command
+
+
+def sacct_text(jobs: list[HistoryJob]) -> str:
+    lines = ["|".join(TEXT_FIELDS)]
+    for j in jobs:
+        tres = f"billing=1,cpu=1,gres/gpu={j.gpus},node=1"
+        lines.append("|".join([j.job_id, j.name, j.user, j.account, j.partition, j.qos, tres,
+                               tres, "1-00:00:00", str(int(j.submit_s)),
+                               str(int(j.start_s)), str(int(j.end_s)), j.state, "1"]))
+    return "\n".join(lines) + "\n"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["report", *args])
+
+
+FAST = ("--profiles", "fifo-backfill,las-consolidate", "--strengths", "none")
+
+
+def test_report_reads_sacct_text_and_prints_json_with_the_documented_keys(tmp_path):
+    conf = site(tmp_path)
+    jobs = [job("1", 0, 0, 100), job("2", 50, 300, 100), job("3", 86400 * 3, 0, 100)]
+    (tmp_path / "sacct.txt").write_text(sacct_text(jobs))
+    r = invoke("--history", str(tmp_path / "sacct.txt"), "--slurm-conf", str(conf),
+               "--to", "2024-05-03", *FAST, "--json", "--out", str(tmp_path / "r.json"))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc == json.loads((tmp_path / "r.json").read_text())
+    assert set(doc) == {"history", "bad_rows", "period", "jobs", "cluster",
+                        "simulator_not_modelled", "seed", "restart_delay_s", "calibration",
+                        "what_if"}
+    assert doc["jobs"] == {"in_history": 3, "in_period": 2, "simulated": 2, "left_out": {}}
+    assert set(doc["calibration"]) == {"profile", "interference", "tolerance",
+                                       "compared_jobs", "not_compared", "all",
+                                       "by_partition", "worst_jobs"}
+    assert doc["calibration"]["all"]["recorded_mean_wait_s"] == 150.0
+    assert doc["calibration"]["all"]["wait_ratio"] == 0.0
+    assert doc["cluster"]["gpus"] == 12
+    assert "nodes b[1-2],n1" not in " ".join(doc["cluster"]["not_modelled"])  # gres.conf read
+    assert any("time limits" in s for s in doc["simulator_not_modelled"])
+    (entry,) = [e for e in doc["what_if"]["results"] if e["profile"] == "las-consolidate"]
+    assert set(entry) == {"profile", "interference", "baseline", "predictions",
+                          "interference_estimator_samples", "all", "per_job", "by_partition"}
+    assert set(entry["all"]) == {"jobs", "finished", "avg_jct_s", "p95_jct_s", "avg_wait_s",
+                                 "p95_wait_s", "preemptions", "gpu_utilisation"}
+
+
+def test_report_prints_tables_from_a_history_csv_with_the_default_profiles(tmp_path):
+    conf = site(tmp_path)
+    write_history(tmp_path / "h.csv", [job("1", 0, 0, 100), job("2", 50, 0, 200, gpus=2)])
+    r = invoke("--history", str(tmp_path / "h.csv"), "--slurm-conf", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert "calibration: fifo-backfill" in r.stdout and "what-if" in r.stdout
+    for name in R.DEFAULT_PROFILES:
+        assert name in r.stdout
+    assert "medium" in r.stdout and "not modelled:" in r.stdout
+
+
+@pytest.mark.parametrize("case", ["missing history", "garbage history", "empty period",
+                                  "bad slurm.conf", "missing slurm.conf", "bad strength",
+                                  "bad profile", "no simulable job", "to before from"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
+    conf = site(tmp_path / "site")
+    write_history(tmp_path / "h.csv", [job("1", 0, 0, 100)])
+    (tmp_path / "garbage.txt").write_text("this is not\nan accounting file\n")
+    (tmp_path / "bad.conf").write_text("NodeName=n1 Gres=gpu:4\nPartitionName=p Nodes=x9\n")
+    write_history(tmp_path / "cpu.csv", [job("1", 0, 0, 100, partition="cpu")])
+    args = {"history": str(tmp_path / "h.csv"), "slurm": str(conf)}
+    extra: list[str] = []
+    expect = {"missing history": "cannot read", "garbage history": "no job could be read",
+              "empty period": "no job submitted in the period",
+              "bad slurm.conf": "bad.conf", "missing slurm.conf": "cannot read",
+              "bad strength": "--strengths", "bad profile": "unknown profile",
+              "no simulable job": "partition cpu not in the simulated cluster",
+              "to before from": "--to must come after --from"}[case]
+    if case == "missing history":
+        args["history"] = str(tmp_path / "nope.csv")
+    elif case == "garbage history":
+        args["history"] = str(tmp_path / "garbage.txt")
+    elif case == "empty period":
+        extra = ["--from", "2024-06-01"]
+    elif case == "bad slurm.conf":
+        args["slurm"] = str(tmp_path / "bad.conf")
+    elif case == "missing slurm.conf":
+        args["slurm"] = str(tmp_path / "nowhere" / "slurm.conf")
+    elif case == "bad strength":
+        extra = ["--strengths", "none,extreme"]
+    elif case == "bad profile":
+        extra = ["--profiles", "fifo-backfill,no-such-profile"]
+    elif case == "no simulable job":
+        args["history"] = str(tmp_path / "cpu.csv")
+    else:
+        extra = ["--from", "2024-05-02", "--to", "2024-05-01"]
+    r = invoke("--history", args["history"], "--slurm-conf", args["slurm"], *extra, "--json")
+    assert r.exit_code == 2, r.output
+    assert r.stdout == ""
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert expect in r.stderr, r.stderr
