@@ -239,3 +239,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
     assert r.stdout == ""
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
     assert expect in r.stderr, r.stderr
+
+
+def test_report_on_sacct_json_recorded_from_the_test_cluster(tmp_path):
+    # tests/data/slurm/sacct_22.05.json (test_history_sacct.py): on the one 4-GPU node of
+    # partition gpu, jobs 1 (2 GPUs), 2, 4_0 start at once; 4_1 when 4_0 ends (1 s), 9 when
+    # 2 ends (2 s). Slurm started each 2 s after submission (9: 4 s). Job 5 (2 nodes x 1 GPU)
+    # is larger than the one-node partition; job 6 ran 0 s.
+    data = Path(__file__).resolve().parents[1] / "data" / "slurm" / "sacct_22.05.json"
+    r = invoke("--history", str(data), "--slurm-conf", str(site(tmp_path)), *FAST, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["jobs"] == {"in_history": 7, "in_period": 7, "simulated": 5, "left_out": {
+        "ran 0 s": 1, "larger than their partition as modelled": 1}}
+    cal = doc["calibration"]
+    assert cal["compared_jobs"] == 5 and cal["not_compared"] == 1
+    assert cal["all"]["recorded_mean_wait_s"] == 2.4           # (2 + 2 + 2 + 2 + 4) / 5
+    assert cal["all"]["simulated_mean_wait_s"] == 0.6          # (0 + 0 + 0 + 1 + 2) / 5
+    assert cal["all"]["wait_ratio"] == 0.25
+    assert cal["all"]["share_within_tolerance"] == 1.0         # all within 60 s
+    assert {w["job_id"] for w in cal["worst_jobs"]} == {"1", "2", "4_0", "4_1", "9"}
