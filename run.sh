@@ -17,7 +17,9 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 install_system() {
   local need=()
-  for bin in slurmctld slurmd sbatch munged slurmdbd mariadbd lstopo-no-graphics systemd-analyze; do
+  # chromium: the report's HTML is rendered headless in tests/unit/test_report_html.py
+  for bin in slurmctld slurmd sbatch munged slurmdbd mariadbd lstopo-no-graphics systemd-analyze \
+      chromium; do
     PATH="$PATH:/usr/sbin:/sbin" command -v "$bin" >/dev/null 2>&1 || need+=("$bin")
   done
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
@@ -26,7 +28,7 @@ install_system() {
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       slurmctld slurmd slurm-client munge slurmdbd mariadb-server hwloc-nox systemd \
-      python3 python3-venv python3-dev \
+      chromium python3 python3-venv python3-dev \
       >/dev/null
   fi
 }

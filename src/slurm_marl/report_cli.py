@@ -25,6 +25,7 @@ from slurm_marl.sim import report as R
 from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.perf import STRENGTHS
 from slurm_marl.sim.perjob_tables import pct, print_per_job, ratio, seconds
+from slurm_marl.sim.report_html import render
 from slurm_marl.sim.site_config import SiteConfigError, read_site_cluster
 
 
@@ -100,6 +101,9 @@ def report(
         "--restart-delay", help="Seconds of lost work per preemption.")] = 30.0,
     out: Annotated[Optional[Path], typer.Option(
         "--out", help="Also write the report as JSON to this file.")] = None,
+    html: Annotated[Optional[Path], typer.Option(
+        "--html", help="Also write the report as one self-contained HTML page (tables and "
+        "plots, no network needed to open it) to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
     = False,
 ) -> None:
@@ -159,19 +163,23 @@ def report(
         "calibration": R.calibration(runs.calibration, trace),
         "what_if": {"baseline": R.BASELINE, "strengths": strength_list,
                     "results": R.what_if(runs)},
+        "waits_by": {field: R.waits_by(runs, trace, field) for field in ("user", "account")},
     }
     text = json.dumps(doc, indent=2)
-    if out is not None:
-        try:
-            out.write_text(text + "\n", encoding="utf-8")
-        except OSError as exc:
-            _fail(f"--out {out}: cannot write ({exc.strerror or exc})", 2)
+    written = [(out, "--out", lambda: text + "\n"), (html, "--html", lambda: render(doc))]
+    for path, option, content in written:
+        if path is not None:
+            try:
+                path.write_text(content(), encoding="utf-8")
+            except OSError as exc:
+                _fail(f"{option} {path}: cannot write ({exc.strerror or exc})", 2)
     if as_json:
         print(text)
         return
     _print(doc)
-    if out is not None:
-        output_console().print(f"wrote {escape(str(out))}")
+    for path, _, _ in written:
+        if path is not None:
+            output_console().print(f"wrote {escape(str(path))}", highlight=False)
 
 
 def _print(doc: dict) -> None:

@@ -96,6 +96,44 @@ def test_a_full_node_makes_the_next_job_wait_as_in_slurm(tmp_path):
     assert cal["all"]["share_within_tolerance"] == 1.0
 
 
+def full_node(tmp_path: Path):
+    """Job 1 holds gpu's 4 GPUs for 1,000 s, job 2 (4 GPUs) waits for it and runs 100 s,
+    job 3 (bob, partition big) runs 100 s from 20 s: as recorded and as simulated."""
+    cluster = read_site_cluster(site(tmp_path)).cluster
+    jobs = [job("1", 0, 0, 1000, gpus=4), job("2", 10, 990, 100, gpus=4),
+            job("3", 20, 0, 100, partition="big", user="bob")]
+    trace = R.site_trace(jobs, cluster)
+    return trace, R.run_all(trace, cluster, [load_profile("fifo-backfill")], ["none"])
+
+
+def test_percentiles_and_gpus_busy_over_time(tmp_path):
+    trace, runs = full_node(tmp_path)
+    cal = R.calibration(runs.calibration, trace)
+    assert cal["percentiles"]["recorded_wait_s"][0] == 0.0
+    assert cal["percentiles"]["recorded_wait_s"][100] == 990.0
+    assert cal["percentiles"]["recorded_wait_s"][50] == 0.0
+    assert cal["percentiles"]["start_error_s"] == [0.0] * 101
+    assert R.percentiles([]) is None
+    busy = R.gpus_busy(runs.calibration, trace, bins=11)     # 1,100 s in bins of 100 s
+    assert busy["bin_s"] == 100.0 and busy["gpus"] == 12
+    # job 1: 4 GPUs in bins 0-9; job 3: 1 GPU over 20-120 s; job 2: 4 GPUs in bin 10
+    assert busy["recorded"] == [4.8, 4.2] + [4.0] * 8 + [4.0]
+    assert busy["simulated"] == busy["recorded"]
+
+
+def test_waits_by_user_and_account(tmp_path):
+    trace, runs = full_node(tmp_path)
+    users = R.waits_by(runs, trace, "user")
+    assert users["groups"] == 2
+    assert users["runs"] == [{"profile": "fifo-backfill", "interference": "none"}]
+    assert users["top"] == [
+        {"name": "alice", "jobs": 2, "recorded_mean_wait_s": 495.0, "mean_wait_s": [495.0]},
+        {"name": "bob", "jobs": 1, "recorded_mean_wait_s": 0.0, "mean_wait_s": [0.0]}]
+    accounts = R.waits_by(runs, trace, "account")
+    assert accounts["top"] == [{"name": "lab", "jobs": 3, "recorded_mean_wait_s": 330.0,
+                                "mean_wait_s": [330.0]}]
+
+
 def test_simulated_waits_longer_than_recorded_have_no_ratio_over_zero():
     assert R.wait_ratio(120.0, 0.0) is None
     assert R.wait_ratio(0.0, 0.0) == 1.0
@@ -134,6 +172,9 @@ def test_what_if_compares_each_profile_with_slurm_alone_per_partition(tmp_path):
     assert las["by_partition"]["big"]["jobs"] == 1
     assert las["by_partition"]["gpu"]["per_job"]["compared_jobs"] == 7
     assert las["per_job"]["by_user"]["users"] == 2
+    assert base["ratio_percentiles"] is None and len(las["ratio_percentiles"]) == 101
+    assert las["ratio_percentiles"][100] == las["per_job"]["worst_ratio"]
+    assert las["ratio_percentiles"][99] == las["per_job"]["p99_ratio"]
     # fifo-backfill: job 2 holds the free GPU, so the 1-GPU jobs wait for job 1 (3,000 s)
     assert base["by_partition"]["gpu"]["avg_wait_s"] > 1000
     assert las["all"]["avg_jct_s"] < base["all"]["avg_jct_s"]
@@ -171,11 +212,12 @@ def test_report_reads_sacct_text_and_prints_json_with_the_documented_keys(tmp_pa
     assert doc == json.loads((tmp_path / "r.json").read_text())
     assert set(doc) == {"history", "bad_rows", "period", "jobs", "cluster",
                         "simulator_not_modelled", "seed", "restart_delay_s", "calibration",
-                        "what_if"}
+                        "what_if", "waits_by"}
     assert doc["jobs"] == {"in_history": 3, "in_period": 2, "simulated": 2, "left_out": {}}
     assert set(doc["calibration"]) == {"profile", "interference", "tolerance",
                                        "compared_jobs", "not_compared", "all",
-                                       "by_partition", "worst_jobs"}
+                                       "by_partition", "worst_jobs", "percentiles",
+                                       "gpus_busy"}
     assert doc["calibration"]["all"]["recorded_mean_wait_s"] == 150.0
     assert doc["calibration"]["all"]["wait_ratio"] == 0.0
     assert doc["cluster"]["gpus"] == 12
@@ -183,7 +225,8 @@ def test_report_reads_sacct_text_and_prints_json_with_the_documented_keys(tmp_pa
     assert any("time limits" in s for s in doc["simulator_not_modelled"])
     (entry,) = [e for e in doc["what_if"]["results"] if e["profile"] == "las-consolidate"]
     assert set(entry) == {"profile", "interference", "baseline", "predictions",
-                          "interference_estimator_samples", "all", "per_job", "by_partition"}
+                          "interference_estimator_samples", "all", "per_job", "by_partition",
+                          "ratio_percentiles"}
     assert set(entry["all"]) == {"jobs", "finished", "avg_jct_s", "p95_jct_s", "avg_wait_s",
                                  "p95_wait_s", "preemptions", "gpu_utilisation"}
 

@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from slurm_marl.sim.jobs import SimJob, SimOutcome
 
@@ -115,25 +116,40 @@ def write_samples(path: Path, samples: Sequence[Mapping]) -> None:
             fh.write(json.dumps(s, separators=(",", ":")) + "\n")
 
 
+# The size of the plots below: FIGSIZE_IN inches at DPI dots per inch (704 x 462 pixels).
+FIGSIZE_IN, DPI = (6.4, 4.2), 110
+
+
+def figure_px() -> tuple[int, int]:
+    """Width and height in pixels of a figure of ``FIGSIZE_IN`` at ``DPI``."""
+    return round(FIGSIZE_IN[0] * DPI), round(FIGSIZE_IN[1] * DPI)
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display), imported on first use."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 def plot_jct_cdf(path: Path, series: Mapping[str, Sequence[float]], title: str) -> None:
     """One JCT CDF line per series (log x axis), written with matplotlib's Agg backend."""
     _plot_cdf(path, series, title, "job completion time (s)", (), "lower right")
 
 
-def plot_ratio_cdf(path: Path, series: Mapping[str, Sequence[float]], title: str,
+def plot_ratio_cdf(path: Path | IO[bytes], series: Mapping[str, Sequence[float]], title: str,
                    xlabel: str, marks: Sequence[float] = (1.1, 2.0)) -> None:
     """One CDF line per series of per-job JCT ratios (``sim/perjob.py``), log x axis, a
-    dashed vertical line at each of ``marks``; matplotlib's Agg backend."""
+    dashed vertical line at each of ``marks``; matplotlib's Agg backend. ``path`` may be a
+    binary file object (PNG)."""
     _plot_cdf(path, series, title, xlabel, marks, "upper left")
 
 
-def _plot_cdf(path: Path, series: Mapping[str, Sequence[float]], title: str, xlabel: str,
-              marks: Sequence[float], legend_at: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+def _plot_cdf(path: Path | IO[bytes], series: Mapping[str, Sequence[float]], title: str,
+              xlabel: str, marks: Sequence[float], legend_at: str) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=FIGSIZE_IN, dpi=DPI)
     for label, values in series.items():
         xs = sorted(v for v in values if v is not None and v > 0)
         if not xs:

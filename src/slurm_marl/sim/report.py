@@ -17,8 +17,15 @@ max(``TOLERANCE_SHARE`` x the recorded JCT, ``TOLERANCE_FLOOR_S``) from the reco
 compares each job's JCT with its JCT under ``fifo-backfill`` at the same strength
 (``perjob.per_job_comparison``), over all jobs and per partition.
 
-``calibration`` and ``what_if`` return JSON-ready dicts; docs/operations.md ("Before
-switching it on") lists their keys.
+For the plots of the HTML report (``report_html``), which draws only from these dicts
+(so the HTML and the JSON cannot disagree), calibration keeps the percentiles 0..100 of
+the recorded and simulated waits and of the start errors, and the GPUs busy over time
+(recorded and simulated, the same jobs); each what-if entry keeps the percentiles of its
+per-job JCT ratios against the baseline. ``waits_by`` gives the mean wait per user or
+account, recorded and in each run.
+
+``calibration``, ``what_if`` and ``waits_by`` return JSON-ready dicts; docs/operations.md
+("Before switching it on") lists their keys.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from slurm_marl.sim.cluster import SimCluster
 from slurm_marl.sim.history_trace import trace_with_sources
 from slurm_marl.sim.jobs import SimJob
 from slurm_marl.sim.metrics import percentile
-from slurm_marl.sim.perjob import per_job_comparison
+from slurm_marl.sim.perjob import job_ratios, per_job_comparison
 from slurm_marl.sim.run import SimRun
 from slurm_marl.sim.run import simulate as run_simulation
 from slurm_marl.sim.traces import TraceJob
@@ -46,6 +53,8 @@ DEFAULT_PROFILES = ("fifo-backfill", "las-consolidate", "las-lif", "learned-orde
 DEFAULT_STRENGTHS = ("none", "medium")
 TOLERANCE_SHARE, TOLERANCE_FLOOR_S = 0.10, 60.0
 WORST_STARTS = 5
+BUSY_BINS = 120        # time bins of the GPUs-busy series
+TOP_GROUPS = 10        # users / accounts with the most jobs in waits_by
 
 # What the simulation leaves out whatever the site's files say (site_config names the rest).
 SIMULATOR_NOT_MODELLED = (
@@ -203,7 +212,56 @@ def calibration(run: SimRun, site: SiteTrace) -> dict:
                         "recorded_wait_s": _r(s.recorded_wait_s),
                         "simulated_wait_s": _r(s.simulated_wait_s),
                         "start_error_s": _r(s.error_s)} for s in worst],
+        "percentiles": {
+            "recorded_wait_s": percentiles([s.recorded_wait_s for s in starts]),
+            "simulated_wait_s": percentiles([s.simulated_wait_s for s in starts]),
+            "start_error_s": percentiles([s.error_s for s in starts])},
+        "gpus_busy": gpus_busy(run, site),
     }
+
+
+def percentiles(values: Sequence[float]) -> list[float] | None:
+    """Percentiles 0, 1, ..., 100 of ``values`` (None: no value): what the report's CDF
+    plots draw."""
+    if not values:
+        return None
+    xs = sorted(values)
+    return [_r(percentile(xs, q), 4) for q in range(101)]
+
+
+def gpus_busy(run: SimRun, site: SiteTrace, bins: int = BUSY_BINS) -> dict | None:
+    """Mean GPUs held per time bin, from the first submission to the last end, by the jobs
+    that started in ``run``: as sacct recorded them (start to end) and as simulated (first
+    start to finish; None where a job was preempted: its run segments are not kept)."""
+    started = [j for j in run.outcome.jobs if j.first_start_s is not None]
+    if not started:
+        return None
+    recorded = [(site.sources[j.job_id].start_s, site.sources[j.job_id].end_s, j.num_gpus)
+                for j in started]
+    preempted = any(j.preemptions for j in started)
+    simulated = [] if preempted else [
+        (site.origin_s + j.first_start_s, site.origin_s + (
+            j.finish_s if j.finish_s is not None else run.outcome.end_time_s), j.num_gpus)
+        for j in started]
+    t0 = min(site.origin_s + j.submit_s for j in started)
+    t1 = max(end for _, end, _ in recorded + simulated)
+    width = max(t1 - t0, 1.0) / bins
+    return {"from_s": _r(t0), "bin_s": _r(width, 3), "gpus": run.outcome.total_gpus,
+            "recorded": _busy(recorded, t0, width, bins),
+            "simulated": None if preempted else _busy(simulated, t0, width, bins)}
+
+
+def _busy(spans: Sequence[tuple[float, float, int]], t0: float, width: float,
+          bins: int) -> list[float]:
+    """Mean of sum(gpus of the spans covering t) over each bin [t0 + k width, + width)."""
+    held = [0.0] * bins                       # GPU-seconds per bin
+    for start, end, gpus in spans:
+        lo, hi = (start - t0) / width, (end - t0) / width
+        k = max(int(lo), 0)
+        while k < bins and k < hi:
+            held[k] += gpus * (min(hi, k + 1) - max(lo, k))
+            k += 1
+    return [_r(h, 3) for h in held]
 
 
 def _calibration_group(starts: Sequence[_Start]) -> dict:
@@ -248,6 +306,8 @@ def what_if(runs: Runs) -> list[dict]:
                          "gpu_utilisation": run.summary.get("gpu_utilisation")},
                  "per_job": None if base is None else per_job_comparison(
                      jobs, base.outcome.jobs, baseline=base.profile.name),
+                 "ratio_percentiles": None if base is None else percentiles(
+                     list(job_ratios(jobs, base.outcome.jobs).values())),
                  "by_partition": {}}
         for p in _partitions(j.partition for j in jobs):
             mine = [j for j in jobs if j.partition == p]
@@ -258,6 +318,36 @@ def what_if(runs: Runs) -> list[dict]:
                                             baseline=base.profile.name)}
         out.append(entry)
     return out
+
+
+def waits_by(runs: Runs, site: SiteTrace, field: str, top: int = TOP_GROUPS) -> dict | None:
+    """The mean wait of each ``field`` (``user`` or ``account`` of the history) as recorded
+    and in each what-if run, over the jobs that started in both, for the ``top`` groups with
+    the most jobs (ties: by name); None when no job names one."""
+    def name(job_id: int) -> str:
+        return getattr(site.sources[job_id], field)
+
+    first = runs.calibration.outcome.jobs
+    if not any(name(j.job_id) for j in first):
+        return None
+    cells = [run for run, _ in runs.cells]
+    started = [{j.job_id: j.first_start_s - j.submit_s for j in run.outcome.jobs
+                if j.first_start_s is not None} for run in cells]
+    groups: dict[str, list[int]] = {}
+    for j in first:
+        if all(j.job_id in s for s in started):
+            groups.setdefault(name(j.job_id), []).append(j.job_id)
+    order = sorted(groups, key=lambda g: (-len(groups[g]), g))
+    rows = []
+    for g in order[:top]:
+        ids = groups[g]
+        recorded = [max(0.0, site.sources[i].start_s - site.sources[i].submit_s) for i in ids]
+        rows.append({"name": g, "jobs": len(ids),
+                     "recorded_mean_wait_s": _r(sum(recorded) / len(ids)),
+                     "mean_wait_s": [_r(sum(s[i] for i in ids) / len(ids)) for s in started]})
+    return {"field": field, "groups": len(groups),
+            "runs": [{"profile": r.profile.name, "interference": r.interference}
+                     for r in cells], "top": rows}
 
 
 def job_times(jobs: Sequence[SimJob]) -> dict:
