@@ -146,7 +146,8 @@ def test_strings_of_the_history_are_escaped(report):
     parser = Links()
     parser.feed(text)
     assert parser.tags <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3",
-                           "p", "b", "ul", "li", "table", "tr", "th", "td", "img"}
+                           "p", "b", "ul", "li", "div", "table", "tr", "th", "td",
+                           "img"}
 
 
 def test_the_page_asks_for_nothing_outside_itself(report):

@@ -23,9 +23,10 @@ STYLE = """
 body { font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.25em; margin-top: 2em; }
 h3 { font-size: 1.05em; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.85em; }
-th, td { border: 1px solid #bbb; padding: 3px 7px; white-space: nowrap; }
-td:last-child { white-space: normal; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.8em; }
+th, td { border: 1px solid #bbb; padding: 2px 5px; white-space: nowrap; }
+td.row-note { white-space: normal; font-style: italic; color: #6a5200; }
+div.wide { overflow-x: auto; }
 th { background: #eee; } td.n { text-align: right; }
 .note { color: #555; font-size: 0.9em; }
 .assume { background: #fff6d5; border-left: 4px solid #e0b400; padding: 0.4em 0.8em; }
@@ -42,16 +43,19 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def _table(head: Sequence[str], rows: Sequence[Sequence[object]],
+def _table(head: Sequence[str], rows: Sequence[Sequence[object] | str],
            numeric_from: int = 1) -> str:
-    """A table; the cells from column ``numeric_from`` on are right-aligned. Every header
-    and cell is escaped."""
+    """A table; the cells from column ``numeric_from`` on are right-aligned; a row given
+    as one string is a note across the whole table. Every header and cell is escaped."""
     out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for row in rows:
+        if isinstance(row, str):
+            out.append(f'<tr><td class="row-note" colspan="{len(head)}">{_e(row)}</td></tr>')
+            continue
         out.append("<tr>" + "".join(
             f'<td class="n">{_e(c)}</td>' if k >= numeric_from else f"<td>{_e(c)}</td>"
             for k, c in enumerate(row)) + "</tr>")
-    return "\n".join(out) + "</table>"
+    return '<div class="wide">' + "\n".join(out) + "</table></div>"
 
 
 def _png(draw: Callable) -> str:
@@ -211,7 +215,7 @@ def _calibration(doc: dict) -> str:
 def _what_if(doc: dict) -> str:
     w = doc["what_if"]
     base = w["baseline"]
-    rows = []
+    rows: list[Sequence[object] | str] = []
     for r in w["results"]:
         parts = list(r["by_partition"].items()) if len(r["by_partition"]) > 1 else []
         for name, g in [("all", {**r["all"], "per_job": r["per_job"]}), *parts]:
@@ -224,28 +228,34 @@ def _what_if(doc: dict) -> str:
                                                    p["share_slower_1_1x"]),
                          "-" if p is None else pct(p["jobs_slower_2x"], p["share_slower_2x"]),
                          "-" if p is None else ratio(p["p99_ratio"]),
-                         "-" if p is None else ratio(p["worst_ratio"]),
-                         _assumptions(r)))
+                         "-" if p is None else ratio(p["worst_ratio"])))
+        if _assumptions(r):
+            rows.append(f"{r['profile']} at {r['interference']} interference: "
+                        f"{_assumptions(r)}")
     floor = next((r["per_job"]["floor_s"] for r in w["results"] if r["per_job"]), None)
+    floor_s = "-" if floor is None else f"{floor:g}"
     plots = "".join(ratio_plot(w["results"], s, base) for s in w["strengths"]
                     if any(r["interference"] == s and r["ratio_percentiles"]
                            for r in w["results"]))
     return (
         "<h2>What-if: each profile on the same jobs</h2>"
-        f"<p class=\"assume\">Each job's JCT is compared with its JCT under <b>{_e(base)}</b> "
-        f"(Slurm alone) at the same interference strength: ratio = JCT / max(JCT under "
-        f"{_e(base)}, {'-' if floor is None else f'{floor:g}'} s). The interference "
-        f"strength and, where a profile reads them, how the GPU-time predictions were made "
-        f"are in the last column of each row: the numbers of that row depend on them.</p>"
-        + _table(["profile", "strength", "partition", "jobs", "avg JCT (s)", "p95 JCT (s)",
-                  "avg wait (s)", "p95 wait (s)", "GPU utilisation", ">1.1x slower",
-                  ">2x slower", "p99 ratio", "worst ratio", "assumed"], rows,
+        f"<p class=\"assume\">Seconds; GPU use is the GPU-seconds held over the GPUs x the "
+        f"time from the first submission to the last finish. Each job's JCT is compared "
+        f"with its JCT under <b>{_e(base)}</b> (Slurm alone) at the same interference "
+        f"strength: ratio = JCT / max(JCT under {_e(base)}, {floor_s} s). The interference "
+        f"strength is in each row; where a profile reads GPU-time predictions or fits an "
+        f"interference estimator, how is said in the line under its rows: their numbers "
+        f"depend on it.</p>"
+        + _table(["profile", "strength", "partition", "jobs", "avg JCT", "p95 JCT",
+                  "avg wait", "p95 wait", "GPU use", ">1.1x slower", ">2x slower",
+                  "p99 ratio", "worst ratio"], rows,
                  numeric_from=3)
         + plots)
 
 
 def _assumptions(r: dict) -> str:
-    out = [f"{r['interference']} interference"]
+    """How a what-if row's predictions and interference estimator were made ("": none)."""
+    out = []
     if r["predictions"]:
         out.append(f"predictions {r['predictions']}")
     if r["interference_estimator_samples"]:
