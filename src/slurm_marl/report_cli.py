@@ -25,7 +25,7 @@ from slurm_marl.sim import report as R
 from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.perf import STRENGTHS
 from slurm_marl.sim.perjob_tables import pct, print_per_job, ratio, seconds
-from slurm_marl.sim.report_html import render
+from slurm_marl.sim.report_html import prior_sentence, render
 from slurm_marl.sim.site_config import SiteConfigError, read_site_cluster
 
 
@@ -134,6 +134,7 @@ def report(
         left = ", ".join(f"{n} {why}" for why, n in trace.left_out.items())
         _fail(f"{history}: none of the {len(chosen)} job(s) of the period can be simulated "
               f"({left})", 2)
+    prior = R.prior_history(jobs, start_s)
     err = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True,
@@ -141,7 +142,7 @@ def report(
         task = bar.add_task("report", total=None)
         try:
             runs = R.run_all(trace, site.cluster, profs, strength_list, seed=seed,
-                             restart_delay_s=restart_delay,
+                             restart_delay_s=restart_delay, prior=prior,
                              progress=lambda label, done, total: bar.update(
                                  task, description=label, completed=done, total=total))
         except (SimulationError, ValueError) as exc:
@@ -160,6 +161,7 @@ def report(
         "cluster": {"slurm_conf": str(slurm_conf), **R.cluster_doc(site.cluster)},
         "simulator_not_modelled": list(R.SIMULATOR_NOT_MODELLED),
         "seed": seed, "restart_delay_s": restart_delay,
+        "prior_history": {"ended_before": start, "jobs": len(prior)},
         "calibration": R.calibration(runs.calibration, trace),
         "what_if": {"baseline": R.BASELINE, "strengths": strength_list,
                     "results": R.what_if(runs)},
@@ -237,6 +239,8 @@ def _print(doc: dict) -> None:
         if r["predictions"]:
             console.print(f"{escape(r['profile'])} ({r['interference']}): predictions "
                           f"{escape(r['predictions'])}", highlight=False)
+    if any(r["prediction_prior_jobs"] is not None for r in results):
+        console.print(escape(prior_sentence(doc["prior_history"])), highlight=False)
     compared = [((r["profile"], r["interference"]), r["per_job"]) for r in results
                 if r["per_job"] is not None]
     if compared:

@@ -4,6 +4,7 @@ numbers can be worked out by hand, and the command's bad-input paths."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -212,7 +213,7 @@ def test_report_reads_sacct_text_and_prints_json_with_the_documented_keys(tmp_pa
     assert doc == json.loads((tmp_path / "r.json").read_text())
     assert set(doc) == {"history", "bad_rows", "period", "jobs", "cluster",
                         "simulator_not_modelled", "seed", "restart_delay_s", "calibration",
-                        "what_if", "waits_by"}
+                        "what_if", "waits_by", "prior_history"}
     assert doc["jobs"] == {"in_history": 3, "in_period": 2, "simulated": 2, "left_out": {}}
     assert set(doc["calibration"]) == {"profile", "interference", "tolerance",
                                        "compared_jobs", "not_compared", "all",
@@ -225,8 +226,8 @@ def test_report_reads_sacct_text_and_prints_json_with_the_documented_keys(tmp_pa
     assert any("time limits" in s for s in doc["simulator_not_modelled"])
     (entry,) = [e for e in doc["what_if"]["results"] if e["profile"] == "las-consolidate"]
     assert set(entry) == {"profile", "interference", "baseline", "predictions",
-                          "interference_estimator_samples", "all", "per_job", "by_partition",
-                          "ratio_percentiles"}
+                          "prediction_prior_jobs", "interference_estimator_samples", "all",
+                          "per_job", "by_partition", "ratio_percentiles"}
     assert set(entry["all"]) == {"jobs", "finished", "avg_jct_s", "p95_jct_s", "avg_wait_s",
                                  "p95_wait_s", "preemptions", "gpu_utilisation"}
 
@@ -302,3 +303,95 @@ def test_report_on_sacct_json_recorded_from_the_test_cluster(tmp_path):
     assert cal["all"]["wait_ratio"] == 0.25
     assert cal["all"]["share_within_tolerance"] == 1.0         # all within 60 s
     assert {w["job_id"] for w in cal["worst_jobs"]} == {"1", "2", "4_0", "4_1", "9"}
+
+
+# ---------------------------------------------------------------------------------------
+# learned-order: its predictor starts from the history that ended before the period
+
+DAY = 86400.0
+
+
+def named(j: HistoryJob, name: str) -> HistoryJob:
+    return replace(j, name=name)
+
+
+def prior_and_period() -> tuple[list[HistoryJob], HistoryJob, list[HistoryJob]]:
+    """40 jobs of alice on the day before the period (T0 + 1 day): odd ones "long" (2 h),
+    even ones "quick" (2 min); one job "rare" submitted 6,000 s before the period that
+    runs into it (8,000 s); 24 jobs in the period, every third "long", job 5 "rare"."""
+    before = [named(job(f"p{k}", k * 600, 0, 7200 if k % 2 else 120),
+                    "long" if k % 2 else "quick") for k in range(40)]
+    spanning = named(job("span", DAY - 6000, 0, 8000), "rare")
+    period = [named(job(f"j{k}", DAY + 30 * k, 0, 7200 if k % 3 == 0 else 120),
+                    "rare" if k == 5 else "long" if k % 3 == 0 else "quick")
+              for k in range(24)]
+    return before, spanning, period
+
+
+def learned_order(tmp_path: Path, jobs: list[HistoryJob], start: float):
+    """learned-order's run on the period from ``start``, with the prior of ``jobs``."""
+    cluster = read_site_cluster(site(tmp_path)).cluster
+    trace = R.site_trace(R.in_period(jobs, start), cluster)
+    runs = R.run_all(trace, cluster, [load_profile("learned-order")], ["none"],
+                     prior=R.prior_history(jobs, start))
+    run = runs.cells[0][0]
+    return run, [(j.job_id, j.first_start_s, j.finish_s, j.predicted_gpu_s)
+                 for j in run.outcome.jobs]
+
+
+def test_the_prior_holds_only_jobs_that_ended_before_the_period():
+    before, spanning, period = prior_and_period()
+    never = replace(job("never", 100, 0, 10), start_s=None)
+    prior = R.prior_history(before + [spanning, never] + period, T0 + DAY)
+    assert [j.job_id for j in prior] == [j.job_id for j in before]
+    # one second earlier, the spanning job's end is before the period: it is known
+    early = replace(spanning, end_s=T0 + DAY - 1)
+    assert "span" in {j.job_id for j in R.prior_history([early], T0 + DAY)}
+    assert R.prior_history(before, None) == []           # no --from: nothing before
+
+
+def test_learned_order_predicts_from_the_prior_by_each_job_s_own_request(tmp_path):
+    before, spanning, period = prior_and_period()
+    run, jobs = learned_order(tmp_path, before + [spanning] + period, T0 + DAY)
+    assert run.summary["prediction_prior_jobs"] == 40
+    assert "40 of them ended by its start" in run.summary["predictions"]
+    # at their arrival no job of the period has finished: the predictions are the prior's
+    # medians of alice's jobs of the same name stem (a median over alice alone, the
+    # trace's only field, would be 120 s for every job)
+    assert [round(p) for _, _, _, p in jobs[:4]] == [7200, 120, 120, 7200]
+    _, blind = learned_order(tmp_path, period, T0 + DAY)
+    assert blind[0][3] is None                           # nothing known: no prediction
+
+
+def test_a_job_ending_after_the_period_starts_changes_nothing(tmp_path):
+    before, spanning, period = prior_and_period()
+    _, without = learned_order(tmp_path, before + period, T0 + DAY)
+    # the job named "rare" started 6,000 s before the period: whatever it ran past that,
+    # it ended in the period, and the period's "rare" job is predicted as without it
+    for ran in (6001, 8000, 10 * DAY):
+        late = replace(spanning, end_s=spanning.start_s + ran)
+        _, got = learned_order(tmp_path, before + [late] + period, T0 + DAY)
+        assert got == without, ran
+    # had it ended before the period, it would be known: the check can see a difference
+    early = replace(spanning, end_s=spanning.start_s + 5000)
+    _, got = learned_order(tmp_path, before + [early] + period, T0 + DAY)
+    assert round(got[5][3]) == 5000 and round(without[5][3]) != 5000
+
+
+def test_the_report_states_what_learned_order_knew_before_the_period(tmp_path):
+    before, spanning, period = prior_and_period()
+    write_history(tmp_path / "h.csv", before + [spanning] + period)
+    r = invoke("--history", str(tmp_path / "h.csv"), "--slurm-conf", str(site(tmp_path)),
+               "--from", "2024-05-02T08:00", "--profiles", "fifo-backfill,learned-order",
+               "--strengths", "none", "--json", "--html", str(tmp_path / "r.html"))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["prior_history"] == {"ended_before": "2024-05-02T08:00", "jobs": 40}
+    assert doc["jobs"]["in_period"] == 24
+    learned, = [e for e in doc["what_if"]["results"] if e["profile"] == "learned-order"]
+    assert learned["prediction_prior_jobs"] == 40
+    base, = [e for e in doc["what_if"]["results"] if e["profile"] == "fifo-backfill"]
+    assert base["prediction_prior_jobs"] is None
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert page.count("start from the 40 job(s) of the history that ran and ended before "
+                      "2024-05-02T08:00 (--from)") == 1

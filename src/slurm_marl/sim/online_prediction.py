@@ -14,7 +14,11 @@ A site has months of history when it starts; a simulation that learned only from
 finished jobs would learn from the short ones first (the long ones are still running: a
 survivorship bias that made predictions 2.2x too low on a Philly window). For a Philly
 window, ``philly_prior`` gives the virtual cluster's jobs before the window as that
-history (each counted as ended at submit + duration, the trace having no start times).
+history (each counted as ended at submit + duration, the trace having no start times); for
+a site's own history (``slurm-marl report``), ``PriorHistory`` holds its jobs that ended
+before the simulated period and, for each simulated job, its history job: a job then
+arrives with its request's own fields (account, name, QOS, nodes, time limit), as the
+prior's jobs were described, not with the trace's user alone.
 
 Every prediction is recorded with the prediction-skill gate (``history/skill.py``, the
 daemon's too): the simulator lets the order use a partition's predictions only while they
@@ -25,7 +29,8 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slurm_marl.history.features import Submission, history_median
@@ -42,17 +47,33 @@ def submission(job, now: float) -> Submission:
                       name="", gpus=job.num_gpus, nodes=1, time_limit_s=None, submit_s=now)
 
 
+@dataclass(frozen=True)
+class PriorHistory:
+    """What a learned predictor knows when a simulation starts: ``jobs`` of the history
+    before it (absolute times), ``origin_s`` the absolute time of simulated time 0, and
+    ``requests``: trace job id -> the history job it replays, where the trace is made of
+    a history (``sim/history_trace.py``); empty for a trace without one."""
+
+    jobs: Sequence[HistoryJob]
+    origin_s: float
+    requests: Mapping[int, HistoryJob] = field(default_factory=dict)
+
+
 class OnlinePredictor:
     """``prior``: the site's history before the simulation (jobs with absolute times);
     ``origin_s``: the absolute time of simulated time 0. Jobs of ``prior`` that ended by
-    ``origin_s`` are known from the start and train the first model; none of it is
-    known if it ended later. ``gate``: the prediction-skill gate (None: every prediction
+    ``origin_s`` are known from the start and train the first model (``prior_jobs``
+    counts them); none of it is known if it ended later. ``requests``: a simulated job's
+    history job by job id, whose request describes it at submission (``PriorHistory``;
+    others: ``submission``). ``gate``: the prediction-skill gate (None: every prediction
     is used)."""
 
     def __init__(self, refit_every_s: float = 86400.0, min_train: int = 200, seed: int = 0,
                  rounds: int = 100, prior: Sequence[HistoryJob] = (),
-                 origin_s: float = 0.0, gate: SkillGate | None = None) -> None:
+                 origin_s: float = 0.0, gate: SkillGate | None = None,
+                 requests: Mapping[int, HistoryJob] | None = None) -> None:
         self.gate = gate
+        self.requests = requests or {}
         self.refit_every_s = refit_every_s
         self.min_train = min_train
         self.seed = seed
@@ -68,6 +89,7 @@ class OnlinePredictor:
 
         self.state = replay([j for j in prior if j.submit_s < origin_s], known,
                             until_s=origin_s)
+        self.prior_jobs = len(self.rows)
         self.model: GpuTimeModel | None = None
         self.next_fit: float | None = None
         self.fits = 0
@@ -86,7 +108,9 @@ class OnlinePredictor:
         return self.gate.withheld(partition) if self.gate is not None else ""
 
     def _predict(self, job, now: float) -> float | None:
-        sub = submission(job, self.origin_s + now)
+        request = self.requests.get(job.job_id)
+        sub = submission(job, self.origin_s + now) if request is None else \
+            replace(Submission.of(request), submit_s=self.origin_s + now)
         row = self.state.features(sub)
         self.state.submitted(sub)
         self._pending[job.job_id] = (sub, row)

@@ -17,6 +17,14 @@ max(``TOLERANCE_SHARE`` x the recorded JCT, ``TOLERANCE_FLOOR_S``) from the reco
 compares each job's JCT with its JCT under ``fifo-backfill`` at the same strength
 (``perjob.per_job_comparison``), over all jobs and per partition.
 
+A profile that orders by predicted GPU-time (``learned-order``) learns its predictor in the
+run (``sim/online_prediction.py``) from the jobs that finish in it and, from the start, from
+the site's history before the period (``prior_history``): only jobs that ran and *ended*
+before the period's start (``--from``), so no learned component sees the period's outcomes;
+a job submitted before the period and still running at its start is in neither. Each
+simulated job is described to the predictor by its own request (account, name, QOS, nodes,
+time limit), as the prior's jobs are.
+
 For the plots of the HTML report (``report_html``), which draws only from these dicts
 (so the HTML and the JSON cannot disagree), calibration keeps the percentiles 0..100 of
 the recorded and simulated waits and of the start errors, and the GPUs busy over time
@@ -40,6 +48,7 @@ from slurm_marl.sim.cluster import SimCluster
 from slurm_marl.sim.history_trace import trace_with_sources
 from slurm_marl.sim.jobs import SimJob
 from slurm_marl.sim.metrics import percentile
+from slurm_marl.sim.online_prediction import PriorHistory
 from slurm_marl.sim.perjob import job_ratios, per_job_comparison
 from slurm_marl.sim.run import SimRun
 from slurm_marl.sim.run import simulate as run_simulation
@@ -97,6 +106,16 @@ def in_period(jobs: Iterable[HistoryJob], start_s: float | None = None,
             and (end_s is None or j.submit_s < end_s)]
 
 
+def prior_history(jobs: Iterable[HistoryJob], start_s: float | None) -> list[HistoryJob]:
+    """The history a learned predictor may know when the period starts at ``start_s``: the
+    jobs that ran (GPUs, a start) and ended strictly before it (None: no period start was
+    named, so no job is known before it)."""
+    if start_s is None:
+        return []
+    return [j for j in jobs if j.start_s is not None and j.end_s is not None
+            and j.end_s < start_s and j.gpus > 0]
+
+
 def site_trace(jobs: list[HistoryJob], cluster: SimCluster) -> SiteTrace:
     """``jobs`` as a trace for ``cluster``: jobs of a partition it lacks are left out (a job
     with no partition goes to the first, Slurm's default)."""
@@ -134,10 +153,11 @@ class Runs:
 
 def run_all(site: SiteTrace, cluster: SimCluster, profiles: Sequence[Profile],
             strengths: Sequence[str], *, seed: int = 0, restart_delay_s: float = 30.0,
-            progress: Callable[[str, int, int], None] | None = None) -> Runs:
+            progress: Callable[[str, int, int], None] | None = None,
+            prior: Sequence[HistoryJob] = ()) -> Runs:
     """The calibration run and every profile x strength (in that order; the baseline of a
     strength runs once). ``progress(label, done, total)``: jobs simulated so far over all
-    runs."""
+    runs. ``prior``: what a learned predictor knows at the start (``prior_history``)."""
     base = load_profile(BASELINE)
     plan: list[tuple[Profile, str]] = [(base, CALIBRATION_STRENGTH)]
     for s in strengths:
@@ -145,6 +165,7 @@ def run_all(site: SiteTrace, cluster: SimCluster, profiles: Sequence[Profile],
     plan = _unique(plan)
     total = len(plan) * len(site.trace)
     done: dict[tuple[str, str], SimRun] = {}
+    known = PriorHistory(tuple(prior), site.origin_s, site.sources)
     for k, (prof, s) in enumerate(plan):
         label = f"{prof.name} ({s})"
         offset = k * len(site.trace)
@@ -152,7 +173,8 @@ def run_all(site: SiteTrace, cluster: SimCluster, profiles: Sequence[Profile],
             (lambda n, _t, label=label, offset=offset: progress(label, offset + n, total))
         done[_key(prof, s)] = run_simulation(
             site.trace, cluster, prof, interference=s, seed=seed,
-            restart_delay_s=restart_delay_s, drop_oversized=True, progress=tick)
+            restart_delay_s=restart_delay_s, drop_oversized=True, progress=tick,
+            prior=known)
     cells = []
     for s in strengths:
         for p in profiles:
@@ -301,6 +323,7 @@ def what_if(runs: Runs) -> list[dict]:
         entry = {"profile": run.profile.name, "interference": run.interference,
                  "baseline": None if base is None else base.profile.name,
                  "predictions": run.summary.get("predictions"),
+                 "prediction_prior_jobs": run.summary.get("prediction_prior_jobs"),
                  "interference_estimator_samples": run.estimator_samples or None,
                  "all": {**job_times(jobs),
                          "gpu_utilisation": run.summary.get("gpu_utilisation")},

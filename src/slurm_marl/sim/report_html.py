@@ -229,9 +229,9 @@ def _what_if(doc: dict) -> str:
                          "-" if p is None else pct(p["jobs_slower_2x"], p["share_slower_2x"]),
                          "-" if p is None else ratio(p["p99_ratio"]),
                          "-" if p is None else ratio(p["worst_ratio"])))
-        if _assumptions(r):
-            rows.append(f"{r['profile']} at {r['interference']} interference: "
-                        f"{_assumptions(r)}")
+        said = _assumptions(r, doc["prior_history"])
+        if said:
+            rows.append(f"{r['profile']} at {r['interference']} interference: {said}")
     floor = next((r["per_job"]["floor_s"] for r in w["results"] if r["per_job"]), None)
     floor_s = "-" if floor is None else f"{floor:g}"
     plots = "".join(ratio_plot(w["results"], s, base) for s in w["strengths"]
@@ -253,11 +253,23 @@ def _what_if(doc: dict) -> str:
         + plots)
 
 
-def _assumptions(r: dict) -> str:
+def prior_sentence(prior: dict) -> str:
+    """What learned predictions knew before the period (the report's ``prior_history``)."""
+    if prior["ended_before"] is None:
+        return ("learned predictions start from no history: without --from the period "
+                "starts at the history's first job")
+    return (f"learned predictions start from the {prior['jobs']} job(s) of the history "
+            f"that ran and ended before {prior['ended_before']} (--from); nothing of the "
+            f"period is known before it ends")
+
+
+def _assumptions(r: dict, prior: dict) -> str:
     """How a what-if row's predictions and interference estimator were made ("": none)."""
     out = []
     if r["predictions"]:
         out.append(f"predictions {r['predictions']}")
+    if r.get("prediction_prior_jobs") is not None:
+        out.append(prior_sentence(prior))
     if r["interference_estimator_samples"]:
         out.append(f"interference estimator fit on {r['interference_estimator_samples']} "
                    f"samples of a pilot run")

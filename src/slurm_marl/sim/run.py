@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurm_marl.history.skill import GateParams, SkillGate
 from slurm_marl.policy.framework import build_policy
@@ -27,6 +28,9 @@ from slurm_marl.sim.jobs import SimOutcome
 from slurm_marl.sim.metrics import summarize
 from slurm_marl.sim.predictions import FixedPredictor, predicted_gpu_s
 from slurm_marl.sim.traces import TraceJob, Window, load_trace
+
+if TYPE_CHECKING:      # lightgbm loads only where predictions are learned
+    from slurm_marl.sim.online_prediction import PriorHistory
 
 PILOT_PROFILE = "las-consolidate"
 
@@ -76,7 +80,8 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
              progress: Callable[[int, int], None] | None = None,
              prediction_error: str | None = None, prediction_seed: int = 0,
              trace_source: tuple[str | Path, Window | str | None] | None = None,
-             skill_gate: GateParams | None = DEFAULT_GATE) -> SimRun:
+             skill_gate: GateParams | None = DEFAULT_GATE,
+             prior: PriorHistory | None = None) -> SimRun:
     """Run one simulation; ``trace`` is a loaded trace or a path (read with ``window`` and
     ``skip_bad_rows``). Jobs larger than their partition are an error unless
     ``drop_oversized`` (then counted in the summary's ``dropped_oversized``).
@@ -84,8 +89,10 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     (``sim/predictions.py``: ``helios`` or ``oracle``); None: orders that read predictions
     get them learned in the run (``sim/online_prediction.py``), starting from the history
     before the window where the trace has one (``trace_source``: the file and window a
-    loaded ``trace`` came from). ``skill_gate``: the parameters of the prediction-skill
-    gate both kinds of predictions pass (``history/skill.py``); None: ungated."""
+    loaded ``trace`` came from), or from ``prior`` where given (a site's history before
+    the period, ``sim/report.py``; it replaces the trace's). ``skill_gate``: the
+    parameters of the prediction-skill gate both kinds of predictions pass
+    (``history/skill.py``); None: ungated."""
     jobs = trace if isinstance(trace, list) else load_trace(trace, window,
                                                            skip_bad_rows=skip_bad_rows)
     sim_cluster = cluster if isinstance(cluster, SimCluster) else parse_cluster(cluster)
@@ -105,12 +112,16 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
         predictor = FixedPredictor(predicted_gpu_s(jobs, prediction_error, prediction_seed),
                                    gate)
     elif prof.order in LEARNS_PREDICTIONS:
-        from slurm_marl.sim.online_prediction import OnlinePredictor, philly_prior
-        path, win = (trace, window) if not isinstance(trace, list) else \
-            (trace_source or (None, None))
-        prior = philly_prior(path, win) if path is not None else None
-        predictor = OnlinePredictor(seed=seed, prior=prior[0] if prior else (),
-                                    origin_s=prior[1] if prior else 0.0, gate=gate)
+        from slurm_marl.sim.online_prediction import OnlinePredictor, PriorHistory, \
+            philly_prior
+        if prior is None:
+            path, win = (trace, window) if not isinstance(trace, list) else \
+                (trace_source or (None, None))
+            found = philly_prior(path, win) if path is not None else None
+            prior = PriorHistory(*found) if found else None
+        predictor = OnlinePredictor(seed=seed, prior=prior.jobs if prior else (),
+                                    origin_s=prior.origin_s if prior else 0.0, gate=gate,
+                                    requests=prior.requests if prior else None)
     sim = Simulator(sim_cluster, jobs, policy, interference=interference, seed=seed,
                     restart_delay_s=restart_delay_s, cycle_period_s=cycle_period_s,
                     collect_samples=collect_samples, drop_oversized=drop_oversized,
@@ -126,7 +137,9 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     elif predictor is not None:
         run.summary["predictions"] = (
             f"learned in the run (LightGBM from finished jobs, {predictor.fits} refits"
-            + (f"; {len(prior[0])} jobs of history before the window)" if prior else ")"))
+            + (f"; {len(prior.jobs)} jobs of history before the window, "
+               f"{predictor.prior_jobs} of them ended by its start)" if prior else ")"))
+        run.summary["prediction_prior_jobs"] = predictor.prior_jobs
     if gate is not None and predictor is not None:
         # arrivals whose prediction was used / withheld then, and how often a gate flipped
         run.summary["predictions_given"], run.summary["predictions_withheld"] = \
