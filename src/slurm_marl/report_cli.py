@@ -1,6 +1,7 @@
 """`slurm-marl report`: what the agent would have done on a site's own cluster, from its
-accounting history and its Slurm files (issue 34; the logic is ``sim/report.py``). Outside
-the history and sim packages, which it joins (as ``history_cli``)."""
+accounting history and its Slurm files (issue 34; the logic is ``sim/report.py``, and for
+``--tune`` ``train/site_tuning.py``). Outside the history, sim and train packages, which it
+joins (as ``history_cli``)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,17 @@ def report(
     html: Annotated[Optional[Path], typer.Option(
         "--html", help="Also write the report as one self-contained HTML page (tables and "
         "plots, no network needed to open it) to this file.")] = None,
+    tune: Annotated[bool, typer.Option(
+        "--tune", help="Also learn each partition's 2D-LAS knobs on the earlier history and "
+        "keep them only where they beat las-consolidate on the recent part (the period, or "
+        "its last third): profile files and the agent.partition_profiles lines.")] = False,
+    tune_from: Annotated[Optional[str], typer.Option(
+        "--tune-from", help="With --tune: learn from the jobs submitted from this date up "
+        "to --from (default: the twice as long span before --from if it holds enough jobs, "
+        "else the period's first two thirds).")] = None,
+    profiles_out: Annotated[Path, typer.Option(
+        "--profiles-out", help="With --tune: folder for the kept partitions' profile "
+        "files.")] = Path("tuned-profiles"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
     = False,
 ) -> None:
@@ -117,6 +129,9 @@ def report(
     end_s = _when(end, "--to") if end is not None else None
     if start_s is not None and end_s is not None and end_s <= start_s:
         _fail("--to must come after --from", 2)
+    tune_from_s = _when(tune_from, "--tune-from") if tune_from is not None else None
+    if tune_from_s is not None and not tune:
+        _fail("--tune-from needs --tune", 2)
     try:
         jobs, bad_rows = read_any_history(history)
     except ValueError as exc:
@@ -147,6 +162,20 @@ def report(
                                  task, description=label, completed=done, total=total))
         except (SimulationError, ValueError) as exc:
             _fail(str(exc), 2)
+        tuning = None
+        if tune:
+            period = (start_s if start_s is not None else min(j.submit_s for j in chosen),
+                      end_s if end_s is not None else max(j.submit_s for j in chosen) + 1)
+            try:
+                tuning = _tune(jobs, site.cluster, period, start_s is not None, tune_from_s,
+                               seed, profiles_out,
+                               lambda part, done, total: bar.update(
+                                   task, description=f"tuning {part}", completed=done,
+                                   total=total))
+            except (SimulationError, ValueError) as exc:
+                _fail(str(exc), 2)
+            except OSError as exc:
+                _fail(f"--profiles-out {profiles_out}: cannot write ({exc.strerror or exc})", 2)
     left_out = dict(trace.left_out)
     if runs.calibration.outcome.dropped:
         left_out["larger than their partition as modelled"] = runs.calibration.outcome.dropped
@@ -166,6 +195,7 @@ def report(
         "what_if": {"baseline": R.BASELINE, "strengths": strength_list,
                     "results": R.what_if(runs)},
         "waits_by": {field: R.waits_by(runs, trace, field) for field in ("user", "account")},
+        "tuning": tuning,
     }
     text = json.dumps(doc, indent=2)
     written = [(out, "--out", lambda: text + "\n"), (html, "--html", lambda: render(doc))]
@@ -182,6 +212,34 @@ def report(
     for path, _, _ in written:
         if path is not None:
             output_console().print(f"wrote {escape(str(path))}", highlight=False)
+
+
+def _tune(jobs: list[HistoryJob], cluster, period: tuple[float, float], from_given: bool,
+          tune_from_s: float | None, seed: int, folder: Path, progress) -> dict:
+    """``--tune``: each partition's knobs learned and guarded (``train/site_tuning.py``),
+    the kept ones written to ``folder``; the report's ``tuning`` dict."""
+    from slurm_marl.train import site_tuning as T
+    from slurm_marl.train.thresholds import CemConfig
+
+    split = T.tune_split(jobs, cluster, *period, from_given, tune_from_s)
+    cfg = CemConfig(seed=seed)
+    got = T.tune(split, cluster, cfg, progress=progress)
+    files = T.write_profiles(got, folder)
+    return {
+        "split": split.how,
+        "learn": {"from": _day(split.learn_from_s), "to": _day(split.learn_to_s),
+                  "jobs": len(split.learn.trace)},
+        "evaluate": {"from": _day(split.evaluate_from_s), "to": _day(split.evaluate_to_s),
+                     "jobs": len(split.evaluate.trace)},
+        "interference": T.INTERFERENCE, "start": T.START_PROFILE, "min_gain": T.MIN_GAIN,
+        "min_jobs": T.MIN_TUNE_JOBS,
+        "search": {"population": cfg.population, "iterations": cfg.iterations,
+                   "seed": cfg.seed},
+        "partitions": [{**t.as_dict(), "profile_file": str(files[t.partition])
+                        if t.partition in files else None} for t in got],
+        "profiles_out": str(folder),
+        "config_lines": T.config_lines(files),
+    }
 
 
 def _print(doc: dict) -> None:
@@ -245,6 +303,37 @@ def _print(doc: dict) -> None:
                 if r["per_job"] is not None]
     if compared:
         print_per_job(compared, doc["what_if"]["baseline"], console=console)
+    if doc["tuning"] is not None:
+        _print_tuning(doc["tuning"], console)
+
+
+def _print_tuning(tuning: dict, console) -> None:
+    table = Table(title=f"tuned profiles: 2D-LAS knobs learned {tuning['learn']['from']} to "
+                        f"{tuning['learn']['to']}, kept only where they beat "
+                        f"{tuning['start']} {tuning['evaluate']['from']} to "
+                        f"{tuning['evaluate']['to']} ({tuning['split']}); avg JCT (s) on "
+                        f"the evaluation part")
+    for title in ("partition", "jobs learn/eval", "learned knobs", "learned",
+                  tuning["start"], "fifo-backfill", "profile", "why"):
+        table.add_column(title, justify="right" if title in (
+            "jobs learn/eval", "learned", tuning["start"], "fifo-backfill") else "left")
+    for t in tuning["partitions"]:
+        jct = t["evaluate_avg_jct_s"] or {}
+        table.add_row(escape(t["partition"]), f"{t['learn_jobs']}/{t['evaluate_jobs']}",
+                      "-" if t["learned"] is None else escape(t["learned"]["description"]),
+                      seconds(jct.get("learned")), seconds(jct.get(tuning["start"])),
+                      seconds(jct.get("fifo-backfill")),
+                      escape(t["profile_file"] or "none written: agent.profile"),
+                      escape(t["reason"]))
+    console.print(table)
+    if tuning["config_lines"]:
+        console.print("paste into the daemon's config (the partitions must be in "
+                      "agent.managed_partitions):", highlight=False)
+        for line in tuning["config_lines"]:
+            console.print(f"  {escape(line)}", highlight=False)
+    else:
+        console.print("no learned knobs kept: every partition keeps agent.profile",
+                      highlight=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

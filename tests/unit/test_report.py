@@ -213,7 +213,8 @@ def test_report_reads_sacct_text_and_prints_json_with_the_documented_keys(tmp_pa
     assert doc == json.loads((tmp_path / "r.json").read_text())
     assert set(doc) == {"history", "bad_rows", "period", "jobs", "cluster",
                         "simulator_not_modelled", "seed", "restart_delay_s", "calibration",
-                        "what_if", "waits_by", "prior_history"}
+                        "what_if", "waits_by", "prior_history", "tuning"}
+    assert doc["tuning"] is None                          # without --tune
     assert doc["jobs"] == {"in_history": 3, "in_period": 2, "simulated": 2, "left_out": {}}
     assert set(doc["calibration"]) == {"profile", "interference", "tolerance",
                                        "compared_jobs", "not_compared", "all",

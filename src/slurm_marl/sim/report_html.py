@@ -141,8 +141,8 @@ def ratio_plot(results: Sequence[dict], strength: str, baseline: str) -> str:
 
 def render(doc: dict) -> str:
     """The report document (the JSON of ``slurm-marl report``) as an HTML page."""
-    parts = [_head(doc), _cluster(doc), _calibration(doc), _what_if(doc), _waits(doc),
-             _left_out_of_the_report()]
+    parts = [_head(doc), _cluster(doc), _calibration(doc), _what_if(doc), _tuning(doc),
+             _waits(doc), _left_out_of_the_report()]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>slurm-marl report: {_e(doc['history'])}</title>"
             f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts)
@@ -276,6 +276,47 @@ def _assumptions(r: dict, prior: dict) -> str:
     return "; ".join(out)
 
 
+def _tuning(doc: dict) -> str:
+    """The "Tuned profiles" section (``--tune``; none without it)."""
+    t = doc.get("tuning")
+    if t is None:
+        return ""
+    start = t["start"]
+    rows = []
+    for p in t["partitions"]:
+        jct = p["evaluate_avg_jct_s"] or {}
+        bound = (p["evaluate_per_job"] or {}).get("learned", {}).get("bound_holds")
+        rows.append((p["partition"],
+                     "-" if p["learned"] is None else p["learned"]["description"],
+                     p["profile_file"] or "none written: agent.profile", p["reason"],
+                     p["learn_jobs"], p["evaluate_jobs"], seconds(jct.get("learned")),
+                     seconds(jct.get(start)), seconds(jct.get("fifo-backfill")),
+                     {True: "holds", False: "broken", None: "-"}[bound]))
+    lines = "\n".join(_e(line) for line in t["config_lines"])
+    return (
+        "<h2>Tuned profiles</h2>"
+        f"<p class=\"assume\">Each partition's 2D-LAS knobs (queues, thresholds, starve "
+        f"limit, preemption) are learned by policy search on the jobs submitted "
+        f"{_e(t['learn']['from'])} to {_e(t['learn']['to'])} ({t['learn']['jobs']} jobs) and "
+        f"kept only where, on the jobs submitted {_e(t['evaluate']['from'])} to "
+        f"{_e(t['evaluate']['to'])} ({t['evaluate']['jobs']} jobs), they beat {_e(start)} "
+        f"by {t['min_gain']:.0%} average JCT, or cut its breaking of the per-job bound "
+        f"against fifo-backfill (at most 2% of jobs &gt; 1.1x slower, none &gt; 2x, p99 "
+        f"&lt;= 1.5), without breaking that bound more: {_e(t['split'])}. At "
+        f"<b>{_e(t['interference'])}</b> simulated interference; a partition with fewer than "
+        f"{t['min_jobs']} jobs in either part is not tuned. Search: population "
+        f"{t['search']['population']}, {t['search']['iterations']} iterations, seed "
+        f"{t['search']['seed']}.</p>"
+        + _table(["partition", "learned knobs", "profile", "why", "jobs learned on",
+                  "jobs evaluated on", "learned avg JCT (s)", f"{start} avg JCT (s)",
+                  "fifo-backfill avg JCT (s)", "per-job bound (learned)"], rows,
+                 numeric_from=4)
+        + ("<p>To use the kept profiles, in the daemon's config (the partitions must be in "
+           f"<code>agent.managed_partitions</code>):</p><pre>{lines}</pre>"
+           if t["config_lines"] else
+           "<p>No learned knobs were kept: every partition keeps agent.profile.</p>"))
+
+
 def _waits(doc: dict) -> str:
     out = ["<h2>Waits by user and account</h2>"]
     for field, got in doc["waits_by"].items():
@@ -295,6 +336,4 @@ def _left_out_of_the_report() -> str:
     return ("<h2>Not in this report</h2><ul><li>GPUs held over time under the profiles "
             "that preempt: the simulator keeps each job's first start, finish and total "
             "run time, not its run segments; each profile's GPU utilisation over the whole "
-            "period is in the what-if table.</li><li>Tuned per-partition profiles and "
-            "predictions trained on the history before the period (issue 34, not built "
-            "yet).</li></ul>")
+            "period is in the what-if table.</li></ul>")

@@ -538,6 +538,14 @@ def _rebased(jobs: Sequence[TraceJob]) -> tuple[TraceJob, ...]:
                  for i, j in enumerate(jobs))
 
 
+def trace_window(label: str, jobs: Sequence[TraceJob], gpus: int) -> HistoryWindow:
+    """Any trace's jobs (in submit order) as one window the search and the guard take,
+    rebased to its first submission, with its load on ``gpus`` GPUs: how a site's own
+    history (``train/site_tuning.py``) is learned from, where a Philly trace has
+    ``history_windows``. Its rows are the jobs' positions in ``jobs``."""
+    return HistoryWindow(label, 0, len(jobs), load_of(jobs, gpus), _rebased(jobs))
+
+
 def history_windows(trace: str, vc: str, before_row: int, cluster: SimCluster, *,
                     rows: int = 500, count: int = 2, min_load: float = 0.9,
                     exclude: Sequence[str | Window] = ()) -> list[HistoryWindow]:
