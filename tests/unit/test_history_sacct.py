@@ -139,6 +139,22 @@ def test_to_trace_keeps_what_ran():
     assert [(t.num_gpus, t.gpus_per_node) for t in two_node] == [(2, 1)]
 
 
+def test_to_trace_orders_same_second_submissions_by_job_id_as_a_number():
+    """Slurm's FIFO order of jobs submitted in the same second is their job ids' order:
+    job 10 comes after job 9 (as text it would come before job 2)."""
+    from dataclasses import replace
+
+    from slurm_marl.sim.history_trace import job_id_order, trace_with_sources
+
+    job = sacct.from_json(json.loads((DATA / "sacct_22.05.json").read_text())).jobs[0]
+    ids = ["10", "9", "2", "10_10", "10_2", "1"]
+    jobs = [replace(job, job_id=i, submit_s=100.0, start_s=200.0, end_s=300.0) for i in ids]
+    kept, _, sources, _ = trace_with_sources(jobs)
+    order = ["1", "2", "9", "10", "10_2", "10_10"]
+    assert [sources[t.job_id].job_id for t in kept] == order
+    assert sorted(ids, key=job_id_order) == order
+
+
 def test_read_file_detects_the_format(tmp_path, utc):
     j = read_file(DATA / "sacct_22.05.json")
     t = read_file(DATA / "sacct_22.05.txt")
