@@ -58,6 +58,19 @@ def read_file(path: Path) -> sacct.Import:
     return sacct.from_text(text.splitlines())
 
 
+def fetch_with_progress(runner, start_s: float, end_s: float, slice_s: float = 7 * F.DAY_S,
+                        quiet: bool = False) -> sacct.Import:
+    """``fetch.fetch`` with a progress bar on stderr over its sacct calls (none when
+    ``quiet`` or one call). Raises ``SlurmError`` as ``fetch`` does."""
+    n = len(F.slices(start_s, end_s, slice_s))
+    with Progress(TextColumn("sacct"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True),
+                  disable=quiet or n < 2) as bar:
+        task = bar.add_task("sacct", total=n)
+        return F.fetch(runner, start_s, end_s, slice_s,
+                       on_slice=lambda k, _n: bar.update(task, completed=k))
+
+
 @app.command("import")
 def import_history(
     out: Annotated[Path, typer.Option("--out", help="History CSV to write.")],
@@ -91,17 +104,11 @@ def import_history(
         start, end = _when(since, "--since"), _when(until, "--until")
         if end <= start:
             _fail("--until must come after --since", 2)
-        runner = F.sacct_runner(slurm_conf)
-        n = len(F.slices(start, end, slice_days * F.DAY_S))
-        with Progress(TextColumn("sacct"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=Console(stderr=True),
-                      disable=as_json or n < 2) as bar:
-            task = bar.add_task("sacct", total=n)
-            try:
-                got = F.fetch(runner, start, end, slice_days * F.DAY_S,
-                              on_slice=lambda k, _n: bar.update(task, completed=k))
-            except SlurmError as exc:
-                _fail(f"sacct failed: {exc}")
+        try:
+            got = fetch_with_progress(F.sacct_runner(slurm_conf), start, end,
+                                      slice_days * F.DAY_S, quiet=as_json)
+        except SlurmError as exc:
+            _fail(f"sacct failed: {exc}")
     jobs = sorted(got.jobs, key=lambda j: (j.submit_s, j.job_id))
     write_history(out, jobs)
     summary = {"history": str(out), **got.summary()}

@@ -19,15 +19,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
 from rich.table import Table
 
 from slurm_marl.console import output_console
+from slurm_marl.history import fetch as F
 from slurm_marl.history.records import FIELDS, HistoryError, HistoryJob, read_history
-from slurm_marl.history_cli import _fail, _when, read_file
+from slurm_marl.history_cli import _fail, _when, fetch_with_progress, read_file
 from slurm_marl.policy.profile import Profile, ProfileError, load_profile
 from slurm_marl.sim import report as R
 from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.perf import STRENGTHS
 from slurm_marl.sim.perjob_tables import pct, print_per_job, ratio, seconds
 from slurm_marl.sim.report_html import prior_sentence, render
-from slurm_marl.sim.site_config import SiteConfigError, read_site_cluster
+from slurm_marl.sim.site_config import SiteConfigError, read_site_cluster, slurm_conf_file
+from slurm_marl.slurm_integration.runner import SlurmError
+
+LIVE = "sacct"      # --history sacct: read the site's accounting now
 
 
 def read_any_history(path: Path) -> tuple[list[HistoryJob], int]:
@@ -47,6 +51,25 @@ def read_any_history(path: Path) -> tuple[list[HistoryJob], int]:
         raise ValueError(f"{path}: no job could be read ({len(got.bad)} bad row(s); first: "
                          f"{got.bad[0]})")
     return got.jobs, len(got.bad)
+
+
+def read_sacct(slurm_conf: Path, start_s: float, end_s: float, tune_from_s: float | None,
+               quiet: bool = False) -> tuple[list[HistoryJob], int, float]:
+    """``--history sacct``: the jobs sacct lists from ``tune_from_s`` (else from the
+    ``site_tuning.HISTORY_SPAN`` periods before the period, what ``--tune`` learns on by
+    default and learned-order's predictor may know) to the period's end ``end_s``, read
+    through ``history/fetch.py`` with ``slurm_conf``; the rows that could not be read; the
+    read's start. ``ValueError`` (one line) when sacct is missing or fails."""
+    from slurm_marl.train.site_tuning import HISTORY_SPAN
+    since = tune_from_s if tune_from_s is not None else \
+        start_s - HISTORY_SPAN * (end_s - start_s)
+    try:
+        got = fetch_with_progress(F.sacct_runner(slurm_conf_file(slurm_conf)), since, end_s,
+                                  quiet=quiet)
+    except SlurmError as exc:
+        raise ValueError(f"--history {LIVE}: sacct failed (rc {exc.returncode}): "
+                         f"{' '.join(exc.message.split()) or 'no message'}") from None
+    return got.jobs, len(got.bad), since
 
 
 def _profiles(text: str) -> list[Profile]:
@@ -74,9 +97,10 @@ def _day(ts: float) -> str:
 
 
 def report(
-    history: Annotated[Path, typer.Option(
+    history: Annotated[str, typer.Option(
         "--history", help="The site's accounting history: a history CSV (`history import`), "
-        "a saved `sacct --json`, or a saved `sacct -a -X -P` text file.")],
+        "a saved `sacct --json`, a saved `sacct -a -X -P` text file, or `sacct` to read the "
+        "accounting now (needs --from; a file named sacct: ./sacct).")],
     slurm_conf: Annotated[Path, typer.Option(
         "--slurm-conf", help="The site's slurm.conf (or its folder).")],
     gres_conf: Annotated[Optional[Path], typer.Option(
@@ -90,7 +114,7 @@ def report(
         "time; default: the history's first).")] = None,
     end: Annotated[Optional[str], typer.Option(
         "--to", help="End of the period, excluded (default: after the history's last "
-        "submission).")] = None,
+        "submission; with --history sacct: now).")] = None,
     profiles: Annotated[str, typer.Option(
         "--profiles", help="Comma-separated profile names or TOML files to compare with "
         "Slurm alone (fifo-backfill).")] = ",".join(R.DEFAULT_PROFILES),
@@ -125,6 +149,11 @@ def report(
     interference strength and compares every job with Slurm alone (what-if)."""
     profs = _profiles(profiles)
     strength_list = _strengths(strengths)
+    live = history == LIVE
+    if live and start is None:
+        _fail(f"--history {LIVE} needs --from (the first submission of the period)", 2)
+    if live and end is None:
+        end = "now"
     start_s = _when(start, "--from") if start is not None else None
     end_s = _when(end, "--to") if end is not None else None
     if start_s is not None and end_s is not None and end_s <= start_s:
@@ -133,7 +162,12 @@ def report(
     if tune_from_s is not None and not tune:
         _fail("--tune-from needs --tune", 2)
     try:
-        jobs, bad_rows = read_any_history(history)
+        if live:
+            jobs, bad_rows, since = read_sacct(slurm_conf, start_s, end_s, tune_from_s,
+                                               quiet=as_json)
+            history = f"{LIVE} {_day(since)} to {_day(end_s)}"
+        else:
+            jobs, bad_rows = read_any_history(Path(history))
     except ValueError as exc:
         _fail(str(exc), 2)
     try:

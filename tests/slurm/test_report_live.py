@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -54,13 +55,14 @@ def disagreements(got: dict) -> list[str]:
     return out
 
 
-def report(history: Path, slurm_conf: Path, *more: str) -> dict:
+def report(history: Path | str, slurm_conf: Path, *more: str, env: dict | None = None
+           ) -> dict:
     """``slurm-marl report --json`` through the command line, Slurm alone and Tiresias
-    without interference."""
+    without interference (``env``: the cluster's, for ``--history sacct``)."""
     proc = subprocess.run(
         [*SLURM_MARL, "report", "--history", str(history), "--slurm-conf", str(slurm_conf),
          "--profiles", "fifo-backfill,las-consolidate", "--strengths", "none", "--json",
-         *more], capture_output=True, text=True, timeout=120)
+         *more], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -113,6 +115,10 @@ def test_report_s_slurm_alone_simulation_matches_sacct(acct_cluster, tmp_path): 
     page = html.read_text()
     assert page.startswith("<!DOCTYPE html>") and 'src="data:image/png;base64,' in page
     assert json.loads(out.read_text())["calibration"] == cal
+    # read from sacct now (--history sacct) over the window's submissions: the same
+    last = datetime.fromisoformat(doc["period"]["last_submit"]) + timedelta(seconds=1)
+    assert report("sacct", c.local.slurm_conf, "--from", doc["period"]["first_submit"],
+                  "--to", last.isoformat(), env=c.local.env)["calibration"] == cal
     # the rule can fail: the same history on a cluster read wrong (half its GPUs) breaks it
     (tmp_path / "half").mkdir()
     half = report(history, first_node_only(c.local.slurm_conf.parent, tmp_path / "half"))

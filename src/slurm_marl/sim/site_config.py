@@ -97,13 +97,17 @@ def looks_like_slurm_conf(path: str | Path) -> bool:
     return any(line.strip().lower().startswith("nodename=") for line in head.splitlines())
 
 
+def slurm_conf_file(slurm_conf: str | Path) -> Path:
+    """The slurm.conf a ``--slurm-conf`` names: the file, or a folder's slurm.conf."""
+    path = Path(slurm_conf)
+    return path / "slurm.conf" if path.is_dir() else path
+
+
 def read_site_cluster(slurm_conf: str | Path, gres_conf: str | Path | None = None,
                       topology_conf: str | Path | None = None) -> SiteCluster:
     """Read a site's files; gres.conf / topology.conf default to the ones next to slurm.conf
     (a folder is read as its slurm.conf). Raises ``SiteConfigError`` naming file and line."""
-    conf_path = Path(slurm_conf)
-    if conf_path.is_dir():
-        conf_path = conf_path / "slurm.conf"
+    conf_path = slurm_conf_file(slurm_conf)
     folder = conf_path.parent
     gres_path = Path(gres_conf) if gres_conf is not None else folder / "gres.conf"
     topo_path = Path(topology_conf) if topology_conf is not None else folder / "topology.conf"
