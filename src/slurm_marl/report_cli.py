@@ -227,7 +227,7 @@ def report(
         "prior_history": {"ended_before": start, "jobs": len(prior)},
         "calibration": R.calibration(runs.calibration, trace),
         "what_if": {"baseline": R.BASELINE, "strengths": strength_list,
-                    "results": R.what_if(runs)},
+                    "results": R.what_if(runs, trace)},
         "waits_by": {field: R.waits_by(runs, trace, field) for field in ("user", "account")},
         "tuning": tuning,
     }

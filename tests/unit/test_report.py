@@ -161,7 +161,7 @@ def test_what_if_compares_each_profile_with_slurm_alone_per_partition(tmp_path):
     cluster = read_site_cluster(site(tmp_path)).cluster
     trace = R.site_trace(jobs, cluster)
     profs = [load_profile("fifo-backfill"), load_profile("las-consolidate")]
-    results = R.what_if(R.run_all(trace, cluster, profs, ["none", "medium"]))
+    results = R.what_if(R.run_all(trace, cluster, profs, ["none", "medium"]), trace)
     assert [(r["profile"], r["interference"]) for r in results] == [
         ("fifo-backfill", "none"), ("las-consolidate", "none"),
         ("fifo-backfill", "medium"), ("las-consolidate", "medium")]
@@ -176,6 +176,12 @@ def test_what_if_compares_each_profile_with_slurm_alone_per_partition(tmp_path):
     assert base["ratio_percentiles"] is None and len(las["ratio_percentiles"]) == 101
     assert las["ratio_percentiles"][100] == las["per_job"]["worst_ratio"]
     assert las["ratio_percentiles"][99] == las["per_job"]["p99_ratio"]
+    # the worst job named as sacct does, not by the simulator's number (job 1 is its 0,
+    # job 9 its 7): job 1, preempted by the short jobs (3,000 -> 4,860 s at none)
+    assert trace.sources[0].job_id == "1" and trace.sources[7].job_id == "9"
+    assert las["per_job"]["worst_job"]["job_id"] == "1"
+    assert las["per_job"]["worst_job"]["ratio"] == las["per_job"]["worst_ratio"] > 1
+    assert las["by_partition"]["big"]["per_job"]["worst_job"]["job_id"] == "9"
     # fifo-backfill: job 2 holds the free GPU, so the 1-GPU jobs wait for job 1 (3,000 s)
     assert base["by_partition"]["gpu"]["avg_wait_s"] > 1000
     assert las["all"]["avg_jct_s"] < base["all"]["avg_jct_s"]

@@ -14,6 +14,7 @@ import socket
 import struct
 import subprocess
 import threading
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from test_report import invoke, job, site
 
 from slurm_marl.history.records import write_history
 from slurm_marl.sim.metrics import figure_px
+from slurm_marl.sim.perjob_tables import worst_job
 from slurm_marl.sim.report_html import render
 
 EVIL = '<script>alert("x")</script>&amp;'
@@ -137,6 +139,12 @@ def report(tmp_path_factory) -> tuple[Path, dict]:
 def test_the_html_is_the_json_rendered(report):
     page, doc = report
     assert page.read_text(encoding="utf-8") == render(doc)
+    # each what-if row's worst job, by its sacct id (the history's 1..14, 20)
+    for r in [r for r in doc["what_if"]["results"] if r["baseline"] is not None]:
+        for p in [r["per_job"]] + [g["per_job"] for g in r["by_partition"].values()]:
+            assert p["worst_job"]["job_id"] in {"1", "2", "20", *map(str, range(3, 15))}
+            assert f"<td class=\"n\">{escape(worst_job(p['worst_job']))}</td>" in \
+                page.read_text(encoding="utf-8")
 
 
 def test_strings_of_the_history_are_escaped(report):

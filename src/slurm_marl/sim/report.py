@@ -315,8 +315,15 @@ def wait_ratio(simulated: float, recorded: float) -> float | None:
 # what-if
 
 
-def what_if(runs: Runs) -> list[dict]:
-    """One entry per profile x strength (module docstring)."""
+def what_if(runs: Runs, site: SiteTrace) -> list[dict]:
+    """One entry per profile x strength (module docstring); each ``per_job.worst_job`` names
+    its job as sacct does (``site.sources``)."""
+    def compared(jobs: Sequence[SimJob], base_jobs: Sequence[SimJob], base: SimRun) -> dict:
+        got = per_job_comparison(jobs, base_jobs, baseline=base.profile.name)
+        if got["worst_job"] is not None:
+            got["worst_job"]["job_id"] = site.sources[got["worst_job"]["job_id"]].job_id
+        return got
+
     out = []
     for run, base in runs.cells:
         jobs = run.outcome.jobs
@@ -327,18 +334,17 @@ def what_if(runs: Runs) -> list[dict]:
                  "interference_estimator_samples": run.estimator_samples or None,
                  "all": {**job_times(jobs),
                          "gpu_utilisation": run.summary.get("gpu_utilisation")},
-                 "per_job": None if base is None else per_job_comparison(
-                     jobs, base.outcome.jobs, baseline=base.profile.name),
+                 "per_job": None if base is None else compared(
+                     jobs, base.outcome.jobs, base),
                  "ratio_percentiles": None if base is None else percentiles(
                      list(job_ratios(jobs, base.outcome.jobs).values())),
                  "by_partition": {}}
         for p in _partitions(j.partition for j in jobs):
             mine = [j for j in jobs if j.partition == p]
             entry["by_partition"][p] = {**job_times(mine), "per_job": None if base is None
-                                        else per_job_comparison(
+                                        else compared(
                                             mine, [j for j in base.outcome.jobs
-                                                   if j.partition == p],
-                                            baseline=base.profile.name)}
+                                                   if j.partition == p], base)}
         out.append(entry)
     return out
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 
 from slurm_marl.sim.metrics import DPI, FIGSIZE_IN, figure_px, plot_ratio_cdf, pyplot
-from slurm_marl.sim.perjob_tables import pct, ratio, seconds
+from slurm_marl.sim.perjob_tables import pct, ratio, seconds, worst_job
 
 STYLE = """
 body { font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
@@ -228,7 +228,8 @@ def _what_if(doc: dict) -> str:
                                                    p["share_slower_1_1x"]),
                          "-" if p is None else pct(p["jobs_slower_2x"], p["share_slower_2x"]),
                          "-" if p is None else ratio(p["p99_ratio"]),
-                         "-" if p is None else ratio(p["worst_ratio"])))
+                         "-" if p is None else ratio(p["worst_ratio"]),
+                         "-" if p is None else worst_job(p["worst_job"])))
         said = _assumptions(r, doc["prior_history"])
         if said:
             rows.append(f"{r['profile']} at {r['interference']} interference: {said}")
@@ -248,7 +249,7 @@ def _what_if(doc: dict) -> str:
         f"depend on it.</p>"
         + _table(["profile", "strength", "partition", "jobs", "avg JCT", "p95 JCT",
                   "avg wait", "p95 wait", "GPU use", ">1.1x slower", ">2x slower",
-                  "p99 ratio", "worst ratio"], rows,
+                  "p99 ratio", "worst ratio", "worst job (sacct id)"], rows,
                  numeric_from=3)
         + plots)
 
