@@ -24,8 +24,9 @@ RUN_S = 2
 SLACK_S = 12          # the scheduler's own pass interval, job start/stop, polling
 CRED_EXPIRE_S = 10    # Slurm's requeue delay on this cluster is this + 1 s
 # The job the agent must requeue runs this long: the agent has to see it past the threshold
-# and requeue it before it ends (6 s was missed under the load of CI's side-by-side runs).
-LONG_S = 12
+# and requeue it before it ends (6 s was missed under the load of CI's side-by-side runs,
+# and 12 s once on 26.05 with 6 workers on 2 cores).
+LONG_S = 20
 PROFILE = """
 name = "faults"
 preemption = true
@@ -134,8 +135,9 @@ def run_with_fault(c: Cluster, cfg: Path, wrap: Path, real: Path, env: dict,
         deadline = time.monotonic() + 60
         while daemon.proc.poll() is None:
             assert time.monotonic() < deadline, \
-                f"the agent never reached the fault {env}; calls: " \
-                + (fault_dir / "calls.log").read_text()[-2000:]
+                f"the agent never reached the fault {env}; jobs: " \
+                f"{[c.job(j) for j in jobs]}; agent: {daemon.decisions(3000)}; calls: " \
+                + (fault_dir / "calls.log").read_text()[-1000:]
             if "FAULT_KILL_AFTER" not in env and _reads(fault_dir) >= \
                     int(env["FAULT_FAIL_READ"]) + 8:
                 daemon.proc.kill()   # a few cycles after its failed read: now it dies
