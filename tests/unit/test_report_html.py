@@ -71,12 +71,15 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 class Proxy:
     """A TCP listener on loopback that records the first bytes of each connection (the
-    request line an HTTP proxy gets) and closes it."""
+    request line an HTTP proxy gets) and closes it. A connection that sends nothing before
+    it closes or goes quiet for 5 s (Chromium opens spare sockets to its proxy ahead of need,
+    a preconnect) asked for no host and is only counted."""
 
     def __init__(self):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.requests: list[str] = []
+        self.silent = 0
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self):
@@ -88,9 +91,13 @@ class Proxy:
             with conn:
                 conn.settimeout(5)
                 try:
-                    self.requests.append(conn.recv(300).decode("latin-1"))
+                    first = conn.recv(300).decode("latin-1")
                 except OSError:
-                    self.requests.append("?")
+                    first = ""
+                if first:
+                    self.requests.append(first)
+                else:
+                    self.silent += 1
 
     def hosts(self) -> set[str]:
         """The hosts asked for (``GET http://host/...``, ``CONNECT host:443``)."""
