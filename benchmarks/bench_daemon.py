@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
         [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
-        [--max-agent-jobs N] [--cprofile FILE]
+        [--max-agent-jobs N] [--busy-fraction F] [--saturated] [--cprofile FILE]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -68,6 +68,28 @@ def varied_hosts(snap: ClusterSnapshot, seed: int = 7) -> ClusterSnapshot:
         for n in snap.nodes))
 
 
+def saturated(snap: ClusterSnapshot) -> ClusterSnapshot:
+    """Every free GPU taken: one more running job per GPU group with free GPUs (a full
+    cluster, where no waiting job can start without a preemption)."""
+    jobs = list(snap.jobs)
+    nodes = []
+    job_id = max((j.job_id for j in jobs), default=0) + 1
+    for node in snap.nodes:
+        taken = set(node.used_gpu_indices)
+        for group in node.gpu_groups:
+            free = tuple(g for g in group.gpu_indices if g not in taken)
+            if free:
+                jobs.append(Job(job_id=job_id, state=JobState.RUNNING, nodes=(node.name,),
+                                gpus_per_node=len(free), gpu_alloc=((node.name, free),),
+                                partition=node.partitions[0]))
+                job_id += 1
+                taken.update(free)
+        nodes.append(replace(node, used_gpu_indices=frozenset(taken),
+                             alloc_cpus=min(node.cpus, 4 * len(taken)),
+                             alloc_memory_mib=min(node.real_memory_mib, 16_000 * len(taken))))
+    return replace(snap, nodes=tuple(nodes), jobs=tuple(jobs))
+
+
 class FixedSource:
     """The same snapshot every cycle, the clock moving. With ``fresh_jobs`` its jobs are new
     (equal) objects each cycle, as parsing Slurm's answer gives (the daemon's source keeps
@@ -100,6 +122,10 @@ def main() -> None:
                     help="the learned plugin's max_agent_jobs (per agent and cycle)")
     ap.add_argument("--fresh-jobs", action="store_true",
                     help="new (equal) job objects every cycle, as the daemon's source gives")
+    ap.add_argument("--busy-fraction", type=float, default=0.5,
+                    help="share of the GPU groups running jobs use (each some of its GPUs)")
+    ap.add_argument("--saturated", action="store_true",
+                    help="then every free GPU taken by one more running job (a full cluster)")
     ap.add_argument("--cprofile", metavar="FILE", default=None,
                     help="write a cProfile of the cycles after the first to FILE (pstats)")
     ap.add_argument("--json", action="store_true")
@@ -108,7 +134,9 @@ def main() -> None:
     proc = psutil.Process()
     rss_start = proc.memory_info().rss
 
-    base = synthetic_snapshot(args.nodes, busy_fraction=0.5, seed=0)
+    base = synthetic_snapshot(args.nodes, busy_fraction=args.busy_fraction, seed=0)
+    if args.saturated:
+        base = saturated(base)
     if args.varied_hosts:
         base = varied_hosts(base)
     now = time.time()
@@ -147,6 +175,7 @@ def main() -> None:
     result = {
         "nodes": args.nodes, "gpus": sum(n.gpu_count for n in snap.nodes),
         "running_jobs": len(base.jobs), "pending_jobs": args.pending,
+        "busy_fraction": args.busy_fraction, "saturated": args.saturated,
         "profile": args.profile + (" (untrained agents)" if args.learned_agents else ""),
         "max_agent_jobs": args.max_agent_jobs,
         "varied_hosts": args.varied_hosts,

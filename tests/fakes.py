@@ -107,7 +107,8 @@ class FakeClusterSource(_PortFake, port=ClusterSource):
 
 class FakeDecisionSink(_PortFake, port=DecisionSink):
     """Records what it is asked to write and answers ``status`` for every decision;
-    ``repair_half_done`` records its snapshot and answers ``repaired``."""
+    ``repair_half_done`` records its snapshot and answers ``repaired``; ``starts_done``
+    answers ``done_at``."""
 
     def __init__(self, status: WriteStatus = WriteStatus.OK, repaired: Iterable[int] = ()
                  ) -> None:
@@ -116,6 +117,7 @@ class FakeDecisionSink(_PortFake, port=DecisionSink):
         self.repairs: list[ClusterSnapshot] = []             # each repair_half_done's
         self.status = status
         self.repaired = list(repaired)
+        self.done_at: float | None = None   # what ``starts_done`` answers
 
     def apply(self, decisions: list[Decision],
               snapshot: ClusterSnapshot | None = None) -> list[WriteResult]:
@@ -126,3 +128,6 @@ class FakeDecisionSink(_PortFake, port=DecisionSink):
     def repair_half_done(self, snapshot: ClusterSnapshot) -> list[int]:
         self.repairs.append(snapshot)
         return list(self.repaired)
+
+    def starts_done(self) -> float | None:
+        return self.done_at

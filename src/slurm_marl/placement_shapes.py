@@ -38,6 +38,7 @@ class PlacementState(Protocol):
     dedupe_colocation: bool
     dedupe_host: bool            # free CPUs/memory part of a node's class (else a filter)
     largest_group_cap: int
+    colocation_changed: set[int]  # nodes whose co-location this cycle's claims/releases changed
 
     @property
     def colocated(self) -> list[list[list[str]]]:

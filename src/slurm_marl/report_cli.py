@@ -92,6 +92,49 @@ def _strengths(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+class BackendError(RuntimeError):
+    """A run that failed where --backend ran it (one line; exit 1)."""
+
+
+BACKENDS = ("inline", "local", "slurm")
+
+
+def _mapper(backend: str, workers: int, folder: Path, slurm_conf: Path,
+            partition: str | None, mem: str, time_min: int):
+    """``sim.report.Mapper`` for --backend (None: inline). The slurm backend submits to the
+    cluster of the site's own slurm.conf (``SLURM_CONF``)."""
+    if backend not in BACKENDS:
+        _fail(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}", 2)
+    if workers < 1:
+        _fail(f"--workers must be at least 1, got {workers}", 2)
+    if backend == "inline":
+        return None
+    from slurm_marl.sweep import CallError, SweepError, map_calls
+
+    conf = slurm_conf_file(slurm_conf) if backend == "slurm" else None
+
+    def mapper(fn, tasks, on_done):
+        try:
+            got = map_calls(fn, tasks, backend, workers=workers,
+                            slurm_folder=folder.resolve(), slurm_conf=conf,
+                            partition=partition, time_min=time_min, mem=mem,
+                            job_name="slurm-marl-report", on_done=on_done)
+        except SweepError as exc:
+            raise BackendError(f"--backend {backend}: {exc}") from None
+        bad = [(k, r) for k, r in enumerate(got) if isinstance(r, CallError)]
+        if bad:
+            k, first = bad[0]
+            raise BackendError(f"--backend {backend}: {len(bad)} of {len(got)} run(s) "
+                               f"failed; the first ({_task_label(tasks[k])}): {first}")
+        return got
+
+    return mapper
+
+
+def _task_label(task) -> str:
+    return getattr(task, "label", None) or f"tuning {task[0]}"
+
+
 def _day(ts: float) -> str:
     return datetime.fromtimestamp(ts).isoformat(timespec="seconds")
 
@@ -142,6 +185,25 @@ def report(
         "files.")] = Path("tuned-profiles"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
     = False,
+    backend: Annotated[str, typer.Option(
+        "--backend", help="Where the simulations run: inline (one after the other in this "
+        "process), local (--workers processes) or slurm (one Slurm array job on the "
+        "cluster of --slurm-conf, --workers tasks at a time; this host's Python and "
+        "--slurm-folder must be on a file system the nodes share). Each profile x strength "
+        "is one task, and with --tune each partition's search.")] = "inline",
+    workers: Annotated[int, typer.Option(
+        "--workers", help="Processes (local) or array tasks at a time (slurm).")] = 2,
+    slurm_folder: Annotated[Path, typer.Option(
+        "--slurm-folder", help="With --backend slurm: submitit's job folder, shared with "
+        "the nodes.")] = Path("report-slurm"),
+    slurm_partition: Annotated[Optional[str], typer.Option(
+        "--slurm-partition", help="With --backend slurm: the array's partition (default: "
+        "the cluster's default).")] = None,
+    slurm_mem: Annotated[str, typer.Option(
+        "--slurm-mem", help="With --backend slurm: memory per task (sbatch --mem).")]
+    = "4000M",
+    slurm_time: Annotated[int, typer.Option(
+        "--slurm-time", help="With --backend slurm: time limit per task, minutes.")] = 120,
 ) -> None:
     """What the agent's profiles would have done on this site, for its own jobs: the
     simulator first replays Slurm alone (fifo-backfill) on the history and says how close
@@ -149,6 +211,8 @@ def report(
     interference strength and compares every job with Slurm alone (what-if)."""
     profs = _profiles(profiles)
     strength_list = _strengths(strengths)
+    mapper = _mapper(backend, workers, slurm_folder, slurm_conf, slurm_partition, slurm_mem,
+                     slurm_time)
     live = history == LIVE
     if live and start is None:
         _fail(f"--history {LIVE} needs --from (the first submission of the period)", 2)
@@ -189,27 +253,32 @@ def report(
                   TimeElapsedColumn(), console=err, transient=True,
                   disable=not err.is_terminal) as bar:
         task = bar.add_task("report", total=None)
-        try:
-            runs = R.run_all(trace, site.cluster, profs, strength_list, seed=seed,
-                             restart_delay_s=restart_delay, prior=prior,
-                             progress=lambda label, done, total: bar.update(
-                                 task, description=label, completed=done, total=total))
-        except (SimulationError, ValueError) as exc:
-            _fail(str(exc), 2)
-        tuning = None
+        tuning, recommended = None, None
         if tune:
             period = (start_s if start_s is not None else min(j.submit_s for j in chosen),
                       end_s if end_s is not None else max(j.submit_s for j in chosen) + 1)
             try:
-                tuning = _tune(jobs, site.cluster, period, start_s is not None, tune_from_s,
-                               seed, profiles_out,
-                               lambda part, done, total: bar.update(
-                                   task, description=f"tuning {part}", completed=done,
-                                   total=total))
+                tuning, recommended = _tune(
+                    jobs, site.cluster, period, start_s is not None, tune_from_s, seed,
+                    profiles_out, lambda part, done, total: bar.update(
+                        task, description=f"tuning {part}", completed=done, total=total),
+                    mapper)
+            except BackendError as exc:
+                _fail(str(exc), 1)
             except (SimulationError, ValueError) as exc:
                 _fail(str(exc), 2)
             except OSError as exc:
                 _fail(f"--profiles-out {profiles_out}: cannot write ({exc.strerror or exc})", 2)
+        try:
+            runs = R.run_all(trace, site.cluster, profs, strength_list, seed=seed,
+                             restart_delay_s=restart_delay, prior=prior,
+                             recommended=recommended, mapper=mapper,
+                             progress=lambda label, done, total: bar.update(
+                                 task, description=label, completed=done, total=total))
+        except BackendError as exc:
+            _fail(str(exc), 1)
+        except (SimulationError, ValueError) as exc:
+            _fail(str(exc), 2)
     left_out = dict(trace.left_out)
     if runs.calibration.outcome.dropped:
         left_out["larger than their partition as modelled"] = runs.calibration.outcome.dropped
@@ -231,6 +300,9 @@ def report(
         "waits_by": {field: R.waits_by(runs, trace, field) for field in ("user", "account")},
         "tuning": tuning,
     }
+    if tuning is not None:
+        tuning["recommended"] = {**recommended_doc(doc["what_if"]["results"]),
+                                 "learned_in_period": tuning.pop("learned_in_period")}
     text = json.dumps(doc, indent=2)
     written = [(out, "--out", lambda: text + "\n"), (html, "--html", lambda: render(doc))]
     for path, option, content in written:
@@ -249,16 +321,27 @@ def report(
 
 
 def _tune(jobs: list[HistoryJob], cluster, period: tuple[float, float], from_given: bool,
-          tune_from_s: float | None, seed: int, folder: Path, progress) -> dict:
+          tune_from_s: float | None, seed: int, folder: Path, progress, mapper=None
+          ) -> tuple[dict, dict[str, Profile]]:
     """``--tune``: each partition's knobs learned and guarded (``train/site_tuning.py``),
-    the kept ones written to ``folder``; the report's ``tuning`` dict."""
+    the kept ones written to ``folder``; the report's ``tuning`` dict and the recommended
+    profile of each partition (``site_tuning.recommended_profiles``)."""
     from slurm_marl.train import site_tuning as T
     from slurm_marl.train.thresholds import CemConfig
 
     split = T.tune_split(jobs, cluster, *period, from_given, tune_from_s)
     cfg = CemConfig(seed=seed)
-    got = T.tune(split, cluster, cfg, progress=progress)
+    got = T.tune(split, cluster, cfg, progress=progress, mapper=mapper)
     files = T.write_profiles(got, folder)
+    doc = _tuning_doc(split, cfg, got, files, folder)
+    # the what-if's recommended rows run on the whole period: in-sample where it learned
+    doc["learned_in_period"] = split.learn_to_s > period[0]
+    return doc, T.recommended_profiles(got)
+
+
+def _tuning_doc(split, cfg, got, files: dict, folder: Path) -> dict:
+    from slurm_marl.train import site_tuning as T
+
     return {
         "split": split.how,
         "learn": {"from": _day(split.learn_from_s), "to": _day(split.learn_to_s),
@@ -274,6 +357,47 @@ def _tune(jobs: list[HistoryJob], cluster, period: tuple[float, float], from_giv
         "profiles_out": str(folder),
         "config_lines": T.config_lines(files),
     }
+
+
+def recommended_doc(results: list[dict]) -> dict:
+    """The recommendation's profiles per partition and what the what-if predicts for it
+    at each strength, against Slurm alone (its ``RECOMMENDED`` rows)."""
+    mine = [r for r in results if r["profiles_by_partition"] is not None]
+    base = {r["interference"]: r["all"]["avg_jct_s"] for r in results
+            if r["profile"] == R.BASELINE}
+
+    def versus(r: dict) -> float | None:
+        b = base.get(r["interference"])
+        return None if not b or r["all"]["avg_jct_s"] is None else \
+            round(r["all"]["avg_jct_s"] / b, 4)
+
+    return {"profiles_by_partition": mine[0]["profiles_by_partition"] if mine else None,
+            "predicted": {r["interference"]: {
+                "avg_jct_s": r["all"]["avg_jct_s"], "p95_jct_s": r["all"]["p95_jct_s"],
+                "avg_wait_s": r["all"]["avg_wait_s"],
+                f"{R.BASELINE}_avg_jct_s": base.get(r["interference"]),
+                "avg_jct_ratio": versus(r),
+                "share_slower_1_1x": (r["per_job"] or {}).get("share_slower_1_1x"),
+                "worst_ratio": (r["per_job"] or {}).get("worst_ratio")} for r in mine}}
+
+
+def recommended_lines(rec: dict) -> list[str]:
+    """The recommendation in words: its profile per partition, and its predicted average
+    JCT at each strength against Slurm alone's."""
+    if not rec["profiles_by_partition"]:
+        return []
+    parts = ", ".join(f"{k}: {v}" for k, v in rec["profiles_by_partition"].items())
+    out = [f"recommended ({parts}); the what-if's '{R.RECOMMENDED}' rows predict:"]
+    if rec.get("learned_in_period"):
+        out.append("  (optimistic: the knobs were learned on the period's first two thirds, "
+                   "part of the jobs these rows run)")
+    for strength, p in rec["predicted"].items():
+        slower = "-" if p["share_slower_1_1x"] is None else f"{p['share_slower_1_1x']:.1%}"
+        out.append(f"  {strength} interference: avg JCT {seconds(p['avg_jct_s'])} s, "
+                   f"{ratio(p['avg_jct_ratio'])}x {R.BASELINE}'s "
+                   f"{seconds(p[R.BASELINE + '_avg_jct_s'])} s; {slower} of jobs > 1.1x "
+                   f"slower, worst {ratio(p['worst_ratio'])}")
+    return out
 
 
 def _print(doc: dict) -> None:
@@ -360,6 +484,8 @@ def _print_tuning(tuning: dict, console) -> None:
                       escape(t["profile_file"] or "none written: agent.profile"),
                       escape(t["reason"]))
     console.print(table)
+    for line in recommended_lines(tuning["recommended"]):
+        console.print(escape(line), highlight=False)
     if tuning["config_lines"]:
         console.print("paste into the daemon's config (the partitions must be in "
                       "agent.managed_partitions):", highlight=False)

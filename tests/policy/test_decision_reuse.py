@@ -27,7 +27,10 @@ PROFILES = ("las-consolidate", "fifo-backfill", "las-lif", "las-binpack", "las-s
 
 
 class Recorder:
-    """The policy the simulator runs, keeping every snapshot it was handed."""
+    """The policy the simulator runs, keeping every snapshot it was handed (whole: every
+    partition decided at every cycle)."""
+
+    decides_partitions_apart = False
 
     def __init__(self, policy) -> None:
         self._policy = policy
@@ -120,11 +123,109 @@ def test_reused_decisions_are_the_decisions(profile, rng):
             assert reusing.run_cycle(step) == full.run_cycle(step), (profile, step.time_s)
             cycles += 1
     with_pending = sum(1 for s in recorder.snapshots if s.pending)
-    assert reusing._pure and with_pending // 2 <= reusing.reused_cycles < cycles
+    assert reusing._reusable and with_pending // 2 <= reusing.reused_cycles < cycles
     assert full.reused_cycles == 0
 
 
-def test_a_policy_with_a_stateful_place_plugin_never_reuses():
-    """The learned plugin keeps its observer and deferrals across cycles: not pure."""
-    assert build_policy(load_profile("las-consolidate"))._pure
-    assert not build_policy(load_profile("las-learned"))._pure
+def _learned_checkpoint():
+    """Untrained agents for the test clusters' partition ``gpu`` (fixed seed): they defer
+    and place all the same, which is what reuse has to get right."""
+    import torch
+
+    from slurm_marl.agent.checkpoint import LearnedCheckpoint, policy_config
+    from slurm_marl.models.interference import InterferenceModel, Vocabulary
+    from slurm_marl.models.policy import PlacementPolicy
+
+    torch.manual_seed(0)
+    interference = InterferenceModel.new(Vocabulary.fit([m for m in MODELS if m]))
+    policy = PlacementPolicy(policy_config(interference, ("gpu",), "multi")).eval()
+    return LearnedCheckpoint(policy, interference)
+
+
+def _learned_policy(prof, ckpt, reuse: bool, horizon: bool = True):
+    """las-learned whose agent also defers every third job while it may (the untrained
+    agents never defer; defer made valid wherever the job would run below 1.01 of its ideal
+    speed, i.e. always): deferrals stand across cycles, so reuse has to respect them."""
+    import math
+
+    from slurm_marl.agent.learned import Choice
+
+    policy = build_policy(prof, learned_checkpoint=ckpt)
+    policy.reuse_decisions = reuse
+    plugin = policy.place[0][0]
+    plugin.observer.defer_only_below = 1.01
+    model = plugin.chooser
+
+    def chooser(obs, state):
+        if obs.job_id % 3 == 0 and bool(obs.mask[-1]):
+            return Choice(defer=True, action=obs.defer_action, score=0.0)
+        return model(obs, state)
+
+    plugin.chooser = chooser
+    if not horizon:     # what reuse would do if it ignored the horizon
+        plugin.reuse_horizon = lambda state: math.inf
+    return policy
+
+
+@pytest.mark.parametrize("max_defer_s", [0, 900])
+def test_the_learned_plugin_reuses_only_what_it_would_decide_again(max_defer_s):
+    """The learned plugin is not pure (deferrals stand across cycles; a job's features hold
+    its wait), but it says until when a cycle would be decided the same
+    (``reuse_horizon``): on the same kind of snapshot sequences as above, with agents that
+    defer and place, reuse decides exactly what deciding afresh decides, and it does reuse.
+    Ignoring the horizon (reuse whenever the inputs are equal) decides differently: the
+    horizon is what makes it right."""
+    prof = load_profile("las-learned")
+    params = {k: dict(v) for k, v in prof.place_params.items()}
+    params["learned"]["max_defer_s"] = max_defer_s
+    prof = replace(prof, place_params=params)
+    ckpt = _learned_checkpoint()
+    cycles = reused = naive_wrong = finite = 0
+    for seed in range(2):
+        rng = random.Random(seed)
+        cluster = parse_cluster(rng.choice(["4x2x4:leaf=2", "6x2x2:leaf=3", "3x1x8"]))
+        recorder = Recorder(_learned_policy(prof, ckpt, reuse=False))
+        Simulator(cluster, _trace(rng), recorder, seed=rng.randrange(100)).run()
+        full = _learned_policy(prof, ckpt, reuse=False)
+        reusing = _learned_policy(prof, ckpt, reuse=True)
+        naive = _learned_policy(prof, ckpt, reuse=True, horizon=False)
+        for snap in recorder.snapshots:
+            steps = [snap, _quiet(snap, 1.0), _unread_changed(_quiet(snap, 2.0), rng)]
+            steps += [_quiet(snap, rng.choice([60.0, 600.0, 3600.0])) for _ in range(2)]
+            steps += [_read_changed(steps[-1], rng), steps[-1]]
+            for step in steps:
+                decided = full.run_cycle(step)
+                assert reusing.run_cycle(step) == decided, (seed, step.time_s)
+                naive_wrong += naive.run_cycle(step) != decided
+                cycles += 1
+                finite += any(0 < h[2] < float("inf") for h in reusing._reuse.values())
+        reused += reusing.reused_cycles
+        assert full.reused_cycles == 0
+    assert 0 < reused < cycles and naive_wrong > 0
+    assert (finite > 0) == (max_defer_s > 0)    # deferrals bounded by max_defer_s
+
+
+def test_a_stateful_place_plugin_without_a_horizon_never_reuses():
+    """A place plugin that is not pure and says nothing of a horizon keeps its policy from
+    reusing; the learned plugin says one."""
+    from slurm_marl.policy.framework import Policy
+    from slurm_marl.policy.plugins import build_plugin
+
+    assert build_policy(load_profile("las-consolidate"))._reusable
+    assert build_policy(load_profile("las-learned"))._reusable
+
+    class Stateful:
+        key = name = "stateful"
+        needs_colocation = filters = node_specific = reads_host = False
+        pure = False
+
+        def feasible(self, job, cand, state):
+            return True
+
+        def score(self, job, cand, state):
+            return 1.0
+
+    prof = load_profile("las-consolidate")
+    policy = Policy(prof, build_plugin("order", prof.order, prof.order_params),
+                    [(Stateful(), 1.0)])
+    assert not policy._reusable

@@ -45,6 +45,33 @@ def gated_cluster(folder: Path, grace_s: int, **spec) -> Iterator["Cluster"]:
         local.down()
 
 
+@contextmanager
+def submitit_cluster(nodes: int, host_paths: tuple[str, ...]) -> Iterator[LocalCluster]:
+    """A local cluster of ``nodes`` 8-CPU nodes whose jobs can run this host's interpreter
+    (submitit's): a newer Slurm's jobs run in its chroot, which sees ``host_paths`` bound
+    read-only at the same paths; where they cannot be bound, the test is skipped, saying
+    why."""
+    import pytest
+
+    from slurm_marl.testcluster.chroot import chroot_path, host_path_target, outermost
+    from slurm_marl.testcluster.errors import HarnessError
+
+    spec = ClusterSpec(nodes=nodes, cores_per_socket=4)
+    version = default_version()
+    if version is not None:
+        try:    # an interpreter under /usr (Debian's own) cannot be bound: the chroot's is there
+            for path in outermost(host_paths):
+                host_path_target(chroot_path(version), path)
+        except HarnessError as exc:
+            pytest.skip(f"Slurm {version}: submitit's job cannot run this interpreter: {exc}")
+        spec = ClusterSpec(nodes=nodes, cores_per_socket=4, host_paths=host_paths)
+    cluster = LocalCluster(spec=spec).up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
 def fast_las(threshold_gpu_s: int) -> str:
     """A 2D-LAS profile with one tiny threshold, so a test sees demotion (and preemption)
     within seconds."""

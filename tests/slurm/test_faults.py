@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from faultwrap import WRITES
 from slurmtest import Cluster, Daemon, gated_cluster, write_agent_config
 
 from slurm_marl.daemon.config import load_config
@@ -240,7 +241,10 @@ def test_agent_killed_right_after_each_protocol_step(setup, match, tmp_path):
 
 # squeue calls: the first cycle's full read (1); on 24.11+ the second cycle's job listing
 # and full read that keeps what it read (2, 3), the third's listing and read of what changed
-# (4, 5); on 22.05 one full read a cycle.
+# (4, 5); on 22.05 one full read a cycle. Between them the sink's reads of the requests it
+# pins: one `squeue -h -j a,b,c` before its writes, one after (issue 31; on 22.05.8 the
+# calls were: 1, 2 full reads, 3 the read before the first pins, 4 their read-back, 5 the
+# next full read).
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_a_failed_read_never_costs_a_job_its_gpus(setup, n, tmp_path):
     c, cfg, wrap, real = setup
@@ -328,20 +332,30 @@ def test_killed_after_its_nth_write_with_a_requeued_narrowed_job(setup, which, n
     finally:
         assert first.stop() == 0, first.output()
     assert len(ran.nodes) == 1
-    c.run("scontrol", "requeue", str(job))
-    # every GPU busy past Slurm's requeue delay: the agent decides the job again while it
-    # waits (else Slurm starts it at once, with nothing for the agent to write)
-    # (they run past the job's requeue delay by 10 s: by 6 s, once on CI's loaded 24.11 run,
-    # the agent never wrote to the job; the message below now says what it saw)
-    others = {submit(c, "-w", node, "--gres=gpu:4", seconds=CRED_EXPIRE_S + 10): (4, None)
-              for node in ("n1", "n2")}
     fault_dir = tmp_path / "f"
     fault_dir.mkdir()
     env = {"FAULT_DIR": str(fault_dir), "FAULT_KILL_AFTER": str(n),
            "FAULT_MATCH": f"jobid={job} " if which == "own" else "",
            "PATH": f"{wrap}:{c.local.env['PATH']}", "FAULT_REAL_BIN": str(real)}
-    daemon = Daemon(cfg, c.local.env, extra_env=env, wait=False)
+    # Requeued and held by the admin at once (its service stays below the 2D-LAS threshold:
+    # the agent must not demote and requeue it itself), so that the agent is up (a cycle
+    # done) before the busy jobs come and the job is released: started after them, its
+    # start outlasted the gate's grace twice on CI's loaded runs (both releases made by the
+    # gate, so no write 1 or 3 ever came). A held job it leaves alone: no write before.
+    c.run("scontrol", "requeuehold", str(job))
+    c.wait_for(lambda: (j := c.job(job)) is not None and j.is_pending and j.held, 30,
+               "the job to be requeued and held")
+    daemon = Daemon(cfg, c.local.env, extra_env=env)
     try:
+        calls = fault_dir / "calls.log"
+        writes = [ln for ln in (calls.read_text() if calls.exists() else "").splitlines()
+                  if ln.split()[:2] in (["scontrol", w] for w in WRITES)]
+        assert writes == [], writes
+        # every GPU busy past Slurm's requeue delay: the agent decides the job again while
+        # it waits (else Slurm starts it at once, with nothing for the agent to write)
+        others = {submit(c, "-w", node, "--gres=gpu:4", seconds=CRED_EXPIRE_S + 10):
+                  (4, None) for node in ("n1", "n2")}
+        c.run("scontrol", "release", str(job))
         deadline = time.monotonic() + CRED_EXPIRE_S + GRACE_S + 30
         while daemon.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)

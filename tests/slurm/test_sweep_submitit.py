@@ -13,9 +13,7 @@ import pytest
 import slurm_marl
 from slurm_marl.shared_data import data_dir, data_file
 from slurm_marl.sweep import comparable, cross_product, run_sweep
-from slurm_marl.testcluster import ClusterSpec, LocalCluster, default_version
-from slurm_marl.testcluster.chroot import chroot_path, host_path_target, outermost
-from slurm_marl.testcluster.errors import HarnessError
+from slurmtest import submitit_cluster
 
 pytestmark = pytest.mark.slurm
 
@@ -38,21 +36,8 @@ def job_host_paths() -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def local_slurm():
     """A 2-node cluster: 16 one-CPU tasks at a time."""
-    spec = ClusterSpec(nodes=2, cores_per_socket=4)
-    version = default_version()
-    if version is not None:
-        paths = job_host_paths()
-        try:    # an interpreter under /usr (Debian's own) cannot be bound: the chroot's is there
-            for path in outermost(paths):
-                host_path_target(chroot_path(version), path)
-        except HarnessError as exc:
-            pytest.skip(f"Slurm {version}: submitit's job cannot run this interpreter: {exc}")
-        spec = ClusterSpec(nodes=2, cores_per_socket=4, host_paths=paths)
-    cluster = LocalCluster(spec=spec).up()
-    try:
+    with submitit_cluster(2, job_host_paths()) as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 def sweep_cells():

@@ -1,7 +1,10 @@
 """A pynvml stand-in that replays recorded answers (tests/data/topology/nvml/*.json).
 
 It raises pynvml's own NVMLError subclasses, so the probe meets the same exception types
-as on a real node.
+as on a real node. Two forms: hand-written files list each GPU's NVLink peers
+(``nvlink_remote_pci_bus_ids``, one per enabled link); files written on a real node by
+``slurm-marl probe --record-nvml`` (``slurm_marl/topology/nvml_record.py``) hold every
+link's state and remote answer (``nvlinks``) and any answer may be ``{"error": NAME}``.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class FakeNvml:
 
     def nvmlSystemGetDriverVersion(self):
         self._check()
-        return self.recorded["driver_version"]
+        return self._value(self.recorded["driver_version"])
 
     def nvmlDeviceGetCount(self):
         self._check()
@@ -88,16 +91,26 @@ class FakeNvml:
         return self._value(self._dev(handle)["numa_node"])
 
     def nvmlDeviceGetCpuAffinity(self, handle, cpu_set_size):
-        words = list(self._dev(handle)["cpu_affinity_words"])
+        words = list(self._value(self._dev(handle)["cpu_affinity_words"]))
         return (words + [0] * cpu_set_size)[:cpu_set_size]
 
+    def _link(self, handle, link):
+        links = self._dev(handle)["nvlinks"]
+        if not 0 <= link < len(links):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return links[link]
+
     def nvmlDeviceGetNvLinkState(self, handle, link):
+        if "nvlinks" in self._dev(handle):
+            return self._value(self._link(handle, link)["state"])
         remotes = self._dev(handle)["nvlink_remote_pci_bus_ids"]
         if link >= len(remotes):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return pynvml.NVML_FEATURE_ENABLED
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle, link):
+        if "nvlinks" in self._dev(handle):
+            return _PciInfo(self._value(self._link(handle, link)["remote_pci_bus_id"]).encode())
         remotes = self._dev(handle)["nvlink_remote_pci_bus_ids"]
         if link >= len(remotes):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -105,8 +118,8 @@ class FakeNvml:
 
     def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
         self._check()
-        return self.recorded["topology_common_ancestor"][a[1]][b[1]]
+        return self._value(self.recorded["topology_common_ancestor"][a[1]][b[1]])
 
     def nvmlDeviceGetP2PStatus(self, a, b, index):
         self._check()
-        return self.recorded["p2p_read_status"][a[1]][b[1]]
+        return self._value(self.recorded["p2p_read_status"][a[1]][b[1]])

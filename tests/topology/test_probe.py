@@ -184,3 +184,71 @@ def test_probe_command_writes_and_prints_json(tmp_path, capsys):
     assert groups and groups[0]["source"] == "gres.conf" and groups[0]["gpu_indices"] == [0, 1]
     assert json.loads((tmp_path / "out" / "vm-test.json").read_text())["node"] == "vm-test"
     assert socket.gethostname()  # the document also records the real host name
+
+
+def test_recorded_nvml_answers_replay_to_the_same_probe(fake, tmp_path):
+    """``probe --record-nvml`` on the DGX-like replay: the recording, replayed, gives the
+    probe exactly what the original answers gave (every NVLink, error and matrix entry)."""
+    from slurm_marl.topology.nvml_record import record_nvml
+
+    recorded = record_nvml(fake, 16, "round trip")
+    assert recorded["devices"][0]["numa_node"] == {"error": "NOT_SUPPORTED"}
+    assert [lk["state"] for lk in recorded["devices"][0]["nvlinks"]][:7] == \
+        [pynvml.NVML_FEATURE_ENABLED] * 6 + [{"error": "NOT_SUPPORTED"}]
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(recorded))
+    again = FakeNvml.from_file(path)
+    assert probe_nvml(again, 16) == probe_nvml(FakeNvml.from_file(
+        Path(__file__).parents[1] / "data/topology/nvml/dgx_like_2s8g.json"), 16)
+    assert again.calls[-1] == "shutdown" and fake.calls[-1] == "shutdown"
+
+
+def test_record_nvml_without_nvml_says_so_in_one_line(tmp_path):
+    """Here (no NVIDIA driver) ``slurm-marl probe --record-nvml`` writes the probe document,
+    then fails with one line naming NVML's own error, and writes no recording."""
+    import subprocess
+
+    out = tmp_path / "probes"
+    done = subprocess.run([sys.executable, "-m", "slurm_marl.cli", "probe", "--output-dir",
+                           str(out), "--node-name", "here", "--record-nvml",
+                           str(tmp_path / "rec.json")],
+                          env={**os.environ, "SLURM_CONF": str(tmp_path / "none.conf")},
+                          capture_output=True, text=True, timeout=120)
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "cannot record NVML" in done.stdout + done.stderr
+        assert str(exc) in done.stdout + done.stderr
+        assert not (tmp_path / "rec.json").exists()
+        assert (out / "here.json").exists()
+    else:   # a machine with NVML: the recording replays
+        pynvml.nvmlShutdown()
+        assert done.returncode == 0, done.stdout + done.stderr
+        FakeNvml.from_file(tmp_path / "rec.json")
+
+
+def test_a_real_h200_replays_to_the_probe_it_gave(data_dir, tmp_path):
+    """A real GPU server (one H200 in a VM, tests/data/topology/real_h200_vm/README.md): its
+    recorded NVML answers, lstopo XML and sysfs, replayed, give the probe document the live
+    probe wrote there, field for field. The GPU is placed from hwloc (sysfs numa_node -1,
+    NVML without a NUMA id), with no fallback; the graph has one group on socket 0."""
+    from slurm_marl.topology.graph import build_topology_graph, gpu_groups_of
+
+    live = json.loads((data_dir / "probe/h200_vm_1g.json").read_text())
+    snap = json.loads((data_dir / "real_h200_vm/sysfs.json").read_text())
+    sysfs = make_sysfs(tmp_path / "sys", {bus: int(e["numa_node"])
+                                          for bus, e in snap["pci"].items()})
+    replayed = probe_node(nvml=FakeNvml.from_file(data_dir / "nvml/h200_vm_1g.json"),
+                          lstopo=lambda: (data_dir / "hwloc/h200_vm_1g.xml").read_text(),
+                          sysfs_root=sysfs, proc_root=tmp_path / "proc", node_name="gpu01",
+                          now_s=live["probed_at_s"])
+    replayed["hostname"] = live["hostname"]
+    assert json.loads(json.dumps(replayed)) == live
+    (gpu,) = live["gpus"]
+    assert (gpu["name"], gpu["sysfs_numa_node_raw"], gpu["numa_source"]) == \
+        ("NVIDIA H200", "-1", "hwloc")
+    assert live["nvml"]["warnings"] == ["GPU 0 NUMA node: Not Supported"]
+    assert live["fallbacks"] == [] and gpu["nvlinks"] == []
+    graph = build_topology_graph(probes={"gpu01": validate_probe_document(live, "h200")})
+    assert [(g.gpu_indices, g.socket) for g in gpu_groups_of(graph, "gpu01")] == [((0,), 0)]

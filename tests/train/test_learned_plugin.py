@@ -196,7 +196,10 @@ def test_learned_profile_is_las_consolidate_with_the_learned_plugin(tiny_cluster
 def test_incremental_cycles_equal_a_fresh_observer(tiny_cluster, tiny_interference):
     """Through a whole simulation, the observer that re-featurises only changed nodes and
     recounts claimed groups sees exactly what a fresh one (full rebuild) sees. (The level
-    tensors are those of the cycle's first decision, so they are compared there.)"""
+    tensors are those of the cycle's first decision, so they are compared there.) Among
+    them, incremental cycles whose first placement comes after a preemption of the same
+    cycle: the preempted job's groups are recounted although its nodes did not change (they
+    were not, until the 1 us later wake-up made this sequence appear here)."""
     from slurm_marl.agent.observe import Observer
     from slurm_marl.policy.framework import Policy
     from slurm_marl.agent.learned import Choice, LearnedPlacement
@@ -204,7 +207,7 @@ def test_incremental_cycles_equal_a_fresh_observer(tiny_cluster, tiny_interferen
     from slurm_marl.sim.engine import Simulator
 
     observer = Observer(tiny_interference, ("a", "b"))
-    checked = {"n": 0, "incremental": 0, "first": 0, "state": None}
+    checked = {"n": 0, "incremental": 0, "first": 0, "state": None, "after_preempt": 0}
 
     def choose(obs, state):
         fresh = Observer(tiny_interference, ("a", "b")).observe(
@@ -212,6 +215,8 @@ def test_incremental_cycles_equal_a_fresh_observer(tiny_cluster, tiny_interferen
         if state is not checked["state"]:
             checked["state"] = state
             checked["first"] += 1
+            checked["after_preempt"] += bool(state.colocation_changed) and \
+                observer._cycle.incremental_nodes is not None
             for level, x in obs.x.items():
                 assert torch.allclose(x, fresh.x[level]), level
         assert torch.allclose(obs.live, fresh.live) and torch.equal(obs.mask, fresh.mask)
@@ -228,6 +233,7 @@ def test_incremental_cycles_equal_a_fresh_observer(tiny_cluster, tiny_interferen
     Simulator(tiny_cluster, tiny_workload(40, 9, mean_gap_s=60.0), policy,
               interference="high").run()
     assert checked["n"] >= 40 and checked["incremental"] >= 10 and checked["first"] >= 20
+    assert checked["after_preempt"] >= 1
 
 
 def test_the_shipped_demo_checkpoint_drives_the_demo_cluster(caplog):

@@ -23,6 +23,8 @@ from slurm_marl.sim.traces import TraceJob
 
 
 class Recorder:
+    decides_partitions_apart = False   # whole snapshots, every partition decided each cycle
+
     def __init__(self, policy):
         self.policy, self.snapshots = policy, []
 

@@ -63,15 +63,20 @@ def test_a_changed_queue_runs_a_cycle_early_an_unchanged_one_waits_for_the_inter
     assert not run(pacer, clock, probe)       # "b" again: nothing new
 
 
+def always_changing():
+    """A probe whose queue fingerprint changes at every read."""
+    n = {"i": 0}
+
+    def probe():
+        n["i"] += 1
+        return str(n["i"])
+    return probe
+
+
 def test_an_early_cycle_waits_for_react_s_and_the_last_cycles_duration():
     clock = Clock()
     pacer = Pacer(10.0, 1.0, clock=clock)
-    n = {"i": 0}
-
-    def probe():                              # the queue changes all the time
-        n["i"] += 1
-        return str(n["i"])
-
+    probe = always_changing()
     assert run(pacer, clock, probe, duration=3.0)      # a slow cycle: 0 -> 3 s
     clock.t = 4.0
     assert not run(pacer, clock, probe)       # 1 s after it ended, but it took 3 s
@@ -89,3 +94,26 @@ def test_an_unknown_fingerprint_never_runs_a_cycle_early():
     assert not run(pacer, clock, lambda: None)
     clock.t = 5.0
     assert run(pacer, clock, lambda: None)
+
+
+def test_the_pacer_counts_a_cycle_up_to_its_last_start():
+    clock = Clock()
+    pacer = Pacer(10.0, 1.0, clock=clock)
+    probe = always_changing()
+    assert pacer.due(probe)
+    pacer.started()
+    clock.t = 3.0                      # starts done at 1.2 s, then 1.8 s of renewals
+    pacer.ended(1.2)
+    assert pacer.last_duration == 1.2 and pacer.last_end == 3.0
+    clock.t = 4.0
+    assert not pacer.due(probe)        # react_s after its end, not yet 1.2 s
+    clock.t = 4.25
+    assert pacer.due(probe)            # was 6.0 with the renewals counted
+    pacer.started()
+    clock.t = 5.0
+    pacer.ended(None)                  # not known: the whole duration
+    assert pacer.last_duration == 0.75
+    pacer.started()
+    clock.t = 5.5
+    pacer.ended(9.0)                   # never more than the whole cycle
+    assert pacer.last_duration == 0.5

@@ -232,8 +232,8 @@ def test_report_reads_sacct_text_and_prints_json_with_the_documented_keys(tmp_pa
     assert "nodes b[1-2],n1" not in " ".join(doc["cluster"]["not_modelled"])  # gres.conf read
     assert any("time limits" in s for s in doc["simulator_not_modelled"])
     (entry,) = [e for e in doc["what_if"]["results"] if e["profile"] == "las-consolidate"]
-    assert set(entry) == {"profile", "interference", "baseline", "predictions",
-                          "prediction_prior_jobs", "interference_estimator_samples", "all",
+    assert set(entry) == {"profile", "interference", "baseline", "profiles_by_partition",
+                          "predictions", "prediction_prior_jobs", "interference_estimator_samples", "all",
                           "per_job", "by_partition", "ratio_percentiles"}
     assert set(entry["all"]) == {"jobs", "finished", "avg_jct_s", "p95_jct_s", "avg_wait_s",
                                  "p95_wait_s", "preemptions", "gpu_utilisation"}

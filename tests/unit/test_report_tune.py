@@ -12,6 +12,8 @@ import pytest
 
 from slurm_marl.history.records import HistoryJob, write_history
 from slurm_marl.policy.profile import load_profile
+from slurm_marl.sim import report as R
+from slurm_marl.sim.run import simulate
 from slurm_marl.sim.site_config import read_site_cluster
 from slurm_marl.train import site_tuning as T
 from slurm_marl.train.thresholds import FIXED_TIRESIAS, CemConfig
@@ -126,7 +128,8 @@ def test_report_tune_writes_profiles_config_lines_json_and_html(tmp_path):
     doc = json.loads(r.stdout)
     t = doc["tuning"]
     assert set(t) == {"split", "learn", "evaluate", "interference", "start", "min_gain",
-                      "min_jobs", "search", "partitions", "profiles_out", "config_lines"}
+                      "min_jobs", "search", "partitions", "profiles_out", "config_lines",
+                      "recommended"}
     assert t["learn"] == {"from": "2024-05-01T08:00:00", "to": "2024-05-03T08:00:00",
                           "jobs": 60}
     assert t["evaluate"]["jobs"] == 30 and t["search"]["population"] == 8
@@ -139,7 +142,23 @@ def test_report_tune_writes_profiles_config_lines_json_and_html(tmp_path):
     # the evaluation part is the what-if's period: las-consolidate's JCT is the same
     (las,) = [e for e in doc["what_if"]["results"] if e["profile"] == "las-consolidate"]
     assert gpu["evaluate_avg_jct_s"]["las-consolidate"] == las["all"]["avg_jct_s"]
+    # the recommendation (gpu's learned knobs, big's las-consolidate) is a what-if row, and
+    # its gpu jobs are those of the learned knobs' evaluation
+    (rec,) = [e for e in doc["what_if"]["results"] if e["profile"] == "recommended"]
+    assert rec["profiles_by_partition"] == {"gpu": "tuned-gpu", "big": "las-consolidate"}
+    assert rec["by_partition"]["gpu"]["avg_jct_s"] == gpu["evaluate_avg_jct_s"]["learned"]
+    (fifo,) = [e for e in doc["what_if"]["results"] if e["profile"] == "fifo-backfill"]
+    assert t["recommended"] == {
+        "profiles_by_partition": rec["profiles_by_partition"], "learned_in_period": False,
+        "predicted": {"none": {
+            "avg_jct_s": rec["all"]["avg_jct_s"], "p95_jct_s": rec["all"]["p95_jct_s"],
+            "avg_wait_s": rec["all"]["avg_wait_s"],
+            "fifo-backfill_avg_jct_s": fifo["all"]["avg_jct_s"],
+            "avg_jct_ratio": round(rec["all"]["avg_jct_s"] / fifo["all"]["avg_jct_s"], 4),
+            "share_slower_1_1x": rec["per_job"]["share_slower_1_1x"],
+            "worst_ratio": rec["per_job"]["worst_ratio"]}}}
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Recommended, per partition: <b>gpu</b>: tuned-gpu" in page
     assert "<h2>Tuned profiles</h2>" in page
     assert "violation of the per-job bound; learned knobs kept" in page
     assert "[agent.partition_profiles]" in page and "not tuned: 0 jobs to learn from" in page
@@ -149,6 +168,36 @@ def test_report_tune_writes_profiles_config_lines_json_and_html(tmp_path):
                "fifo-backfill", "--strengths", "none", "--tune", "--profiles-out", str(out))
     assert r.exit_code == 0, r.output
     assert "tuned profiles" in r.stdout and "paste into the daemon's config" in r.stdout
+    assert "recommended (gpu: tuned-gpu, big: las-consolidate)" in r.stdout
+    assert "none interference: avg JCT" in r.stdout
+
+
+def test_the_recommended_run_takes_each_partition_s_jobs_from_its_own_profile(tmp_path):
+    """And those are what the profile gives the partition alone: partitions share no
+    nodes and a job waits only for its own partition's GPUs."""
+    c = cluster(tmp_path)
+    jobs = equal_jobs("p", 0, 30, 600) + [
+        job(f"b{k}", k * 500.0, 0, 3000 + 400 * (k % 5), gpus=4, partition="big")
+        for k in range(30)]
+    trace = R.site_trace(jobs, c)
+    fifo, las = load_profile("fifo-backfill"), load_profile("las-consolidate")
+    runs = R.run_all(trace, c, [fifo, las], ["none"], recommended={"gpu": fifo, "big": las})
+    rec = runs.cells[-1][0]
+    assert rec.profile.name == "recommended" and runs.recommended == {
+        "gpu": "fifo-backfill", "big": "las-consolidate"}
+
+    def finishes(run, part):
+        return {j.job_id: j.finish_s for j in run.outcome.jobs if j.partition == part}
+
+    full = {run.profile.name: run for run, _ in runs.cells[:2]}
+    assert finishes(rec, "gpu") == finishes(full["fifo-backfill"], "gpu")
+    assert finishes(rec, "big") == finishes(full["las-consolidate"], "big")
+    assert len(rec.outcome.jobs) == 60 and rec.outcome.preemptions == sum(
+        j.preemptions for j in rec.outcome.jobs)
+    assert full["las-consolidate"].outcome.preemptions > 0     # the queues were real
+    for part, prof in (("gpu", fifo), ("big", las)):
+        alone = simulate([t for t in trace.trace if t.partition == part], c, prof)
+        assert finishes(alone, part) == finishes(rec, part)
 
 
 def test_tune_from_without_tune_or_after_from_is_one_line_and_exit_2(tmp_path):
@@ -163,3 +212,34 @@ def test_tune_from_without_tune_or_after_from_is_one_line_and_exit_2(tmp_path):
         assert r.exit_code == 2, r.output
         assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
         assert expect in r.stderr
+
+
+def test_a_recommendation_learned_on_the_period_says_it_is_optimistic(tmp_path):
+    # no --from: the period's first two thirds learn, and the recommended rows run on the
+    # whole period, those jobs included
+    write_history(tmp_path / "h.csv", equal_jobs("p", 0, 60, 600))
+    args = ("--history", str(tmp_path / "h.csv"), "--slurm-conf", str(site(tmp_path)),
+            "--profiles", "fifo-backfill", "--strengths", "none", "--tune",
+            "--profiles-out", str(tmp_path / "p"))
+    r = invoke(*args, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["tuning"]["recommended"]["learned_in_period"] is True
+    r = invoke(*args)
+    assert r.exit_code == 0, r.output
+    assert "optimistic: the knobs were learned on the period's first two thirds" in r.stdout
+
+
+def test_the_local_backend_gives_the_same_report_as_inline(tmp_path):
+    jobs = equal_jobs("a", 0, 30, 600) + equal_jobs("b", 1, 30, 600) \
+        + equal_jobs("p", 2, 30, 600)
+    write_history(tmp_path / "h.csv", jobs)
+    args = ("--history", str(tmp_path / "h.csv"), "--slurm-conf", str(site(tmp_path)),
+            "--from", "2024-05-03T08:00", "--to", "2024-05-04T08:00",
+            "--profiles", "fifo-backfill,las-consolidate,las-lif", "--strengths",
+            "none,medium", "--tune", "--profiles-out", str(tmp_path / "p"), "--json")
+    inline = invoke(*args)
+    local = invoke(*args, "--backend", "local", "--workers", "2")
+    assert inline.exit_code == 0 and local.exit_code == 0, (inline.output, local.output)
+    assert json.loads(local.stdout) == json.loads(inline.stdout)
+    r = invoke(*args, "--backend", "cloud")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --backend must be one of")

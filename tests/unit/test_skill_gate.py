@@ -256,10 +256,10 @@ def sim_snapshots_moved(predictor_cls, params: GateParams | None = None
         seen = []
         cycle = policy.run_cycle
 
-        def recording(snap):
+        def recording(snap, partitions=None):
             seen.append((snap.time_s, {j.job_id: (j.predicted_gpu_s, j.prediction_withheld)
                                        for j in snap.jobs}))
-            return cycle(snap)
+            return cycle(snap, partitions)
 
         policy.run_cycle = recording
         sim = Simulator(parse_cluster("1x2x4"), jobs, policy,

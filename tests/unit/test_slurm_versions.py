@@ -440,8 +440,9 @@ class SqueueO:
 def test_sink_accepts_both_read_back_forms(read_back):
     sink = CliDecisionSink(SqueueO(read_back))
     assert sink.read_request(7) == {"gpus_per_node": 2, "gpus_per_job": 0, "gpu_type": "s1"}
-    assert sink.verify_request(7, {"TresPerNode": "gres:gpu:s1:2"}) == ""
-    assert "reads back" in sink.verify_request(7, {"TresPerNode": "gres:gpu:s0:2"})
+    now = sink.read_requests([7])[7]
+    assert sink._verify_against(now, {"TresPerNode": "gres:gpu:s1:2"}) == ""
+    assert "reads back" in sink._verify_against(now, {"TresPerNode": "gres:gpu:s0:2"})
 
 
 def test_source_follows_an_answer_that_names_another_version():

@@ -25,17 +25,20 @@ Parameters: ``checkpoint`` (default: the one shipped in ``slurm_marl/data``), ``
 may be deferred while placements exist, counted from its first deferral, 0 for no bound;
 default: what the checkpoint was trained with) and ``max_agent_jobs`` (per agent and cycle,
 the jobs its agent decides, the first the framework asks about, i.e. the head of the queue;
-the fallback places the rest in the same cycle; default 0: no bound). A deferral stands, without asking the agent
-again, until the job's options (its live features and mask) change. The checkpoint is
-loaded with ``weights_only=True``. If it is missing, unreadable or made for other features,
-or a job's partition has no agent, the plugin falls back to a named heuristic
-(``fallback``, default ``consolidate``) and says so once in the log. Only the inference
+the fallback places the rest in the same cycle; default 0: no bound). A deferral stands,
+without asking the agent again, until the job's options (its live features and mask)
+change. The checkpoint is loaded with ``weights_only=True``. If it is missing, unreadable
+or made for other features, or a job's partition has no agent, the plugin falls back to a
+named heuristic (``fallback``, default ``consolidate``) and says so once in the log. With
+``Policy.reuse_decisions`` an unchanged cycle is reused where no agent placed a job in the
+last one (``reuse_horizon``). Only the inference
 modules are imported here, never training code.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +106,8 @@ class LearnedPlacement:
     filters = True         # only the agent's own placement is feasible
     node_specific = True   # a group's score depends on its place in the topology
     reads_host = True      # conservative; node_specific already keeps every node
-    pure = False           # keeps its observer and standing deferrals across cycles
+    pure = False           # keeps its observer and standing deferrals across cycles (reuse:
+    #                        reuse_horizon)
 
     def __init__(self, observer, chooser: Callable | None, fallback: PlacePlugin,
                  fallback_key: str = DEFAULT_FALLBACK,
@@ -129,6 +133,8 @@ class LearnedPlacement:
         self._deferred_since: dict[int, float] = {}
         self._standing: dict[int, bytes] = {}
         self._warned: set[str] = set()
+        # This cycle's reuse horizon (``reuse_horizon``).
+        self._horizon = math.inf
 
     @property
     def active(self) -> bool:
@@ -140,6 +146,7 @@ class LearnedPlacement:
             self._choices = {}
             self._deferred = set()
             self._owned = {}
+            self._horizon = math.inf
             if len(self._deferred_since) > 4 * max(64, len(state.snapshot.jobs)):
                 alive = {j.job_id for j in state.snapshot.jobs}
                 for table in (self._deferred_since, self._standing):
@@ -177,13 +184,31 @@ class LearnedPlacement:
                 choice = self.chooser(obs, state)
             if choice.defer:
                 self._deferred.add(job.job_id)
-                self._deferred_since.setdefault(job.job_id, state.now_s)
+                since = self._deferred_since.setdefault(job.job_id, state.now_s)
                 self._standing[job.job_id] = options
+                # it stands on the same options until max_defer_s ends it (the mask changes;
+                # a millisecond early, so that rounding never lets a reuse pass the end)
+                if self.observer.max_defer_s > 0:
+                    self._horizon = min(self._horizon,
+                                        since + self.observer.max_defer_s - 1e-3)
             else:
                 self._deferred_since.pop(job.job_id, None)
                 self._standing.pop(job.job_id, None)
+                # the agent placed it on features that move with the clock (its wait)
+                self._horizon = -math.inf
         self._choices[job.job_id] = choice
         return choice
+
+    def reuse_horizon(self, state: CycleState) -> float:
+        """Until when the cycle that decided ``state`` would be decided the same on equal
+        inputs (``Policy.reuse_decisions``): for ever where no agent was asked or each
+        asked agent deferred (a deferral stands while the job's options are unchanged),
+        until the first such deferral's ``max_defer_s`` ends (the options change then);
+        never where an agent placed a job (its features hold its wait, which the clock
+        moves). A saturated cluster, where no agent is asked, reuses its cycles."""
+        if not self.active or state is not self._state:
+            return math.inf
+        return self._horizon
 
     def plugin_for(self, job: Job, state: CycleState) -> PlacePlugin | LearnedPlacement:
         """The plugin whose rules decide this job: this one for jobs an agent places, the

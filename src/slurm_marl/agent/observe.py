@@ -96,6 +96,9 @@ class CycleFeatures:
     counts: np.ndarray                 # family counts per global group row at the snapshot
     topology: "Topology | None" = None
     incremental_nodes: int | None = None   # nodes re-featurised in place (None: full)
+    # Nodes whose ``counts`` hold the cycle's own claims/preemptions made before they were
+    # counted (``PlacementState.colocation_changed``), not the snapshot: recounted next time.
+    state_nodes: frozenset[int] = frozenset()
 
 
 class Observer:
@@ -152,28 +155,34 @@ class Observer:
         When the previous snapshot had the same layout and only a few ``Node`` objects
         changed (the simulator reuses unchanged ones), only those nodes are re-featurised
         (``Featuriser.update_node``) and their groups' family counts recounted from the
-        cycle's co-location index; otherwise everything is rebuilt."""
+        cycle's co-location index, with those of the nodes whose co-location this cycle or
+        the last changed before the counting (a preemption before the cycle's first
+        placement); otherwise everything is rebuilt."""
         if self._cycle is not None and self._cycle.snapshot is snapshot:
             return self._cycle
         top = self.topology_for(snapshot)
         prev = self._cycle
         changed = None
-        if prev is not None and prev.topology is top and state is not None \
-                and state.snapshot is snapshot:
+        with_state = state is not None and state.snapshot is snapshot
+        state_nodes = frozenset(state.colocation_changed) if with_state else frozenset()
+        if prev is not None and prev.topology is top and with_state:
             old = prev.snapshot.nodes
             changed = [k for k, node in enumerate(snapshot.nodes) if node is not old[k]]
-            if len(changed) > max(16, len(old) // 20):
+            # counts to redo beyond the changed nodes: where this cycle (a preemption before
+            # its first placement) or the last one changed co-location from its snapshot
+            recount = sorted(set(changed) | state_nodes | prev.state_nodes)
+            if len(recount) > max(16, len(old) // 20):
                 changed = None
         if changed is None:
             tensors = top.featuriser.featurise(snapshot)
-            counts = (self.families.state_counts(state, top) if state is not None
-                      and state.snapshot is snapshot
+            counts = (self.families.state_counts(state, top) if with_state
                       else self.families.snapshot_counts(snapshot, top))
         else:
             tensors = prev.tensors
             counts = prev.counts.copy()
             for k in changed:
                 tensors = top.featuriser.update_node(snapshot, snapshot.nodes[k].name)
+            for k in recount:
                 self.families.recount_node(state, top, counts, k)
         sizes = np.maximum(top.group_cap, 1.0)[:, None]
         group_x = torch.cat([tensors.x["gpu_group"], torch.from_numpy(counts / sizes)], dim=1)
@@ -186,7 +195,7 @@ class Observer:
             if j.is_pending:
                 pending[j.partition] = pending.get(j.partition, 0) + 1
         self._cycle = CycleFeatures(snapshot, tensors, x, pending, counts, top,
-                                    None if changed is None else len(changed))
+                                    None if changed is None else len(changed), state_nodes)
         return self._cycle
 
     @staticmethod

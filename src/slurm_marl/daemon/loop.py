@@ -97,7 +97,10 @@ class Pacer:
     as the last cycle started: a job arrived, started or ended, so freed GPUs wait about
     ``react_s`` for the agent, not up to ``interval_s``. An early cycle waits at least
     ``react_s`` and the last cycle's own duration after it ended, so cycles take at most
-    about half the time however busy the queue."""
+    about half the time however busy the queue. That duration is the cycle's up to its last
+    start (``ended(busy_s)``: the lease renewals and bookkeeping after the starts are not
+    counted), so a batch of renewals does not hold back the next start; the lease is
+    renewed every cycle all the same."""
 
     def __init__(self, interval_s: float, react_s: float, clock=time.monotonic) -> None:
         self.interval_s = interval_s
@@ -129,10 +132,14 @@ class Pacer:
     def started(self) -> None:
         self.last_start = self.clock()
 
-    def ended(self) -> None:
+    def ended(self, busy_s: float | None = None) -> None:
+        """The cycle ended; ``busy_s``: how long it took up to its last start (the
+        report's ``starts_s``), None: its whole duration counts."""
         self.last_end = self.clock()
         if self.last_start is not None:
             self.last_duration = self.last_end - self.last_start
+            if busy_s is not None:
+                self.last_duration = max(0.0, min(self.last_duration, busy_s))
 
 
 class Retention:
@@ -303,7 +310,7 @@ def _run_active(config: Config, agent: Agent | None, max_cycles: int | None, not
                 return
             pacer.started()
             report = agent.cycle()
-            pacer.ended()
+            pacer.ended(getattr(report, "starts_s", None))
         watchdog.cycle_done(report.error is None)
         count["n"] += 1
         if count["n"] == 1:

@@ -64,6 +64,10 @@ class CycleReport:
     # managed partitions Slurm does not list; some of them: a warning, all: an error
     unknown_partitions: tuple[str, ...] = ()
     warning: str | None = None
+    # seconds from the cycle's start to the end of its writes before the lease renewals
+    # (the sink's ``starts_done``): what the loop paces early cycles on. None: the sink
+    # made no writes this cycle or does not say (then the whole duration counts)
+    starts_s: float | None = None
 
     @property
     def written(self) -> int:
@@ -170,6 +174,7 @@ class Agent:
         self._alone: dict[int, str] = {}
         self._alone_recorded: dict[int, str] = {}
         self._cycle_no = 0   # the cycle under way (repairs are recorded under it)
+        self._cycle_started = time.monotonic()  # when it began (``report.starts_s``)
         self.last_report: CycleReport | None = None
         self._unknown_logged: str | None = None  # unknown partitions, as last logged
         # the last cycle's outcome beside the store, for `status` when the store fails
@@ -208,6 +213,7 @@ class Agent:
         # 2.8 s -> 2.2 s a cycle without it). It runs again between cycles.
         collecting = gc.isenabled()
         gc.disable()
+        self._cycle_started = started
         try:
             self._cycle(report)
         except SlurmError as exc:
@@ -317,6 +323,9 @@ class Agent:
                                             writes + advice, snap)])
             return
         results = self.sink.apply(writes, snap) if writes else []
+        done = self.sink.starts_done() if writes else None
+        if done is not None:
+            report.starts_s = max(0.0, done - self._cycle_started)
         report.results = results
         self._remember(results, snap)
         # Plans that need no write (a job waits for GPUs) are recorded once per change,

@@ -62,6 +62,12 @@ class Preemption:
         self._given = ranked  # the running jobs, when the caller has ranked them already
         self._keys: list[tuple] = []
         self._gpus_from: list[int] = []      # GPUs held from the i-th down: a search bound
+        # Allowed nodes -> [lowest index not scanned yet, the nodes as a set, the ranked
+        # running jobs scanned holding GPUs there (indices, lowest ranked first; negated),
+        # GPUs they hold there summed from the lowest]: scanned upwards as far as a search
+        # needs, once a cycle per set of allowed nodes (a partition); a running job's
+        # allocations only go (preempted) within a cycle
+        self._touching: dict[tuple[int, ...], list] = {}
         self.preempted: set[int] = set()
 
     def _rank_running(self) -> None:
@@ -86,7 +92,10 @@ class Preemption:
         if first >= len(self._ranked):
             return None
         job, state = r.job, self.state
-        taken = self._search(job, self._lower(first), self._gpus_from[first])
+        # Only the running jobs holding GPUs on the allowed nodes: the others were skipped
+        # one by one; the GPUs those hold there bound the search as the GPUs held did.
+        touching, m, held = self._touching_from(state.allowed_nodes(job), first)
+        taken = self._search(job, self._lower(touching, m), min(self._gpus_from[first], held))
         if taken is None:
             return None
         cand, terms, victims = taken
@@ -101,12 +110,34 @@ class Preemption:
             job, cand, terms, True, state,
             "starts now after preempting " + ",".join(str(v.job_id) for v in victims))
 
-    def _lower(self, first: int) -> Iterator[Job]:
-        """Running jobs ranked from ``first`` down, lowest first, not yet preempted and
+    def _touching_from(self, allowed: tuple[int, ...], first: int
+                       ) -> tuple[list[int], int, int]:
+        """(Indices of the ranked running jobs holding GPUs on ``allowed``, lowest ranked
+        first; how many of them rank from ``first`` down; the GPUs those hold there)."""
+        t = self._touching.get(allowed)
+        if t is None:
+            t = self._touching[allowed] = [len(self._ranked), set(allowed), [], [], [0]]
+        scanned, nodes, neg, touching, held = t
+        if scanned > first:
+            allocs_of, ranked = self.state.running_allocs, self._ranked
+            for i in range(scanned - 1, first - 1, -1):
+                here = sum(k for n, _, k in allocs_of.get(ranked[i].job.job_id, ())
+                           if n in nodes)
+                if here:
+                    neg.append(-i)
+                    touching.append(i)
+                    held.append(held[-1] + here)
+            t[0] = first
+        m = bisect.bisect_right(neg, -first)
+        return touching, m, held[m]
+
+    def _lower(self, touching: list[int], m: int) -> Iterator[Job]:
+        """Running jobs ``touching[:m]`` (ranked, lowest first), not yet preempted and
         preemptible (the daemon marks jobs outside its preempt partitions otherwise)."""
-        for i in range(len(self._ranked) - 1, first - 1, -1):
-            job = self._ranked[i].job
-            if job.preemptible and job.job_id not in self.preempted:
+        ranked, preempted = self._ranked, self.preempted
+        for j in range(m):
+            job = ranked[touching[j]].job
+            if job.preemptible and job.job_id not in preempted:
                 yield job
 
     def _search(self, job: Job, lower: Iterable[Job], lower_gpus: int):
@@ -118,7 +149,10 @@ class Preemption:
         free_now = sum(sum(state.free[n]) for n in allowed)
         if free_now + lower_gpus < total:
             return None
-        overlay = [row[:] for row in state.free]
+        # The free rows, each copied when a victim first frees GPUs there (nothing writes
+        # the overlay otherwise): not all the cluster's rows per search
+        overlay = list(state.free)
+        copied: set[int] = set()
         cpus, mem = state.free_cpus[:], state.free_mem[:]
         added: list[Job] = []
         with state.hosts_as(cpus, mem):
@@ -128,6 +162,9 @@ class Preemption:
                     continue
                 vtotal = sum(k for _, _, k in allocs)
                 for n, g, k in allocs:
+                    if n not in copied:
+                        overlay[n] = overlay[n][:]
+                        copied.add(n)
                     overlay[n][g] += k
                     if n in allowed:
                         free_now += k

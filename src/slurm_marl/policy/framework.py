@@ -29,12 +29,16 @@ when all place plugins declare themselves ``pure`` and neither the ranking (of p
 and of running ones where preemption may pick victims) nor those inputs changed since the
 last cycle of the same partitions, that cycle's preemptions and placements are returned
 again instead of being searched for. On an unchanged cluster most of a cycle's work is that
-search.
+search. A plugin that is not pure (the learned one: deferrals kept across cycles, a clock
+in its features) takes part when it says, after each cycle, until when that cycle's
+decisions would be made again on the same inputs (``reuse_horizon(state)``: a time, inf
+for ever, -inf not at all); the reuse then also needs the clock before that time.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
@@ -90,9 +94,16 @@ class Policy:
         self._monotone = not any(p.filters for p, _ in self.place)
         # Reuse of the last cycle's preemptions and placements (module docstring).
         self.reuse_decisions = False
+        # A caller that never writes priorities (the simulator) turns the per-job
+        # SetPriority decisions off: a reason string per pending job per cycle otherwise.
+        self.emit_priorities = True
         self._settled_at: float | None = None    # settle_order's time, if it was called
-        self._pure = all(p.pure for p, _ in self.place)
-        self._reuse: dict[tuple, tuple[tuple, list[Decision]]] = {}
+        # Reuse needs every place plugin pure, or able to say until when the cycle it just
+        # decided would be decided the same on the same inputs (``reuse_horizon``).
+        self._timed = [p for p, _ in self.place if not p.pure]
+        self._reusable = all(callable(getattr(p, "reuse_horizon", None)) for p in self._timed)
+        self._last_state: CycleState | None = None
+        self._reuse: dict[tuple, tuple[tuple, list[Decision], float]] = {}
         self.reused_cycles = 0
 
     # -- ordering ------------------------------------------------------------------------
@@ -138,13 +149,44 @@ class Policy:
             self._guard_nodes = snapshot.nodes
             self._guard.set_capacity(sum(n.gpu_count for n in snapshot.nodes))
 
-    def run_cycle(self, snapshot: ClusterSnapshot) -> list[Decision]:
+    @property
+    def decides_partitions_apart(self) -> bool:
+        """Whether a partition's preemptions and placements depend only on what is in it
+        (its nodes, its jobs, its jobs' ranks among themselves, and, where
+        ``reads_leaves``, the multi-node jobs on its leaf switches), so that a partition in
+        which nothing changed since its last cycle decides nothing new and a caller may
+        leave it out (``run_cycle(partitions=...)``, the simulator). Not with a guard (a
+        blocked protected job holds back later jobs of every partition), nor without
+        backfill (the first blocked job ends the walk), nor with backfill's reservation (one
+        job of the whole cycle holds GPUs), nor with a plugin whose filter reads more than
+        the candidate's nodes (the learned agents: their own placement only), nor with an
+        order whose keys drift between events (``settles_at_wakes``: the Gittins index,
+        predicted remaining time measured against progress)."""
+        profile = self.profile
+        return (self._guard is None and profile.backfill and not profile.backfill_reserve
+                and getattr(self.order, "settles_at_wakes", False)
+                and all(not p.filters or getattr(p, "local_filter", False)
+                        for p, _ in self.place))
+
+    @property
+    def reads_leaves(self) -> bool:
+        """A filter reads co-location, whose leaf level (multi-node candidates) holds the
+        multi-node jobs of every partition on the leaf switch."""
+        return any(p.filters and p.needs_colocation for p, _ in self.place)
+
+    def run_cycle(self, snapshot: ClusterSnapshot,
+                  partitions: frozenset[str] | None = None) -> list[Decision]:
+        """The cycle's decisions (module docstring). ``partitions``: decide only the pending
+        jobs of these partitions (the rest of the snapshot is seen as it is); only for a
+        policy that ``decides_partitions_apart``, whose other partitions would decide
+        nothing new."""
         now = snapshot.time_s
         profile = self.profile
         self._guard_capacity(snapshot)
         if self._begin_cycle is not None and self._settled_at != now:
             self._begin_cycle(snapshot.jobs, now)
-        pending = [j for j in snapshot.jobs if j.state is PENDING]
+        pending = [j for j in snapshot.jobs if j.state is PENDING
+                   and (partitions is None or j.partition in partitions)]
         ranked = self.rank(pending, now)
 
         describe = self.order.describe
@@ -154,26 +196,30 @@ class Policy:
             SetPriority(job_id=r.job.job_id, plugin=order_key,
                         reason=describe(r.job, now, r.queue), priority=n_pending - rank,
                         queue=r.queue)
-            for rank, r in enumerate(ranked)]
+            for rank, r in enumerate(ranked)] if self.emit_priorities else []
         if not pending:
             return priorities
         running = None
         reuse_key = inputs = None
-        if self.reuse_decisions and self._pure:
+        if self.reuse_decisions and self._reusable:
             if profile.preemption:
                 running = self.rank([j for j in snapshot.jobs if j.state in ACTIVE_STATES],
                                     now)
-            reuse_key = tuple(p.name for p in snapshot.partitions)
+            reuse_key = (tuple(p.name for p in snapshot.partitions), partitions)
             inputs = _placement_inputs(snapshot, ranked, running)
             last = self._reuse.get(reuse_key)
-            if last is not None and last[0] == inputs:
+            # (a horizon of inf holds at any clock, inf too: a trace's job may arrive there)
+            if last is not None and last[0] == inputs and (last[2] == math.inf
+                                                           or now < last[2]):
                 self.reused_cycles += 1
                 return priorities + last[1]
         placed = self._allocate(snapshot, ranked, running)
         if reuse_key is not None:
             if len(self._reuse) > 64:  # views of other partition sets come and go
                 self._reuse.clear()
-            self._reuse[reuse_key] = (inputs, placed)
+            state, self._last_state = self._last_state, None
+            horizon = min((p.reuse_horizon(state) for p in self._timed), default=math.inf)
+            self._reuse[reuse_key] = (inputs, placed, horizon)
         return priorities + placed
 
     def _allocate(self, snapshot: ClusterSnapshot, ranked: list[RankedJob],
@@ -184,6 +230,8 @@ class Policy:
         profile = self.profile
         state = CycleState(snapshot, track_colocation=self._needs_colocation,
                            track_holders=profile.preemption)
+        if self._timed and self.reuse_decisions:
+            self._last_state = state    # for the plugins' reuse_horizon
         state.dedupe_nodes = self._dedupe_nodes
         state.dedupe_host = self._dedupe_host
         # The actions: allocate (here), then for a job that cannot start, preemption, then

@@ -27,6 +27,11 @@ _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 class OrderPlugin(Protocol):
     key: str
     time_dependent: bool     # keys change with time alone (next_change_s may return a time)
+    # Optional, False if absent: between events a job's key changes with time alone only
+    # at the times next_change_s gives (or moves a running job ahead, which enables no
+    # preemption), so ranks that changed no decision then change none later
+    # (``Policy.decides_partitions_apart``).
+    #   settles_at_wakes: bool
 
     def classify(self, job: Job, now_s: float) -> tuple[int, tuple]:
         """(queue index, sort key); smaller sorts first. Ties break by submit time, job id."""
@@ -72,7 +77,11 @@ class PlacePlugin(Protocol):
     pure: bool               # feasible()/score() read only the job, the candidate and the
     #                          cycle state (no state kept across cycles, no clock, none of
     #                          framework.NOT_READ_BY_PLACEMENT): a cycle's placements may be
-    #                          reused while those inputs and the ranking are unchanged
+    #                          reused while those inputs and the ranking are unchanged.
+    #                          A plugin that is not pure may still allow it with a method
+    #                          ``reuse_horizon(state) -> float``: until when the cycle that
+    #                          decided ``state`` would be decided the same on equal inputs
+    #                          (inf: for ever; -inf: not at all; the learned plugin)
 
     def feasible(self, job: Job, cand: "Candidate", state: "CycleState") -> bool:
         """Extra filtering on top of the framework's (free GPUs, CPUs, memory, partition)."""

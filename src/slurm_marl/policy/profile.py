@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 
@@ -81,6 +81,27 @@ class Profile:
     def __hash__(self) -> int:
         return hash((self.name, self.order, self.place, self.preemption, self.backfill,
                      self.backfill_reserve))
+
+    def __reduce__(self):
+        """Pickled as plain data and rebuilt frozen (a mappingproxy cannot be pickled), so
+        a profile crosses process boundaries (``report --backend local``)."""
+        return (_rebuild_profile, ({f.name: _thaw(getattr(self, f.name))
+                                    for f in fields(self)},))
+
+
+_MAPPING_FIELDS = ("order_params", "place_params", "guard")
+
+
+def _thaw(value):
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_thaw(v) for v in value)
+    return value
+
+
+def _rebuild_profile(values: dict) -> Profile:
+    return Profile(**{k: _frozen(v) if k in _MAPPING_FIELDS else v for k, v in values.items()})
 
 
 def plugin_keys(kind: str) -> tuple[str, ...]:

@@ -151,6 +151,9 @@ class CycleState:
         self._running_allocs: dict[int, tuple[tuple[int, int, int], ...]] | None = None
         # Placements claimed this cycle, noted before the running index exists.
         self._claimed: list[tuple[Job, tuple[tuple[int, int, int], ...]]] = []
+        # Nodes whose co-location this cycle changed (claims, preemptions): what differs
+        # from the snapshot there (the learned observer's incremental family counts).
+        self.colocation_changed: set[int] = set()
         # Nodes by class for single-node candidates (``node_class_fits``), over the lists
         # above (and ``colocated``); its pools are built on first use.
         self._classes = NodeClasses(self.free, self.free_cpus, self.free_mem, self.infos)
@@ -343,6 +346,7 @@ class CycleState:
             self._claimed.append((job, cand.allocs))
         else:
             self._note_colocation(job, cand.allocs)
+        self.colocation_changed.update(per_node)
         self._classes.touch(per_node)     # after the co-location its class may read
 
     def release_running(self, job: Job) -> tuple[tuple[int, int, int], ...]:
@@ -361,6 +365,7 @@ class CycleState:
         for n, k in per_node.items():
             self.free_cpus[n] += per_node_share(job.cpus, k, total)
             self.free_mem[n] += per_node_share(job.mem_mib, k, total)
+        self.colocation_changed.update(per_node)
         self._classes.touch(per_node)
         if len(per_node) > 1:
             for leaf in {self.leaf_of[n] for n in per_node}:

@@ -20,6 +20,12 @@ simulator picks the GPU of the named group with the most free slots; a placement
 GPU can hold is refused (the job stays pending, counted in ``refused_placements``), as Slurm
 allocates a job's shards of a node from one GPU.
 
+Partitions decided apart: where the policy's partitions cannot affect each other's
+decisions (``Policy.decides_partitions_apart``), a cycle decides only the partitions in
+which something happened since their last cycle, the others having nothing new to decide
+(``tests/sim/test_partitions_apart.py``: the same run, job by job). A wake-up comes a
+microsecond after the change it is for, so the change is there when it runs.
+
 Speed: the snapshot reuses every domain object that did not change (nodes whose GPUs did
 not change, pending jobs), so a cycle costs O(pending + running) object references plus one
 refreshed ``Job`` per running job; with interference ``none`` every speed is 1 and no
@@ -71,6 +77,7 @@ class Simulator:
         self.predictions_given = [0, 0]             # arrivals with it used, withheld
         self.gate_flips = 0
         self.policy = policy
+        policy.emit_priorities = False   # only placements and preemptions are acted on
         self.perf = perf or PerfParams(strength=interference)
         self.restart_delay_s = restart_delay_s
         self.cycle_period_s = cycle_period_s
@@ -100,6 +107,18 @@ class Simulator:
         self.coloc = ColocationIndex([[g.gpu_count for g in n.gpu_groups] for n in self.nodes],
                                      self.leaf)
         self.snapshot_nodes: tuple[Node, ...] = tuple(self.nodes)
+        # Partitions decided apart (``Policy.decides_partitions_apart``): a cycle decides
+        # only the partitions where something changed since their last cycle (an arrival,
+        # a finish, a refused start, a prediction gate that flipped; partitions sharing
+        # nodes together; with ``reads_leaves``, a multi-node job starting or ending on a
+        # leaf switch touches every partition there), the others deciding nothing new;
+        # a wake-up or a tick touches all. Same decisions, tested; a cycle otherwise costs
+        # every pending job of the cluster however few partitions changed.
+        self.apart = policy.decides_partitions_apart
+        self.reads_leaves = policy.reads_leaves
+        self.dirty: set[str] = set()
+        self.all_dirty = True
+        self.group_of, self.parts_on_leaf = _partition_groups(self.nodes)
 
         self.jobs, self.dropped = build_jobs(cluster, trace, seed, drop_oversized)
         self.by_id = {j.job_id: j for j in self.jobs}
@@ -356,8 +375,11 @@ class Simulator:
                         continue
                     j.finish_queued = False
                     nodes = self._stop(j, now)
+                    self._touch(j.partition)
                     if len(nodes) > 1:
                         multi_leaves.update(self.leaf[n] for n in nodes)
+                        if self.reads_leaves:
+                            self._touch_leaves(self.leaf[n] for n in nodes)
                     changed_nodes.update(nodes)
                     j.state = "done"
                     j.finish_s = now
@@ -369,6 +391,7 @@ class Simulator:
                     j = self.by_id[jid]
                     j.state = "pending"
                     j.queue_since_s = now
+                    self._touch(j.partition)
                     if self.predictor is not None:
                         j.predicted_gpu_s = self.predictor.arrived(j, now)
                         if j.predicted_gpu_s is not None:
@@ -376,9 +399,11 @@ class Simulator:
                             self.predictions_given[bool(j.prediction_withheld)] += 1
                     self.pending[jid] = j
                 elif kind == WAKE:
+                    self.all_dirty = True
                     if self.next_wake is not None and t >= self.next_wake - _EPS:
                         self.next_wake = None
                 elif kind == TICK:
+                    self.all_dirty = True
                     if self.pending or self.running or any(
                             e[1] == ARRIVAL for e in self.events):
                         self._push(now + self.cycle_period_s, TICK)
@@ -424,15 +449,71 @@ class Simulator:
             if old is None:
                 continue
             self.gate_flips += 1
+            self._touch(part)
             for j in itertools.chain(self.pending.values(), self.running.values()):
                 if j.partition == part and j.predicted_gpu_s is not None:
                     j.prediction_withheld = new
                     j.job_obj = None
 
+    def _touch(self, partition: str) -> None:
+        """Something changed in ``partition``: its next cycle decides it (and the
+        partitions sharing nodes with it)."""
+        group = self.group_of.get(partition)
+        if group is None:
+            self.all_dirty = True
+        else:
+            self.dirty.update(group)
+
+    def _touch_leaves(self, leaves: Iterable) -> None:
+        for leaf in leaves:
+            for part in self.parts_on_leaf.get(leaf, ()):
+                self._touch(part)
+
+    def _decide(self, snap: ClusterSnapshot, now: float) -> list:
+        """The cycle's decisions: of every partition, or (``apart``) of those touched since
+        their last cycle. With ``reads_leaves``, a multi-node job started or preempted in
+        the cycle changes the leaf-level co-location of every partition on its leaves:
+        decided again with those in (as one cycle of them all would have)."""
+        policy = self.policy
+        if not self.apart or self.all_dirty:
+            decisions = policy.run_cycle(snap)
+        else:
+            policy.settle_order(snap.jobs, now)
+            view = frozenset(self.dirty)
+            decisions = policy.run_cycle(snap, view)
+            while self.reads_leaves:
+                more = self._leaf_partitions(decisions) - view
+                if not more:
+                    break
+                for part in more:
+                    self._touch(part)
+                view = frozenset(self.dirty)
+                decisions = policy.run_cycle(snap, view)
+        self.dirty.clear()
+        self.all_dirty = False
+        return decisions
+
+    def _leaf_partitions(self, decisions: list) -> set[str]:
+        """Partitions on the leaf switches of the multi-node jobs these decisions start or
+        preempt."""
+        leaves = set()
+        for d in decisions:
+            if isinstance(d, Place) and d.start_now:
+                nodes = {a.node for a in d.allocs}
+            elif isinstance(d, Preempt):
+                j = self.by_id.get(d.job_id)
+                nodes = set(j.last_nodes) if j is not None and j.last_nodes else set()
+            else:
+                continue
+            if len(nodes) > 1:
+                leaves.update(self.leaf[self.node_index[n]] for n in nodes
+                              if n in self.node_index)
+        return {p for leaf in leaves for p in self.parts_on_leaf.get(leaf, ())}
+
     def _cycle(self, now: float) -> None:
         self.cycles += 1
         snap = self.snapshot(now)
-        decisions = self.policy.run_cycle(snap)
+        decisions = self._decide(snap, now)
         changed_nodes: set[int] = set()
         multi_leaves: set = set()
         started: list[SimJob] = []
@@ -450,6 +531,7 @@ class Simulator:
                 j.last_run_s = now - (now if j.stint_start_s is None else j.stint_start_s)
                 j.preemptions += 1
                 j.extra_work_s += self.restart_delay_s
+                self._touch(j.partition)   # it may fit in what is left; below, ranks moved
                 self.pending[j.job_id] = j
                 self.preemption_count += 1
             elif isinstance(d, Place):
@@ -462,11 +544,15 @@ class Simulator:
                 nodes = self._start(j, d, now)
                 if nodes is None:
                     self.refused_count += 1
+                    self._touch(j.partition)   # tried again at the next cycle
                     continue
                 changed_nodes.update(nodes)
                 if len(nodes) > 1:
                     multi_leaves.update(self.leaf[n] for n in nodes)
                 started.append(j)
+                # running now, it ranks among the running jobs: a job ranked above it that
+                # waits may preempt it at the next cycle
+                self._touch(j.partition)
         if changed_nodes or started:
             self._update_speeds(changed_nodes, started, multi_leaves, now)
         if self.time_dependent and self.pending:
@@ -475,6 +561,38 @@ class Simulator:
             candidates.extend(domain_job(j, now, self.nodes) for j in self.pending.values()
                               if j.last_run_s > 0)
             wake = self.policy.next_change_s(candidates, now)
+            # A little past the change: at the change itself a job's service, summed in
+            # floating point, may fall short of its threshold by a rounding error, and the
+            # demotion would wait for whatever event came next (which a partition decided
+            # apart may not even see).
+            wake = None if wake is None else wake + _EPS
             if wake is not None and (self.next_wake is None or wake < self.next_wake - _EPS):
                 self.next_wake = wake
                 self._push(wake, WAKE)
+
+
+def _partition_groups(nodes: list[Node]) -> tuple[dict[str, frozenset[str]],
+                                                  dict[object, frozenset[str]]]:
+    """(partition -> the partitions sharing nodes with it, transitively, itself included;
+    leaf switch -> the partitions with nodes under it)."""
+    parent: dict[str, str] = {}
+
+    def root(p: str) -> str:
+        while parent[p] != p:
+            parent[p] = parent[parent[p]]
+            p = parent[p]
+        return p
+
+    on_leaf: dict[object, set[str]] = {}
+    for node in nodes:
+        parts = list(node.partitions)
+        for p in parts:
+            parent.setdefault(p, p)
+        for p in parts[1:]:
+            parent[root(p)] = root(parts[0])
+        on_leaf.setdefault(node.leaf_switch, set()).update(parts)
+    members: dict[str, set[str]] = {}
+    for p in parent:
+        members.setdefault(root(p), set()).add(p)
+    group_of = {p: frozenset(members[root(p)]) for p in parent}
+    return group_of, {leaf: frozenset(ps) for leaf, ps in on_leaf.items()}

@@ -312,10 +312,30 @@ def _tuning(doc: dict) -> str:
                   "jobs evaluated on", "learned avg JCT (s)", f"{start} avg JCT (s)",
                   "fifo-backfill avg JCT (s)", "per-job bound (learned)"], rows,
                  numeric_from=4)
+        + _recommended(t.get("recommended"))
         + ("<p>To use the kept profiles, in the daemon's config (the partitions must be in "
            f"<code>agent.managed_partitions</code>):</p><pre>{lines}</pre>"
            if t["config_lines"] else
            "<p>No learned knobs were kept: every partition keeps agent.profile.</p>"))
+
+
+def _recommended(rec: dict | None) -> str:
+    """What the report recommends per partition and what its what-if rows predict."""
+    if not rec or not rec["profiles_by_partition"]:
+        return ""
+    parts = ", ".join(f"<b>{_e(k)}</b>: {_e(v)}" for k, v in
+                      rec["profiles_by_partition"].items())
+    rows = [(strength, seconds(p["avg_jct_s"]), seconds(p["fifo-backfill_avg_jct_s"]),
+             ratio(p["avg_jct_ratio"]), seconds(p["p95_jct_s"]), seconds(p["avg_wait_s"]),
+             _share(p["share_slower_1_1x"]), ratio(p["worst_ratio"]))
+            for strength, p in rec["predicted"].items()]
+    caveat = (" Optimistic: the knobs were learned on the period's first two thirds, part "
+              "of the jobs these rows run." if rec.get("learned_in_period") else "")
+    return (f"<p>Recommended, per partition: {parts}. The what-if's <i>recommended</i> rows "
+            f"run each partition's jobs under its profile; they predict:{caveat}</p>"
+            + _table(["strength", "avg JCT (s)", "fifo-backfill avg JCT (s)", "ratio",
+                      "p95 JCT (s)", "avg wait (s)", ">1.1x slower", "worst ratio"], rows,
+                     numeric_from=1))
 
 
 def _waits(doc: dict) -> str:

@@ -77,3 +77,9 @@ class DecisionSink(Protocol):
         calls it after every snapshot unless in shadow mode; a failed repair is logged and
         tried again later, never raised."""
         raise NotImplementedError
+
+    def starts_done(self) -> float | None:
+        """When (``time.monotonic()``) the last ``apply``'s writes before its lease
+        renewals (``Defer``) ended, or None if not known. The daemon paces its early cycles
+        on the time up to it, so a batch of renewals does not delay the next start."""
+        raise NotImplementedError

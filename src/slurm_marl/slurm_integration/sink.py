@@ -13,8 +13,9 @@
   jobs whose user gave no GPU type and no ``--cpus-per-gpu`` are narrowed (with CPUs per
   GPU Slurm takes the CPUs beside the GPUs, and a group too small for them leaves the job
   BadConstraints); everything else is pinned by nodes only.
-  The written request is read back (``squeue -O``); a failed or odd read-back is
-  reported, never "repaired" by further GPU writes.
+  The requests are read fresh before the writes and the written ones read back after
+  them (``squeue -O``, one call for all the jobs an ``apply`` pins); a failed or odd
+  read-back is reported, never "repaired" by further GPU writes.
 - Start: ``StartTime=now`` (the job was gated by job_submit.lua's begin time).
 - Multi-node holds: ``scontrol create reservation ... Flags=IGNORE_JOBS,NO_HOLD_JOBS_AFTER_END``
   on the chosen nodes, lasting one grace and renewed while the job waits, so a reservation
@@ -225,13 +226,46 @@ def jobs_written(args: list[str]) -> list[int]:
     return ids
 
 
+def _request_rows(res: CommandResult | None, job_ids: list[int]) -> dict[int, dict | None]:
+    """Each job's GPU request fields from an ``squeue -h -O JobID|tres-per-node|tres-per-job``
+    answer; None for a job whose row is missing, repeated or odd, all None for a failed
+    read."""
+    out: dict[int, dict | None] = dict.fromkeys(job_ids)
+    if res is None or not res.ok:
+        return out
+    rows: dict[str, list[list[str]]] = defaultdict(list)
+    for ln in res.stdout.splitlines():
+        r = ln.split("|")
+        if ln.strip() and len(r) >= 3:
+            rows[r[0].strip()].append(r)
+    for job_id in job_ids:
+        found = rows.get(str(job_id), [])
+        if len(found) != 1:
+            continue
+        values = [v.strip() for v in found[0][1:3]]
+        values = ["" if v in ("N/A", "(null)") else v for v in values]
+        per_node, bad1 = G.parse_gpu_request(values[0])
+        per_job, bad2 = G.parse_gpu_request(values[1])
+        if bad1 or bad2:
+            continue
+        live = tuple(r for r in per_node + per_job if r.count)
+        out[job_id] = {"gpus_per_node": G.total_gpus(per_node),
+                       "gpus_per_job": G.total_gpus(per_job), "gpu_type": G.single_type(live)}
+    return out
+
+
 class CliDecisionSink(DecisionSink):
     """Writes decisions with ``scontrol``; see the module docstring for the protocol."""
 
     def __init__(self, runner: SlurmRunner, retries: int = 2, backoff_s: float = 0.3,
                  verify: bool = True, sleep: Callable[[float], None] = time.sleep,
-                 on_write: Callable[[list[int]], None] | None = None) -> None:
+                 on_write: Callable[[list[int]], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.runner = runner
+        self._clock = clock
+        # when the last ``apply``'s writes before its lease renewals ended (``clock``)
+        self._starts_done: float | None = None
+        self._fresh: dict[int, dict | None] = {}   # ``apply``'s fresh reads, by job
         self.on_write = on_write
         self.retries = retries
         self.backoff_s = backoff_s
@@ -290,7 +324,11 @@ class CliDecisionSink(DecisionSink):
     # ---- apply --------------------------------------------------------------------------
     def apply(self, decisions: list[Decision],
               snapshot: ClusterSnapshot | None = None) -> list[WriteResult]:
+        """Reservations, then each job's writes (priorities, placements and starts,
+        requeues, releases), then the lease renewals; ``starts_done`` says when the
+        writes before the renewals ended."""
         self._controller_down = False
+        self._starts_done = None
         by_job: dict[int, list[Decision]] = defaultdict(list)
         results: list[WriteResult] = []
         defers: dict[int, list[Defer]] = defaultdict(list)
@@ -314,16 +352,51 @@ class CliDecisionSink(DecisionSink):
         for d in decisions:
             if isinstance(d, Reserve):
                 results.append(self._reserve(d, snapshot))
+        # The GPU requests of every job this call may pin, read fresh in one squeue before
+        # the writes (``_plan_pin``); the pinned ones read back in one after them.
+        self._fresh = self.read_requests(self._to_read(by_job, snapshot))
+        later: list[tuple[int, dict[str, str], Callable[[str], list[WriteResult]]]] = []
+        per_job: dict[int, list[WriteResult]] = {}
         for job_id, decs in by_job.items():
             try:
-                results.extend(self._apply_job(job_id, decs, snapshot))
+                per_job[job_id] = self._apply_job(job_id, decs, snapshot, later)
             except Exception as exc:  # never let one job stop the others
                 log.exception("job %s: unexpected error while writing", job_id)
-                results.extend(WriteResult(d, WriteStatus.REFUSED, f"internal error: {exc!r}")
-                               for d in decs)
+                per_job[job_id] = [WriteResult(d, WriteStatus.REFUSED,
+                                               f"internal error: {exc!r}") for d in decs]
+        self._fresh = {}
+        now = self.read_requests([job_id for job_id, _, _ in later]) if later else {}
+        for job_id, pinned, finish in later:
+            per_job[job_id].extend(finish(self._verify_against(now.get(job_id), pinned)))
+        for rs in per_job.values():
+            results.extend(rs)
         for seconds, group in sorted(defers.items()):
+            if seconds > 0 and self._starts_done is None:
+                self._starts_done = self._clock()
             results.extend(self._defer(group, seconds))
+        if self._starts_done is None:
+            self._starts_done = self._clock()
         return results
+
+    def starts_done(self) -> float | None:
+        return self._starts_done
+
+    def _to_read(self, by_job: dict[int, list[Decision]], snapshot: ClusterSnapshot | None
+                 ) -> list[int]:
+        """The jobs whose GPU request ``_plan_pin`` would read: placed, with a GPU group
+        to pin and never unstuck."""
+        ids = []
+        for job_id, decs in by_job.items():
+            job = snapshot.job(job_id) if snapshot is not None else None
+            place = next((d for d in decs if isinstance(d, Place)), None)
+            if job is None or place is None:
+                continue
+            try:
+                if not self._why_not_pinned(job, place, snapshot):
+                    ids.append(job_id)
+            except Exception:  # noqa: BLE001 - _apply_job meets it again and reports it
+                continue
+        return ids
 
     def _defer(self, group: list[Decision], seconds: int) -> list[WriteResult]:
         """One ``scontrol update jobid=a,b,c StartTime=now+N`` for a whole lease renewal
@@ -351,8 +424,11 @@ class CliDecisionSink(DecisionSink):
                     results.append(WriteResult(d, classify(one), lines[0], tuple(cmds)))
         return results
 
-    def _apply_job(self, job_id: int, decs: list[Decision], snapshot: ClusterSnapshot | None
-                   ) -> list[WriteResult]:
+    def _apply_job(self, job_id: int, decs: list[Decision], snapshot: ClusterSnapshot | None,
+                   later: list) -> list[WriteResult]:
+        """The job's writes' results. A GPU pin written is read back once every job is
+        written: (job, pinned fields, finish) is added to ``later``, ``finish(problem)``
+        giving the results still due with the read-back's problem ("" if none)."""
         job = snapshot.job(job_id) if snapshot is not None else None
         results: list[WriteResult] = []
         prio = next((d for d in decs if isinstance(d, SetPriority)), None)
@@ -393,60 +469,88 @@ class CliDecisionSink(DecisionSink):
 
         res = self._update_job(job_id, fields, cmds)
         pinned = {k: v for k, v in fields.items() if k in ("TresPerNode", "TresPerJob") and v}
-        if res.ok and self.verify and pinned:
-            problem = self.verify_request(job_id, pinned)
+
+        def finish(problem: str) -> list[WriteResult]:
+            done = res
             if problem:
                 # Both the old and the new request are the job's own GPUs: no further GPU
                 # write is made on a doubtful read-back, it is only reported.
-                res = CommandResult(res.command, 1, "", f"verify failed: {problem}")
-        for d in (prio, place, release):
-            if d is not None:
-                results.append(self._result(d, res, cmds, pin_note if d is place else ""))
-        return results
+                done = CommandResult(res.command, 1, "", f"verify failed: {problem}")
+            return [self._result(d, done, cmds, pin_note if d is place else "")
+                    for d in (prio, place, release) if d is not None]
+
+        if res.ok and self.verify and pinned:
+            later.append((job_id, pinned, finish))
+            return results
+        return results + finish("")
 
     def _plan_pin(self, job: Job, place: Place, snapshot: ClusterSnapshot | None
                   ) -> tuple[dict[str, str], str]:
         """``plan_gpu_pin`` on the job's request as slurmctld holds it NOW, not as the
         snapshot showed it: a typed value written over another type in the same field
         would add GPUs, so a GPU write is planned only from a fresh read."""
-        request, _, why = desired_gpu_request(place, snapshot, job)
-        if request is None:
+        why = self._why_not_pinned(job, place, snapshot)
+        if why:
             return {}, why
-        if job.job_id in self.unstuck:
-            return {}, ("its narrowing once left it BadConstraints: nodes pinned only, its "
-                        "GPU request left as Slurm runs it")
-        fresh = self.read_request(job.job_id)
+        fresh = (self._fresh[job.job_id] if job.job_id in self._fresh
+                 else self.read_request(job.job_id))
         if fresh is None:
             return {}, "could not read its GPU request just now; GPU group left to Slurm"
         return plan_gpu_pin(job.with_(**fresh), place, snapshot)
 
+    def _why_not_pinned(self, job: Job, place: Place, snapshot: ClusterSnapshot | None
+                        ) -> str:
+        """Why ``place`` pins no GPU group for ``job`` ("": it does, from a fresh read of
+        its request): what ``_to_read`` reads for and ``_plan_pin`` plans from."""
+        request, _, why = desired_gpu_request(place, snapshot, job)
+        if request is None:
+            return why
+        if job.job_id in self.unstuck:
+            return ("its narrowing once left it BadConstraints: nodes pinned only, its "
+                    "GPU request left as Slurm runs it")
+        return ""
+
     def read_request(self, job_id: int) -> dict | None:
         """The job's GPU request fields now (``gpus_per_node``, ``gpus_per_job``,
-        ``gpu_type``), or None when it cannot be read or looks odd. ``squeue -O`` with
-        only these fields: a job name with a newline or ``Key=value`` text cannot split
-        or spoof it (``scontrol show -o`` can), and 22.05's ``squeue --json`` ignores
-        ``--jobs`` and lists every job."""
-        res = self.runner.run(["squeue", "-h", "-j", str(job_id), "-O",
-                               "JobID:30|,tres-per-node:200|,tres-per-job:200|"])
-        if not res.ok:
-            return None
-        rows = [ln.split("|") for ln in res.stdout.splitlines() if ln.strip()]
-        rows = [r for r in rows if len(r) >= 3 and r[0].strip() == str(job_id)]
-        if len(rows) != 1:
-            return None
-        values = [v.strip() for v in rows[0][1:3]]
-        values = ["" if v in ("N/A", "(null)") else v for v in values]
-        per_node, bad1 = G.parse_gpu_request(values[0])
-        per_job, bad2 = G.parse_gpu_request(values[1])
-        if bad1 or bad2:
-            return None
-        live = tuple(r for r in per_node + per_job if r.count)
-        return {"gpus_per_node": G.total_gpus(per_node), "gpus_per_job": G.total_gpus(per_job),
-                "gpu_type": G.single_type(live)}
+        ``gpu_type``), or None when it cannot be read or looks odd: ``read_requests`` of
+        one job."""
+        return self.read_requests([job_id])[job_id]
 
-    def verify_request(self, job_id: int, written: dict[str, str]) -> str:
-        """"" if the job now asks for what was written, else what is wrong."""
-        now = self.read_request(job_id)
+    def read_requests(self, job_ids: list[int]) -> dict[int, dict | None]:
+        """``read_request`` of each job, in one ``squeue -h -j a,b,c -O`` per 200 jobs.
+        ``squeue -O`` with only these fields: a job name with a newline or ``Key=value``
+        text cannot split or spoof it (``scontrol show -o`` can), and 22.05's ``squeue
+        --json`` ignores ``--jobs`` and lists every job. A job not in the answer exactly
+        once, or with a field that does not parse, is None (not read); a failed read makes
+        each of its jobs None. Measured on 22.05.8: squeue leaves a list's unknown ids out
+        (rc 0) and fails only for ONE unknown id ("Invalid job id specified"); should a
+        list fail so, its jobs are read one by one, so one gone job never hides the
+        others."""
+        ids = list(dict.fromkeys(job_ids))
+        out: dict[int, dict | None] = {}
+        for i in range(0, len(ids), 200):  # keep the command line short
+            chunk = ids[i:i + 200]
+            res = self._read(chunk)
+            if (res is not None and not res.ok and len(chunk) > 1
+                    and classify(res) is WriteStatus.VANISHED):
+                for job_id in chunk:
+                    one = self._read([job_id])
+                    out[job_id] = _request_rows(one, [job_id])[job_id]
+                continue
+            out.update(_request_rows(res, chunk))
+        return out
+
+    def _read(self, job_ids: list[int]) -> CommandResult | None:
+        try:
+            return self.runner.run(["squeue", "-h", "-j", ",".join(map(str, job_ids)), "-O",
+                                    "JobID:30|,tres-per-node:200|,tres-per-job:200|"])
+        except Exception as exc:  # timeout / missing binary: not read
+            log.warning("could not read the GPU requests of %d job(s): %s", len(job_ids), exc)
+            return None
+
+    @staticmethod
+    def _verify_against(now: dict | None, written: dict[str, str]) -> str:
+        """"" if ``now`` (a read-back, None: not read) asks for what was written."""
         if now is None:
             return "could not read the job back (the write itself was accepted)"
         for field, value in written.items():

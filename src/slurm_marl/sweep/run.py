@@ -1,26 +1,38 @@
-"""Run a sweep's cells in parallel: local processes (the default) or one Slurm array job.
+"""Run calls in parallel: in this process, in local processes, or as ONE Slurm array job.
+
+``map_calls(fn, args, backend)`` calls the module-level function ``fn`` once per item of
+``args`` and gives one outcome per item, in the order of ``args``: the call's return value,
+or a ``CallError`` (one line) when it gave none. A failing call never stops the others.
+``on_done(index, outcome, done, total)`` sees each outcome as it arrives. ``run_sweep`` (a
+sweep's cells, ``run_cell``) and ``slurm-marl report --backend slurm`` (issue 34) run on it.
+
+``inline``: in this process, one call after another (nothing is pickled).
 
 ``local``: ``concurrent.futures.ProcessPoolExecutor`` (standard library, so no new
-dependency; ``as_completed`` drives the progress callback), with the ``spawn`` start method
-so every worker is a fresh interpreter, as a Slurm task is.
+dependency; ``as_completed`` drives ``on_done``), with the ``spawn`` start method so every
+worker is a fresh interpreter, as a Slurm task is, and one math thread per worker.
 
-``slurm``: submitit's ``SlurmExecutor.map_array``, so the whole sweep is ONE ``sbatch
---array`` job (``array_parallelism`` tasks at a time, 1 CPU and 1000 MB each, no GPU). The
-job runs this host's ``sys.executable``, so the nodes must share the file system (the venv,
-the trace, ``slurm_folder``, under which each sweep gets a fresh folder). submitit pickles the function and each cell into
-``slurm_folder`` and each result back (cloudpickle): that is the library's own protocol;
-this module writes no pickle files of its own. Progress is read from submitit's result
-files and ``squeue``, never ``sacct``, so clusters without accounting work too.
+``slurm``: submitit's ``SlurmExecutor.map_array``, so all calls are ONE ``sbatch --array``
+job (``array_parallelism`` = ``workers`` tasks at a time, 1 CPU and ``mem`` each, no GPU;
+one call gives a plain job). The job runs this host's ``sys.executable``, so the nodes must
+share the file system (the venv, the inputs, ``slurm_folder``, under which each submission
+gets a fresh folder). submitit pickles the function and each argument into that folder and
+each result back (cloudpickle; results may be large objects): that is the library's own
+protocol; this module writes no pickle files of its own. Progress is read from submitit's
+result files and ``squeue``, never ``sacct``, so clusters without accounting work too. A
+task that ends without a result (killed, out of memory), or is still unfinished after
+``timeout_s`` (the array is then cancelled), gives a ``CallError`` naming its task.
 
-Each cell gives one JSON-able row: the cell's fields, ``key``, the simulation summary's
+A sweep's cell gives one JSON-able row: the cell's fields, ``key``, the simulation summary's
 numbers, ``job_times`` (each job's JCT, for ``report.attach_per_job``, which replaces them
-with ``per_job``) and ``error`` (None, or one line when that cell failed: a failing cell
-never stops the sweep). ``RUN_FIELDS`` (``wall_s``, ``ran_on``) describe where and how long a cell ran;
-``comparable`` drops them, and what remains is identical between backends.
+with ``per_job``) and ``error`` (None, or one line when that cell failed). ``RUN_FIELDS``
+(``wall_s``, ``ran_on``) describe where and how long a cell ran; ``comparable`` drops them,
+and what remains is identical between backends.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import shlex
@@ -31,13 +43,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slurm_marl.sim.perjob import records
 from slurm_marl.sim.run import simulate
 from slurm_marl.sweep.spec import SweepCell
 
-BACKENDS = ("local", "slurm")
+BACKENDS = ("local", "slurm")                  # run_sweep's (and `slurm-marl sweep run`'s)
+MAP_BACKENDS = ("inline", "local", "slurm")    # map_calls'
 RUN_FIELDS = ("wall_s", "ran_on")
 SUMMARY_TIMING = ("sim_wall_time_s",)    # a summary field that is a wall time
 JOB_TIMES = "job_times"    # [job_id, num_gpus, user, jct_s] per job (sim.perjob.records)
@@ -47,10 +62,40 @@ SLURM_VARS = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID",
 GONE_GRACE_S = 10.0    # a task out of squeue may still be writing its result file
 
 OnDone = Callable[[dict, int, int], None]   # (row, cells done, cells in all)
+OnCall = Callable[[int, Any, int, int], None]   # (index, outcome, calls done, calls in all)
+# what the backends report per call: (index, outcome, the Slurm task it ran as or None)
+_Notify = Callable[[int, Any, "str | None"], None]
 
 
 class SweepError(RuntimeError):
-    """The sweep could not run at all (bad backend, sbatch refused it, ...)."""
+    """The calls could not run at all (bad backend, sbatch refused them, ...)."""
+
+
+@dataclass(frozen=True)
+class CallError:
+    """A call that gave no result, in one line: what it raised (``ValueError: ...``, the
+    same on every backend), or why it has none (``worker failed: ...``, ``Slurm task 12_3
+    ended without a result: ...``, ``Slurm task 12_3 cancelled after ...``)."""
+
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class _SlurmOptions:
+    """How the slurm backend submits (checked when it is used)."""
+
+    folder: str | Path | None
+    conf: str | Path | None
+    partition: str | None
+    time_min: int
+    mem: str
+    job_name: str
+    timeout_s: float | None
+    prefix: str = "map-"     # of the fresh folder per submission
+    timeout_of: str = "the timeout"     # in the message of a call cancelled by it
 
 
 def comparable(rows: Sequence[dict]) -> list[dict]:
@@ -69,6 +114,15 @@ def _one_thread() -> None:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or "(no message)"
     return f"{type(exc).__name__}: {text}"[:500]
+
+
+def _guarded(fn: Callable[[Any], Any], arg: Any) -> Any:
+    """``fn(arg)``, or the CallError of what it raised (in the worker or Slurm task, so an
+    exception need not be picklable and submitit's traceback report is not the message)."""
+    try:
+        return fn(arg)
+    except Exception as exc:  # noqa: BLE001 - one call's failure is that call's outcome
+        return CallError(_one_line(exc))
 
 
 def _error_row(cell: SweepCell, message: str, wall_s: float = 0.0) -> dict:
@@ -98,45 +152,110 @@ def run_cell(cell: SweepCell) -> dict:
     return row
 
 
+def map_calls(fn: Callable[[Any], Any], args: Sequence, backend: str = "local", *,
+              workers: int = 2, slurm_folder: str | Path | None = None,
+              slurm_conf: str | Path | None = None, partition: str | None = None,
+              time_min: int = 60, mem: str = "1000M", timeout_s: float | None = None,
+              job_name: str = "slurm-marl", on_done: OnCall | None = None) -> list:
+    """``[fn(a) for a in args]`` on ``backend`` (``MAP_BACKENDS``), each outcome the call's
+    return value or a ``CallError``, in the order of ``args``. ``fn``: a module-level
+    function (the local and Slurm backends pickle it by reference), called with one
+    argument. ``workers``: processes (local) or the array's ``array_parallelism`` (slurm).
+    ``on_done(index, outcome, done, total)``: once per call, in the order they finish
+    (inline: of ``args``), in this process. Slurm: ``slurm_folder`` (shared with the
+    nodes), ``slurm_conf`` (passed to sbatch/squeue as ``SLURM_CONF``; None: the
+    environment's), ``partition``, ``time_min`` (each task's limit), ``mem`` (each task's
+    memory, sbatch's ``--mem``), ``job_name``, ``timeout_s`` (cancel the array and give the
+    unfinished calls CallErrors after this long). Raises SweepError when nothing can run."""
+    count = _counting(on_done, len(args))
+    outcomes: list = [None] * len(args)
+
+    def notify(i: int, outcome: Any, task: str | None) -> None:
+        outcomes[i] = outcome
+        count(i, outcome)
+
+    _dispatch(fn, args, backend, MAP_BACKENDS, workers, _SlurmOptions(
+        slurm_folder, slurm_conf, partition, time_min, mem, job_name, timeout_s), notify)
+    return outcomes
+
+
 def run_sweep(cells: Sequence[SweepCell], backend: str = "local", *, workers: int = 2,
               slurm_folder: str | Path | None = None, slurm_conf: str | Path | None = None,
               partition: str | None = None, time_min: int = 60,
               timeout_s: float | None = None, on_done: OnDone | None = None) -> list[dict]:
-    """Run every cell; rows come back in the order of ``cells``. ``workers``: processes
-    (local) or the array's ``array_parallelism`` (slurm). ``slurm_conf``: passed to
-    sbatch/squeue as ``SLURM_CONF`` (None: the environment's). ``timeout_s`` (slurm): cancel
-    the array and give the unfinished cells error rows after this long."""
-    if backend not in BACKENDS:
-        raise SweepError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+    """Run every cell (``run_cell`` through ``map_calls``' machinery); rows come back in
+    the order of ``cells``. ``workers``: processes (local) or the array's
+    ``array_parallelism`` (slurm). ``slurm_conf``: passed to sbatch/squeue as
+    ``SLURM_CONF`` (None: the environment's). ``timeout_s`` (slurm): cancel the array and
+    give the unfinished cells error rows after this long."""
+    notify_row = on_done or (lambda row, done, total: None)
+    rows: list[dict | None] = [None] * len(cells)
+    done = 0
+
+    def notify(i: int, outcome: Any, task: str | None) -> None:
+        nonlocal done
+        if isinstance(outcome, CallError):
+            outcome = _error_row(cells[i], outcome.message)
+        elif task is not None and outcome.get("ran_on") is not None:
+            outcome["ran_on"]["submitted_as"] = task
+        rows[i] = outcome
+        done += 1
+        notify_row(outcome, done, len(cells))
+
+    _dispatch(run_cell, cells, backend, BACKENDS, workers, _SlurmOptions(
+        slurm_folder, slurm_conf, partition, time_min, "1000M", "slurm-marl-sweep", timeout_s,
+        prefix="sweep-", timeout_of="the sweep's timeout"), notify)
+    return rows  # type: ignore[return-value]
+
+
+def _counting(on_done: OnCall | None, total: int) -> Callable[[int, Any], None]:
+    done = 0
+
+    def count(i: int, outcome: Any) -> None:
+        nonlocal done
+        done += 1
+        if on_done is not None:
+            on_done(i, outcome, done, total)
+    return count
+
+
+def _dispatch(fn, args: Sequence, backend: str, backends: tuple[str, ...], workers: int,
+              slurm: _SlurmOptions, notify: _Notify) -> None:
+    """Check the request, then run every call on ``backend``, ``notify`` seeing each."""
+    if backend not in backends:
+        raise SweepError(f"unknown backend {backend!r} (one of {', '.join(backends)})")
     if workers < 1:
         raise SweepError(f"workers must be at least 1, got {workers}")
-    notify = on_done or (lambda row, done, total: None)
-    if not cells:
-        return []
+    if backend != "inline" and "<" in getattr(fn, "__qualname__", ""):
+        raise SweepError(f"{fn.__qualname__} is not a module-level function: the "
+                         f"{backend} backend cannot pickle it")
+    if not args:
+        return
+    if backend == "inline":
+        for i, arg in enumerate(args):
+            notify(i, _guarded(fn, arg), None)
+        return
     if backend == "local":
-        return _run_local(list(cells), workers, notify)
-    if slurm_folder is None:
+        _run_local(fn, list(args), workers, notify)
+        return
+    if slurm.folder is None:
         raise SweepError("the slurm backend needs slurm_folder (shared with the nodes)")
-    if slurm_conf is not None and not Path(slurm_conf).is_file():
-        raise SweepError(f"slurm.conf {slurm_conf} does not exist")
-    return _run_slurm(list(cells), workers, Path(slurm_folder), slurm_conf, partition,
-                      time_min, timeout_s, notify)
+    if slurm.conf is not None and not Path(slurm.conf).is_file():
+        raise SweepError(f"slurm.conf {slurm.conf} does not exist")
+    _run_slurm(fn, list(args), workers, slurm, notify)
 
 
-def _run_local(cells: list[SweepCell], workers: int, notify: OnDone) -> list[dict]:
-    rows: list[dict | None] = [None] * len(cells)
+def _run_local(fn, args: list, workers: int, notify: _Notify) -> None:
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context,
                              initializer=_one_thread) as pool:
-        futures = {pool.submit(run_cell, cell): i for i, cell in enumerate(cells)}
-        for done, future in enumerate(as_completed(futures), 1):
-            i = futures[future]
+        futures = {pool.submit(_guarded, fn, arg): i for i, arg in enumerate(args)}
+        for future in as_completed(futures):
             try:
-                rows[i] = future.result()
+                outcome = future.result()
             except Exception as exc:  # noqa: BLE001 - a worker died (killed, out of memory)
-                rows[i] = _error_row(cells[i], f"worker failed: {_one_line(exc)}")
-            notify(rows[i], done, len(cells))
-    return rows  # type: ignore[return-value]
+                outcome = CallError(f"worker failed: {_one_line(exc)}")
+            notify(futures[future], outcome, None)
 
 
 @contextmanager
@@ -160,82 +279,75 @@ def _slurm_env(slurm_conf: str | Path | None) -> dict[str, str]:
     return dict(os.environ, **({"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}))
 
 
-def _submit(cells: list[SweepCell], workers: int, folder: Path, slurm_conf, partition,
-            time_min: int) -> list:
-    """One array job for all cells (submitit's ``map_array``)."""
+def _submit(fn, args: list, workers: int, folder: Path, opts: _SlurmOptions) -> list:
+    """One array job for all calls (submitit's ``map_array``)."""
     import submitit
     from submitit.core.utils import FailedJobError
 
     executor = submitit.SlurmExecutor(folder=folder, python=shlex.quote(sys.executable))
     executor.update_parameters(
-        job_name="slurm-marl-sweep", cpus_per_task=1, mem="1000M", time=time_min,
+        job_name=opts.job_name, cpus_per_task=1, mem=opts.mem, time=opts.time_min,
         array_parallelism=workers, setup=[f"export {v}=1" for v in THREAD_VARS],
-        **({"partition": partition} if partition else {}))
-    with _environ(SLURM_CONF=str(slurm_conf) if slurm_conf else None):
+        **({"partition": opts.partition} if opts.partition else {}))
+    with _environ(SLURM_CONF=str(opts.conf) if opts.conf else None):
         try:
-            return executor.map_array(run_cell, cells)
+            return executor.map_array(functools.partial(_guarded, fn), args)
         except (FailedJobError, subprocess.CalledProcessError, OSError) as exc:
             raise SweepError(f"sbatch failed: {' '.join(str(exc).split())}") from None
 
 
-def _run_slurm(cells: list[SweepCell], workers: int, folder: Path, slurm_conf, partition,
-               time_min: int, timeout_s: float | None, notify: OnDone) -> list[dict]:
-    folder.mkdir(parents=True, exist_ok=True)
-    # a fresh folder per sweep: a restarted cluster reuses job ids, and submitit names its
-    # result files by job id
-    folder = Path(tempfile.mkdtemp(prefix="sweep-", dir=folder.resolve()))
-    jobs = _submit(cells, workers, folder, slurm_conf, partition, time_min)
+def _run_slurm(fn, args: list, workers: int, opts: _SlurmOptions, notify: _Notify) -> None:
+    top = Path(opts.folder)     # type: ignore[arg-type] - checked in _dispatch
+    top.mkdir(parents=True, exist_ok=True)
+    # a fresh folder per submission: a restarted cluster reuses job ids, and submitit names
+    # its result files by job id
+    folder = Path(tempfile.mkdtemp(prefix=opts.prefix, dir=top.resolve()))
+    jobs = _submit(fn, args, workers, folder, opts)
     array_id = jobs[0].job_id.split("_")[0]
-    env = _slurm_env(slurm_conf)
+    env = _slurm_env(opts.conf)
     try:
-        return _gather(cells, jobs, array_id, env, timeout_s, notify)
+        _gather(jobs, array_id, env, opts, notify)
     except BaseException:   # interrupted: leave nothing running on the cluster
         _scancel(array_id, env)
         raise
 
 
-def _gather(cells: list[SweepCell], jobs: list, array_id: str, env: dict,
-            timeout_s: float | None, notify: OnDone, poll_s: float = 0.5) -> list[dict]:
-    rows: list[dict | None] = [None] * len(cells)
-    pending = set(range(len(cells)))
+def _gather(jobs: list, array_id: str, env: dict, opts: _SlurmOptions,
+            notify: _Notify, poll_s: float = 0.5) -> None:
+    pending = set(range(len(jobs)))
+    timeout_s = opts.timeout_s
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     gone_since: float | None = None
     while pending:
         for i in sorted(pending):
             if jobs[i].paths.result_pickle.exists():
-                rows[i] = _job_row(cells[i], jobs[i])
                 pending.discard(i)
-                notify(rows[i], len(cells) - len(pending), len(cells))
+                notify(i, _job_outcome(jobs[i]), jobs[i].job_id)
         if not pending:
             break
         if _array_gone(array_id, env):
             gone_since = gone_since or time.monotonic()
         if gone_since is not None and time.monotonic() - gone_since > GONE_GRACE_S:
-            _fail_pending(cells, jobs, rows, pending, notify, "ended without a result")
+            _fail_pending(jobs, pending, notify, "ended without a result")
         elif deadline is not None and time.monotonic() > deadline:
             _scancel(array_id, env)
-            _fail_pending(cells, jobs, rows, pending, notify,
-                          f"cancelled after the sweep's timeout of {timeout_s:g} s")
+            _fail_pending(jobs, pending, notify,
+                          f"cancelled after {opts.timeout_of} of {timeout_s:g} s")
         time.sleep(poll_s if pending else 0)
-    return rows  # type: ignore[return-value]
 
 
-def _job_row(cell: SweepCell, job) -> dict:
+def _job_outcome(job) -> Any:
     try:
-        row = job.result()
-    except Exception as exc:  # noqa: BLE001 - submitit's failure report, as that cell's row
-        return _error_row(cell, f"Slurm task {job.job_id}: {_one_line(exc)}")
-    if row.get("ran_on") is not None:
-        row["ran_on"]["submitted_as"] = job.job_id
-    return row
+        return job.result()
+    except Exception as exc:  # noqa: BLE001 - submitit's failure report, as that call's
+        return CallError(f"Slurm task {job.job_id}: {_one_line(exc)}")
 
 
-def _fail_pending(cells, jobs, rows, pending: set, notify: OnDone, why: str) -> None:
+def _fail_pending(jobs: list, pending: set, notify: _Notify, why: str) -> None:
     for i in sorted(pending):
         tail = (jobs[i].stderr() or "").strip().splitlines()[-1:] or ["(no stderr)"]
-        rows[i] = _error_row(cells[i], f"Slurm task {jobs[i].job_id} {why}: {tail[0]}")
         pending.discard(i)
-        notify(rows[i], len(cells) - len(pending), len(cells))
+        notify(i, CallError(f"Slurm task {jobs[i].job_id} {why}: {tail[0]}"), jobs[i].job_id)
 
 
 def _array_gone(array_id: str, env: dict) -> bool:

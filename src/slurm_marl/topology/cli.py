@@ -253,6 +253,9 @@ def probe(output_dir: Path = typer.Option(DEFAULT_PROBE_DIR, "--output-dir",
               "/etc/slurm/slurm.conf when it exists)"),
           node_name: str | None = typer.Option(
               None, "--node-name", help="Slurm node name (default: short host name)"),
+          record_nvml: Path | None = typer.Option(
+              None, "--record-nvml", help="also write NVML's raw answers to this JSON file "
+              "(for a bug report or test data: tests/topology/fake_nvml.py replays it)"),
           json_output: bool = JsonOption) -> None:
     """Probe this compute node (NVML, hwloc, sysfs) and write <output-dir>/<node>.json."""
     slurm_path = slurm_conf or default_slurm_conf()
@@ -261,7 +264,7 @@ def probe(output_dir: Path = typer.Option(DEFAULT_PROBE_DIR, "--output-dir",
         run_probe(output_dir,
                   gres_conf=gres_path if gres_conf or gres_path.is_file() else None,
                   slurm_conf=slurm_path if slurm_conf or slurm_path.is_file() else None,
-                  node_name=node_name, json_output=json_output)
+                  node_name=node_name, json_output=json_output, record_nvml_to=record_nvml)
     except TopologyConfigError as exc:
         _fail(Console(stderr=True), exc, json_output)
     except OSError as exc:

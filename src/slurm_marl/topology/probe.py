@@ -271,18 +271,43 @@ def load_probe_documents(directory: Path) -> dict[str, dict]:
 
 
 def probe(output_dir: Path, gres_conf: Path | None = None, slurm_conf: Path | None = None,
-          node_name: str | None = None, json_output: bool = False) -> dict:
-    """Probe this node, write ``<output_dir>/<node>.json`` and print what was found."""
+          node_name: str | None = None, json_output: bool = False,
+          record_nvml_to: Path | None = None) -> dict:
+    """Probe this node, write ``<output_dir>/<node>.json`` and print what was found;
+    ``record_nvml_to``: also write NVML's raw answers there (``nvml_record``), for replay."""
     gres = parse_gres_conf(gres_conf) if gres_conf is not None else None
     slurm = parse_slurm_conf(slurm_conf) if slurm_conf is not None else None
     document = probe_node(gres_conf=gres, slurm_conf=slurm, node_name=node_name)
     path = write_probe_document(document, output_dir)
+    if record_nvml_to is not None:
+        write_nvml_record(document, record_nvml_to)
     if json_output:
         print(json.dumps({"written_to": str(path), "document": document}, indent=1,
                          sort_keys=True))
     else:
         print_probe_summary(document, path)
     return document
+
+
+def write_nvml_record(document: dict, target: Path, nvml: Any | None = None) -> Path:
+    """NVML's answers on this node (the probe's own questions) as JSON at ``target``; the
+    CPU mask is sized as the probe sized it (hwloc's PU count, else ``os.cpu_count()``)."""
+    from slurm_marl.topology.nvml_record import record_nvml
+
+    nvml = nvml if nvml is not None else import_pynvml()
+    if nvml is None:
+        raise TopologyConfigError("cannot record NVML: nvidia-ml-py (pynvml) is not "
+                                  "importable", str(target))
+    cpu_count = document["hwloc"].get("pu_count") or os.cpu_count() or 1
+    try:
+        recorded = record_nvml(nvml, cpu_count, description=(
+            f"recorded by slurm-marl probe --record-nvml on {document['hostname']} "
+            f"(node {document['node']}) at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"))
+    except nvml.NVMLError as exc:
+        raise TopologyConfigError(f"cannot record NVML: {exc}", str(target)) from exc
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(recorded, indent=1) + "\n", encoding="utf-8")
+    return target
 
 
 def print_probe_summary(document: dict, path: Path) -> None:

@@ -43,7 +43,8 @@ def import_pynvml() -> Any | None:
     return pynvml
 
 
-def _text(value: Any) -> str:
+def nvml_text(value: Any) -> str:
+    """An NVML string answer (bytes in older pynvml) as text."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace").rstrip("\x00")
     return str(value)
@@ -79,18 +80,18 @@ def probe_nvml(nvml: Any, cpu_count: int) -> dict:
             return default
 
     try:
-        driver = attempt("driver version", lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+        driver = attempt("driver version", lambda: nvml_text(nvml.nvmlSystemGetDriverVersion()))
         count = int(nvml.nvmlDeviceGetCount())
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         gpus = []
         words = max(1, (cpu_count + 63) // 64)
         for i, h in enumerate(handles):
-            bus = normalise_bus_id(_text(nvml.nvmlDeviceGetPciInfo(h).busId))
+            bus = normalise_bus_id(nvml_text(nvml.nvmlDeviceGetPciInfo(h).busId))
             numa = attempt(f"GPU {i} NUMA node", lambda h=h: int(nvml.nvmlDeviceGetNumaNodeId(h)))
             gpus.append({
                 "nvml_index": i,
-                "name": attempt(f"GPU {i} name", lambda h=h: _text(nvml.nvmlDeviceGetName(h))),
-                "uuid": attempt(f"GPU {i} UUID", lambda h=h: _text(nvml.nvmlDeviceGetUUID(h))),
+                "name": attempt(f"GPU {i} name", lambda h=h: nvml_text(nvml.nvmlDeviceGetName(h))),
+                "uuid": attempt(f"GPU {i} UUID", lambda h=h: nvml_text(nvml.nvmlDeviceGetUUID(h))),
                 "pci_bus_id": bus,
                 "minor_number": attempt(f"GPU {i} minor number",
                                         lambda h=h: int(nvml.nvmlDeviceGetMinorNumber(h))),
@@ -126,16 +127,21 @@ def _nvlinks(nvml: Any, nvml_error: type, handle: Any) -> list[dict]:
         except nvml_error:
             continue  # link absent on this GPU model, or NVLink not supported at all
         links.append({"link": link,
-                      "remote_pci_bus_id": normalise_bus_id(_text(remote.busId))})
+                      "remote_pci_bus_id": normalise_bus_id(nvml_text(remote.busId))})
     return links
+
+
+def p2p_read_index(nvml: Any) -> int:
+    """NVML's P2P capability index for reads (pynvml defines it with a stray trailing
+    comma, so as a tuple)."""
+    read_index = getattr(nvml, "NVML_P2P_CAPS_INDEX_READ", 0)
+    return read_index[0] if isinstance(read_index, tuple) else read_index
 
 
 def _pairs(nvml: Any, nvml_error: type, handles: list, gpus: list[dict],
            attempt: Callable) -> list[dict]:
     by_bus = {g["pci_bus_id"]: g["nvml_index"] for g in gpus}
-    read_index = getattr(nvml, "NVML_P2P_CAPS_INDEX_READ", 0)
-    if isinstance(read_index, tuple):  # pynvml defines it with a stray trailing comma
-        read_index = read_index[0]
+    read_index = p2p_read_index(nvml)
     switch_links = [sum(1 for lk in g["nvlinks"] if lk["remote_pci_bus_id"] not in by_bus)
                     for g in gpus]
     pairs = []

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_marl.history.records import HistoryJob
+from slurm_marl.policy.profile import Profile, load_profile
 from slurm_marl.sim.cluster import SimCluster
 from slurm_marl.sim.report import SiteTrace, in_period, site_trace
 from slurm_marl.sim.run import simulate
@@ -136,6 +137,19 @@ def tuned_name(partition: str) -> str:
     return f"tuned-{partition}"
 
 
+def recommended_profiles(tunings: Sequence[PartitionTuning]) -> dict[str, Profile]:
+    """What the report recommends per partition: the learned knobs where they were kept
+    (the profile ``write_profiles`` writes), else ``START_PROFILE``."""
+    start = load_profile(START_PROFILE)
+    return {t.partition: t.knobs.profile(tuned_name(t.partition), _description(t))
+            if t.kept and t.knobs is not None else start for t in tunings}
+
+
+def _description(t: PartitionTuning) -> str:
+    return (f"2D-LAS knobs learned on {t.partition}'s history by slurm-marl report --tune "
+            f"({t.knobs.describe()})")
+
+
 def tune_partition(name: str, learn: Sequence[TraceJob], evaluate: Sequence[TraceJob],
                    cluster: SimCluster, cfg: CemConfig = CemConfig(),
                    min_gain: float = MIN_GAIN,
@@ -183,18 +197,30 @@ def tune_partition(name: str, learn: Sequence[TraceJob], evaluate: Sequence[Trac
 
 def tune(split: TuneSplit, cluster: SimCluster, cfg: CemConfig = CemConfig(),
          min_gain: float = MIN_GAIN,
-         progress: Callable[[str, int, int], None] | None = None) -> list[PartitionTuning]:
+         progress: Callable[[str, int, int], None] | None = None,
+         mapper=None) -> list[PartitionTuning]:
     """``tune_partition`` for each partition of the cluster, in its order;
-    ``progress(partition, done, total)`` over the search's candidates."""
+    ``progress(partition, done, total)`` over the search's candidates (with ``mapper``,
+    ``sim.report.Mapper``, which runs each partition's tuning elsewhere: over partitions
+    done)."""
     learn = by_partition(split.learn.trace, cluster)
     check = by_partition(split.evaluate.trace, cluster)
+    tasks = [(p.name, learn.get(p.name, []), check.get(p.name, []), cluster, cfg, min_gain)
+             for p in cluster.partitions_spec]
+    if mapper is not None:
+        return mapper(tune_task, tasks, lambda i, _r, n, total: progress and progress(
+            tasks[i][0], n, total))
     out = []
-    for p in cluster.partitions_spec:
+    for task in tasks:
         tick = None if progress is None else \
-            (lambda d, n, _b, name=p.name: progress(name, d, n))
-        out.append(tune_partition(p.name, learn.get(p.name, []), check.get(p.name, []),
-                                  cluster, cfg, min_gain, tick))
+            (lambda d, n, _b, name=task[0]: progress(name, d, n))
+        out.append(tune_partition(*task, progress=tick))
     return out
+
+
+def tune_task(task: tuple) -> PartitionTuning:
+    """``tune_partition(*task)``: one partition's tuning as a task another process runs."""
+    return tune_partition(*task)
 
 
 def profile_file(folder: Path, partition: str) -> Path:
@@ -209,9 +235,8 @@ def write_profiles(tunings: Sequence[PartitionTuning], folder: Path) -> dict[str
         if t.kept and t.knobs is not None:
             folder.mkdir(parents=True, exist_ok=True)
             path = profile_file(folder, t.partition)
-            path.write_text(t.knobs.to_toml(
-                tuned_name(t.partition), f"2D-LAS knobs learned on {t.partition}'s history by "
-                f"slurm-marl report --tune ({t.knobs.describe()})"), encoding="utf-8")
+            path.write_text(t.knobs.to_toml(tuned_name(t.partition), _description(t)),
+                            encoding="utf-8")
             written[t.partition] = path
     return written
 

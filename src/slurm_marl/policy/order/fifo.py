@@ -13,6 +13,7 @@ KEY = "fifo"
 class Fifo:
     key = KEY
     time_dependent = False
+    settles_at_wakes = True
 
     def classify(self, job: Job, now_s: float) -> tuple[int, tuple]:
         return 0, ()

@@ -136,6 +136,13 @@ class PredictedLas:
         self._las = TiresiasLas(self.thresholds_gpu_s, len(self.thresholds_gpu_s) + 1, 0.0) \
             if rule == "in_las_queues" else None
 
+    @property
+    def settles_at_wakes(self) -> bool:
+        """in_las_queues only: running jobs in Tiresias' lists, waiting ones by a prediction
+        and attained service that do not move while they wait. The other rules' keys
+        follow progress, checked at events and at least MIN_RECHECK_S apart."""
+        return self._las is not None
+
     def begin_cycle(self, jobs, now_s: float) -> None:
         if self._las is not None:
             self._las.begin_cycle(jobs, now_s)

@@ -24,6 +24,9 @@ def remaining_gpu_s(duration_s: float | None, num_gpus: int, attained_gpu_s: flo
 class Srtf:
     key = KEY
     time_dependent = False
+    # a running job's remaining time only falls (it moves ahead of waiting jobs, which can
+    # only preempt fewer jobs); a waiting job's does not move
+    settles_at_wakes = True
 
     def classify(self, job: Job, now_s: float) -> tuple[int, tuple]:
         return 0, (remaining_gpu_s(job.duration_s, job.num_gpus, job.attained_gpu_s),)

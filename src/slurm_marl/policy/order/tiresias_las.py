@@ -239,6 +239,7 @@ class QueueLists:
 class TiresiasLas:
     key = KEY
     time_dependent = True
+    settles_at_wakes = True     # queue changes are demotions and promotions, at their times
 
     def __init__(self, thresholds_gpu_s: Sequence[float], num_queues: int,
                  starve_limit: float, running_first: bool = True,

@@ -44,6 +44,8 @@ class LeastInterference:
     node_specific = False
     reads_host = False
     pure = True
+    local_filter = True      # feasible() reads only the job, the candidate's nodes and
+    #                          their co-location (``Policy.decides_partitions_apart``)
 
     def __init__(self, estimator: InterferenceEstimator, defer_below: float = 0.0,
                  include_neighbours: bool = True) -> None:

@@ -31,6 +31,8 @@ class TiresiasSkew:
     node_specific = False
     reads_host = False
     pure = True
+    local_filter = True      # feasible() reads only the job, the candidate's nodes and
+    #                          their co-location (``Policy.decides_partitions_apart``)
     filters = True
 
     def __init__(self, sensitive: frozenset[str]) -> None:
