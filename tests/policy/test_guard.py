@@ -260,6 +260,30 @@ def test_a_blocked_protected_job_is_not_passed_by_a_later_arrival():
     assert {d.job_id for d in policy.run_cycle(snap) if isinstance(d, Place)} == {3}
 
 
+def test_a_blocked_protected_job_holds_back_only_its_own_partition():
+    """As above, with a second partition q beside p: q's 1-GPU job, later than p's
+    blocked protected job, starts on q's free node (the daemon decides q on its own view;
+    the simulator's cycle over both partitions must not hold it), while p's waits."""
+    group = (GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1))
+    nodes = tuple(Node(name=n, partitions=(part,), cpus=8, real_memory_mib=16000,
+                       gpu_groups=group, used_gpu_indices=frozenset(used),
+                       alloc_cpus=len(used))
+                  for n, part, used in (("n1", "p", (0, 1, 2, 3)), ("n2", "p", ()),
+                                        ("m1", "q", ())))
+    running = Job(1, partition="p", gpus_per_node=4, submit_time_s=0.0,
+                  state=JobState.RUNNING, start_time_s=10.0, attained_gpu_s=4 * 4990.0,
+                  nodes=("n1",), gpu_alloc=(("n1", (0, 1, 2, 3)),))
+    big = Job(2, partition="p", gpus_per_node=4, node_count=2, submit_time_s=5.0)
+    small_p = Job(3, partition="p", gpus_per_node=1, submit_time_s=100.0)
+    small_q = Job(4, partition="q", gpus_per_node=1, submit_time_s=120.0)
+    snap = ClusterSnapshot(5000.0, nodes, (running, big, small_p, small_q),
+                           (Partition("p", ("n1", "n2")), Partition("q", ("m1",))))
+    policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
+    policy.order.shadow.protected.update({1: 100.0, 2: 200.0})
+    decisions = policy.run_cycle(snap)
+    assert [d.job_id for d in decisions if isinstance(d, (Place, Preempt))] == [4], decisions
+
+
 def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path):
     """The agent with a guarded profile: an old 8-GPU job whose FCFS turn came while a
     demoted job holds the GPUs is protected, preempts it, and its decision's reason (what

@@ -233,7 +233,7 @@ def test_in_las_queues_without_predictions_ranks_as_tiresias_las_cycle_after_cyc
         "plugin": "tiresias_las"}, "place": {"consolidate": 1.0}}))
     snaps = []
     cycle = policy.run_cycle
-    policy.run_cycle = lambda snap: (snaps.append(snap), cycle(snap))[1]
+    policy.run_cycle = lambda snap, partitions=None: (snaps.append(snap), cycle(snap, partitions))[1]
     Simulator(parse_cluster("2x2x4"), trace, policy).run()
     las, ours = TiresiasLas((3250, 7200, 18000), 4, 0.0), order(rule="in_las_queues")
     demoted_behind = 0

@@ -114,7 +114,7 @@ def test_periodic_cycles_do_not_change_event_driven_results():
 class Greedy(Policy):
     """A broken policy: always puts the first pending job on the first group."""
 
-    def run_cycle(self, snapshot):
+    def run_cycle(self, snapshot, partitions=None):
         for job in snapshot.pending:
             return [Place(job_id=job.job_id, nodes=("gpu01",),
                           allocs=(GroupAlloc("gpu01", 0, job.num_gpus),))]

@@ -9,9 +9,9 @@ running jobs wins (then the place plugins' preference). Running jobs are ranked 
 some pending job first needs them: walking all jobs in order and skipping the running ones
 is the same as asking, for each pending job, which running jobs rank below it.
 
-**Backfill's reservation.** With ``backfill_reserve``, the first job that cannot start holds
-the GPUs it will wait for, so later jobs that fit elsewhere start and none takes those GPUs
-this cycle. Without it, Tiresias' fit-first: any later job that fits starts, and order is
+**Backfill's reservation.** With ``backfill_reserve``, the first job of a partition that
+cannot start holds the GPUs it will wait for, so later jobs that fit elsewhere start and
+none takes those GPUs this cycle. Without it, Tiresias' fit-first: any later job that fits starts, and order is
 enforced by preemption.
 """
 

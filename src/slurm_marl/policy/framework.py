@@ -16,8 +16,9 @@ What a cycle returns:
   takes GPUs of the lowest-ranked running jobs below it (fewest victim GPUs first);
 * ``Place(start_now=True)`` for jobs that start now (winner of the weighted place plugins,
   claimed in the cycle state so later jobs see it);
-* with backfill and ``backfill_reserve``, ``Place(start_now=False)`` for the first job that
-  cannot start: the GPUs it will wait for, which later jobs may not take this cycle.
+* with backfill and ``backfill_reserve``, ``Place(start_now=False)`` for the first job of
+  each partition that cannot start: the GPUs it will wait for, which later jobs may not
+  take this cycle. Without backfill a partition's walk ends at its first blocked job.
 
 Decisions come in that order: priorities, then preemptions, then placements.
 
@@ -155,15 +156,14 @@ class Policy:
         (its nodes, its jobs, its jobs' ranks among themselves, and, where
         ``reads_leaves``, the multi-node jobs on its leaf switches), so that a partition in
         which nothing changed since its last cycle decides nothing new and a caller may
-        leave it out (``run_cycle(partitions=...)``, the simulator). Not with a guard (a
-        blocked protected job holds back later jobs of every partition), nor without
-        backfill (the first blocked job ends the walk), nor with backfill's reservation (one
-        job of the whole cycle holds GPUs), nor with a plugin whose filter reads more than
-        the candidate's nodes (the learned agents: their own placement only), nor with an
-        order whose keys drift between events (``settles_at_wakes``: the Gittins index,
+        leave it out (``run_cycle(partitions=...)``, the simulator). A blocked job's effects
+        (the walk's end without backfill, backfill's reservation, the guard's hold on later
+        arrivals) stay in its partition (``_allocate``). Not with a guard (its shadow of
+        Slurm alone spans every job it has seen), nor with a plugin whose filter reads more
+        than the candidate's nodes (the learned agents: their own placement only), nor with
+        an order whose keys drift between events (``settles_at_wakes``: the Gittins index,
         predicted remaining time measured against progress)."""
-        profile = self.profile
-        return (self._guard is None and profile.backfill and not profile.backfill_reserve
+        return (self._guard is None
                 and getattr(self.order, "settles_at_wakes", False)
                 and all(not p.filters or getattr(p, "local_filter", False)
                         for p, _ in self.place))
@@ -240,7 +240,6 @@ class Policy:
                       if profile.preemption else None)
         preempts: list[Decision] = []
         places: list[Decision] = []
-        reserved = False
         failed_sizes: dict[tuple, int] = {}
         # Preemption searches that found no room: (cut, size) by job kind. A job alike with
         # at least that size and at most those candidates (a cut as large) finds none
@@ -250,16 +249,25 @@ class Policy:
         # only grow; the cut is compared all the same, so the rule holds whatever the order.
         failed_takes: dict[tuple, list[tuple[int, int]]] = {}
 
-        # The guard: a protected job that cannot start is passed by no later arrival
-        # (``policy/guard.py``); later unprotected jobs wait with it this cycle.
+        # What a blocked job does to the jobs after it holds in its own partition, as when
+        # the daemon decides each partition on its own view and as Slurm's main scheduler
+        # blocks a partition, not the cluster: the guard (a protected job that cannot start
+        # is passed by no later arrival of its partition, ``policy/guard.py``), the end of
+        # the walk without backfill, backfill's one reservation.
         protected = self._guard.shadow.protected if self._guard is not None else {}
-        blocked_since = None
+        blocked_since: dict[str, float] = {}
+        stopped: set[str] = set()
+        reserved: set[str] = set()
         for r in ranked:
             job = r.job
             total, _, _ = job_shape(job)
             if total <= 0:
                 continue
-            if blocked_since is not None and job.submit_time_s > blocked_since \
+            part = job.partition
+            if part in stopped:
+                continue
+            since = blocked_since.get(part)
+            if since is not None and job.submit_time_s > since \
                     and job.job_id not in protected:
                 continue
             memo_key = _failure_key(job) if self._monotone else None
@@ -293,14 +301,15 @@ class Policy:
             if self._monotone and (known_fail is None or total < known_fail):
                 failed_sizes[memo_key] = total
             if job.job_id in protected:
-                blocked_since = min(job.submit_time_s, blocked_since
-                                    if blocked_since is not None else job.submit_time_s)
+                blocked_since[part] = job.submit_time_s if since is None \
+                    else min(job.submit_time_s, since)
             if not profile.backfill:
-                break
-            if profile.backfill_reserve and not reserved:
+                stopped.add(part)
+                continue
+            if profile.backfill_reserve and part not in reserved:
                 place = reserve_for_blocked(self, job, state)
                 if place is not None:
-                    reserved = True
+                    reserved.add(part)
                     failed_sizes.clear()
                     failed_takes.clear()
                     places.append(place)
