@@ -441,6 +441,7 @@ def test_layout_of_version_from_recorded_answers(release):
     layout = layout_of_version(text)
     assert layout is not None and KNOWN_PARSERS[layout.parser][0] == release
     assert layout.reads_by_id == (release != "22.05")
+    assert layout.reads_jobs_by_text == (release == "22.05")
     assert layout_of_version(text.replace("slurm-wlm", "slurm")) == layout
 
 

@@ -80,3 +80,16 @@ def test_every_write_tried_names_its_job_to_on_write():
                            on_write=named.extend)
     sink.apply([SetPriority(1, priority=100), SetPriority(2, priority=50)])
     assert named == [1]
+
+
+def test_an_admin_comment_written_is_named_to_on_admin_comment():
+    """On 22.05 the source trusts a changed job's AdminComment read as text only if it is
+    the one it knew or the agent's own write: each AdminComment write is named, with its
+    value; other writes name none."""
+    written: list[tuple[int, str]] = []
+    sink = CliDecisionSink(Scripted({}), retries=0, sleep=lambda s: None,
+                           on_admin_comment=lambda j, v: written.append((j, v)))
+    sink._update_job(5, {"ReqNodeList": "n1", "AdminComment": "slurm-marl:v1;tpn=x=y",
+                         "StartTime": "now"}, [])
+    sink.apply([SetPriority(1, priority=100)])
+    assert written == [(5, "slurm-marl:v1;tpn=x=y")]

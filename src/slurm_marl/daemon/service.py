@@ -792,7 +792,8 @@ def build_agent(config: Config, metrics=None,
     source = CliClusterSource(runner, static_ttl_s=60.0,
                               full_read_s=config.slurm.full_read_s)
     sink = CliDecisionSink(runner, retries=config.slurm.write_retries,
-                           on_write=source.invalidate)
+                           on_write=source.invalidate,
+                           on_admin_comment=source.admin_comment_written)
     policy = build_policy(load_profile(config.agent.profile))
     partition_policies = {}
     for part, name in config.agent.partition_profiles:

@@ -38,14 +38,17 @@ class Layout:
     # squeue --json honours --jobs and scontrol show node --json takes node names (24.11
     # on), so changed records can be read alone; 22.05's squeue --json ignores every filter.
     reads_by_id: bool = False
+    # Changed jobs can be read one by one as ``scontrol show job -d -o N`` text
+    # (``parse_job_text``): 22.05, where JSON cannot be read by id.
+    reads_jobs_by_text: bool = False
 
 
 # data parser named in ``meta`` -> (Slurm series, per-node sinfo, finished jobs in squeue,
-# records read by id)
+# records read by id, changed jobs read as text)
 KNOWN_PARSERS = {
-    "openapi/v0.0.38": ("22.05", True, True, False),
-    "data_parser/v0.0.42": ("24.11", False, False, True),
-    "data_parser/v0.0.45": ("26.05", False, False, True),
+    "openapi/v0.0.38": ("22.05", True, True, False, True),
+    "data_parser/v0.0.42": ("24.11", False, False, True, False),
+    "data_parser/v0.0.45": ("26.05", False, False, True, False),
 }
 # What an answer without any ``meta`` is read as: the 22.05 layout (22.05 itself always
 # prints meta; the guards against empty readings still apply).

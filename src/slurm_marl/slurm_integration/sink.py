@@ -26,7 +26,9 @@
 
 Every write is idempotent; failures come back as WriteResult values, never as exceptions.
 Each write, whatever its answer, names the jobs it touched to ``on_write`` (the source then
-reads them again: its text listing cannot show an AdminComment).
+reads them again: its text listing cannot show an AdminComment), and an AdminComment it
+writes to ``on_admin_comment`` (on 22.05 the source reads a changed job as text, where it
+trusts no AdminComment but the one it knew and the agent's own).
 """
 
 from __future__ import annotations
@@ -260,13 +262,15 @@ class CliDecisionSink(DecisionSink):
     def __init__(self, runner: SlurmRunner, retries: int = 2, backoff_s: float = 0.3,
                  verify: bool = True, sleep: Callable[[float], None] = time.sleep,
                  on_write: Callable[[list[int]], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_admin_comment: Callable[[int, str], None] | None = None) -> None:
         self.runner = runner
         self._clock = clock
         # when the last ``apply``'s writes before its lease renewals ended (``clock``)
         self._starts_done: float | None = None
         self._fresh: dict[int, dict | None] = {}   # ``apply``'s fresh reads, by job
         self.on_write = on_write
+        self.on_admin_comment = on_admin_comment
         self.retries = retries
         self.backoff_s = backoff_s
         self.verify = verify
@@ -289,6 +293,11 @@ class CliDecisionSink(DecisionSink):
         delay = self.backoff_s
         if self.on_write is not None:
             self.on_write(jobs_written(args))
+        if self.on_admin_comment is not None:
+            for arg in args[2:]:
+                if arg.startswith("AdminComment="):
+                    for job_id in jobs_written(args):
+                        self.on_admin_comment(job_id, arg.split("=", 1)[1])
         for attempt in range(self.retries + 1):
             try:
                 res = self.runner.run(args)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from slurm_marl.domain import ClusterSnapshot, Job, Node
 from slurm_marl.slurm_integration import changes as C
 from slurm_marl.slurm_integration import parse as P
+from slurm_marl.slurm_integration.parse_job_text import JobTextError, job_raw_from_scontrol
 from slurm_marl.slurm_integration.ports import ClusterSource
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
 
@@ -21,6 +22,11 @@ MAX_BY_ID = 2000
 # one id only that job (24.11.5, 15,000 jobs: 0.8 s for 60 ids in one call, 8 ms a call
 # for one; docs/benchmarks.md).
 LISTED_PER_SINGLE_READ = 100
+# Slurm 22.05 (no JSON by id): changed jobs are read as text, one ``scontrol show job`` each
+# (about 5 ms), while there are at most one per this many jobs listed; more, or any new job,
+# and the snapshot reads every job as JSON (about 0.25 ms a job listed at 3,000 jobs,
+# docs/benchmarks.md).
+LISTED_PER_TEXT_READ = 20
 
 
 class CliClusterSource(ClusterSource):
@@ -47,7 +53,14 @@ class CliClusterSource(ClusterSource):
     are seen; few changed jobs are read one per call, ``LISTED_PER_SINGLE_READ``); a
     snapshot read so holds the same records a full read would. Any failed
     read makes the next snapshot a full one. ``invalidate`` names jobs written to, which
-    the next snapshot reads again. 0: every snapshot is a full read (22.05 always).
+    the next snapshot reads again. 0: every snapshot is a full read.
+
+    On 22.05 (``Layout.reads_jobs_by_text``) the nodes are read whole each snapshot and a
+    few changed jobs as ``scontrol show job -d -o N`` text (``parse_job_text``), as the
+    record JSON would give; a new job, many changed ones (``LISTED_PER_TEXT_READ``), a line
+    that is not certain, or an AdminComment or Comment other than the one kept (or, for
+    the AdminComment, than the agent's own last write, ``admin_comment_written``) make that
+    snapshot read every job as JSON.
     """
 
     def __init__(self, runner: SlurmRunner, static_ttl_s: float = 0.0,
@@ -63,6 +76,8 @@ class CliClusterSource(ClusterSource):
         # kept between snapshots that read changes only (None: the next one reads all)
         self._kept: _Kept | None = None
         self._dirty: set[int] = set()
+        # the AdminComment each job was last written (``admin_comment_written``)
+        self._written_comments: dict[int, str] = {}
         # how the last snapshot was read: "full", or "changes" with the records read
         self.last_read: dict = {}
 
@@ -161,6 +176,11 @@ class CliClusterSource(ClusterSource):
         them again whatever their text listing says (an AdminComment is not in it)."""
         self._dirty.update(int(j) for j in job_ids)
 
+    def admin_comment_written(self, job_id: int, value: str) -> None:
+        """The AdminComment the agent wrote to a job (``CliDecisionSink``'s
+        ``on_admin_comment``): a text read of that job may show it (22.05)."""
+        self._written_comments[int(job_id)] = value
+
     def snapshot(self) -> ClusterSnapshot:
         taken = time.time()
         parts, switches, leaf_of = self._static_parts()
@@ -168,7 +188,7 @@ class CliClusterSource(ClusterSource):
         if self.layout is None and self.full_read_s > 0:
             self._layout_from_version()
         by_changes = (self.full_read_s > 0 and self.layout is not None
-                      and self.layout.reads_by_id)
+                      and (self.layout.reads_by_id or self.layout.reads_jobs_by_text))
         if by_changes:
             try:
                 nodes, jobs, probs = self._read_changes(leaf_of)
@@ -221,6 +241,39 @@ class CliClusterSource(ClusterSource):
             problems += probs
         return jobs, problems
 
+    def _jobs_as_text(self, ids: list[int], kept: dict[int, Job]
+                      ) -> tuple[list[Job], list[str]]:
+        """The jobs ``ids`` (each kept from an earlier read) from one ``scontrol show job
+        -d -o N`` each (22.05). A job purged since the listing is left out. JobTextError
+        where a line is not certain, or its AdminComment or Comment is not one known
+        (``parse_job_text``: a free-text value could forge them)."""
+        jobs: list[Job] = []
+        problems: list[str] = []
+        for job_id in ids:
+            res = self.runner.run(["scontrol", "show", "job", "-d", "-o", str(job_id)])
+            if not res.ok:
+                if "invalid job id" in (res.stderr + res.stdout).lower():
+                    continue
+                raise SlurmError(res.command, res.returncode,
+                                 (res.stderr or res.stdout).strip()[:300])
+            lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+            if len(lines) != 1:
+                raise JobTextError(f"job {job_id}: {len(lines)} lines")
+            raw = job_raw_from_scontrol(lines[0])
+            old = kept[job_id]
+            if raw["job_id"] != job_id:
+                raise JobTextError(f"job {job_id}: the answer is job {raw['job_id']}")
+            if raw["admin_comment"] not in (old.admin_comment,
+                                            self._written_comments.get(job_id)):
+                raise JobTextError(f"job {job_id}: AdminComment not the one known")
+            if raw["comment"] != old.comment:
+                raise JobTextError(f"job {job_id}: Comment changed")
+            job, probs = P.job_from_json(raw)
+            if job is not None:
+                jobs.append(job)
+            problems += probs
+        return jobs, problems
+
     def _nodes_named(self, names, leaf_of: dict[str, str]) -> tuple[list[Node], list[str]]:
         args = ["scontrol", "show", "node", "--json", ",".join(sorted(names))]
         reader = P.NodesReader(P.SCONTROL_NODES, leaf_of)
@@ -243,23 +296,49 @@ class CliClusterSource(ClusterSource):
         dirty = set(self._dirty)
         if kept is None or now - kept.full_at >= self.full_read_s:
             nodes, jobs, probs = self._read_full(leaf_of)
-            # a layout without reads by id (a downgrade) keeps nothing
+            # a layout that reads no changes (an unknown one) keeps nothing
             self._kept = _Kept(now, rows, states, {j.job_id: j for j in jobs},
                                {n.name: n for n in nodes}) \
-                if self.layout is not None and self.layout.reads_by_id else None
+                if self.layout is not None and (self.layout.reads_by_id
+                                                or self.layout.reads_jobs_by_text) else None
+            self._written_comments.clear()
             self._dirty -= dirty
             self.last_read = {"mode": "full", "listed_jobs": len(rows),
                               "listed_nodes": len(states)}
             return nodes, jobs, problems + probs
         ch = C.changes(rows, states, kept.rows, kept.states, kept.jobs, kept.nodes, dirty)
-        if len(ch.nodes) > MAX_BY_ID:
+        by_text = not self.layout.reads_by_id
+        text_note = ""
+        if by_text:     # 22.05: no node read by name; the nodes are few where it runs
+            fresh_nodes, probs = self._nodes(leaf_of)
+            node_map = {n.name: n for n in fresh_nodes}
+        elif len(ch.nodes) > MAX_BY_ID:
             fresh_nodes, probs = self._nodes(leaf_of)
             node_map = {n.name: n for n in fresh_nodes}
         else:
             fresh_nodes, probs = self._nodes_named(ch.nodes, leaf_of) if ch.nodes else ([], [])
             node_map = _merged(kept.nodes, {n.name: n for n in fresh_nodes}, ch.nodes)
         problems += probs
-        if len(ch.jobs) > MAX_BY_ID:
+        fresh_jobs = None
+        if by_text and ch.jobs:
+            new = sum(1 for j in ch.jobs if j not in kept.jobs)
+            if new or len(ch.jobs) * LISTED_PER_TEXT_READ > len(rows):
+                text_note = f"{new} new job(s)" if new else f"{len(ch.jobs)} changed jobs"
+            else:
+                try:
+                    fresh_jobs, probs = self._jobs_as_text(sorted(ch.jobs), kept.jobs)
+                except JobTextError as exc:
+                    text_note = str(exc)
+                    log.debug("changed jobs not read as text: %s; every job read as JSON",
+                              exc)
+            if fresh_jobs is None:
+                fresh_jobs, probs = self._jobs(self._squeue_args())
+                job_map = {j.job_id: j for j in fresh_jobs}
+                self._written_comments.clear()
+            else:
+                job_map = _merged(kept.jobs, {j.job_id: j for j in fresh_jobs}, ch.jobs,
+                                  ch.gone_jobs)
+        elif len(ch.jobs) > MAX_BY_ID:
             fresh_jobs, probs = self._jobs(self._squeue_args())
             job_map = {j.job_id: j for j in fresh_jobs}
         else:
@@ -283,6 +362,9 @@ class CliClusterSource(ClusterSource):
         self.last_read = {"mode": "changes", "listed_jobs": len(rows),
                           "listed_nodes": len(states), "jobs_read": len(ch.jobs),
                           "nodes_read": len(ch.nodes), "jobs_gone": len(ch.gone_jobs)}
+        if by_text:
+            self.last_read.update(nodes_read=len(states), jobs_as="json" if text_note
+                                  else "text", why_json=text_note)
         return list(node_map.values()), list(job_map.values()), problems
 
 
