@@ -103,6 +103,8 @@ def test_an_ended_job_keeps_no_gres_detail():
     (dict(workdir="/tmp/x Partition=big"), "twice"),
     # a comment that holds a key that follows it
     (dict(comments="Comment=x StdErr=/tmp/e  "), "twice"),
+    # a comment that holds an allocation group (they may repeat, but only after JOB_GRES)
+    (dict(comments="Comment=x Nodes=n1 CPU_IDs=0 Mem=1 GRES=gpu:s0:9(IDX:0-8)  "), "order"),
 ])
 def test_lines_a_free_text_could_have_forged_are_refused(forged, why):
     with pytest.raises(JobTextError, match=why):

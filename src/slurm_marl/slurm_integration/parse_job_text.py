@@ -8,7 +8,8 @@ directory, output paths: a user chooses them). So the line is cut only where a k
 reader knows starts, and the cut is trusted only if it cannot have been forged:
 
 - the keys come in Slurm's own order (``ORDER``), each once (the detail keys of an
-  allocation, ``Nodes``/``CPU_IDs``/``Mem``/``GRES``, once per group). A free-text value
+  allocation, ``Nodes``/``CPU_IDs``/``Mem``/``GRES``, once per group, right after
+  ``JOB_GRES``). A free-text value
   that holds ``" Priority=..."`` makes ``Priority`` appear twice; one that holds a key
   Slurm prints elsewhere puts it out of order;
 - a value that is not free text holds no space (a key this reader does not know, glued to
@@ -87,6 +88,8 @@ def _fields(line: str) -> tuple[dict[str, str], list[dict[str, str]]]:
     last = -1
     for key, value in _pairs(line):
         if key in DETAIL:
+            if last != _RANK["JOB_GRES"]:     # groups follow JOB_GRES, nothing else
+                raise JobTextError(f"{key} out of Slurm's order")
             if key == "Nodes":
                 groups.append({})
             elif not groups or key in groups[-1]:
