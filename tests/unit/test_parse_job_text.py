@@ -131,3 +131,20 @@ def test_a_forged_admin_comment_in_a_working_directory_is_read_as_such():
 def test_what_is_not_a_job_line(bad):
     with pytest.raises(JobTextError):
         job_raw_from_scontrol(bad)
+
+
+@pytest.mark.parametrize("wall,certain", [("2026-10-25T02:30:00", False),   # repeated hour
+                                          ("2026-03-29T02:30:00", False),   # skipped hour
+                                          ("2026-10-25T04:30:00", True)])
+def test_a_wall_time_a_clock_change_makes_ambiguous_is_not_read(monkeypatch, wall, certain):
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        if certain:
+            assert job_raw_from_scontrol(line(start=wall))["start_time"] == epoch(wall)
+        else:
+            with pytest.raises(JobTextError, match="one instant"):
+                job_raw_from_scontrol(line(start=wall))
+    finally:
+        monkeypatch.undo()
+        time.tzset()

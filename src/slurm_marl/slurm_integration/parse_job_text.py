@@ -119,14 +119,19 @@ def _fields(line: str) -> tuple[dict[str, str], list[dict[str, str]]]:
 
 def _epoch(text: str) -> int:
     """Slurm's local time (``2026-11-27T17:21:14``) as seconds since the epoch; 0 for
-    Unknown/None."""
+    Unknown/None. A wall time that names no instant or two (the hour a daylight-saving
+    change skips or repeats) is JobTextError: the JSON's epoch is exact."""
     if text in _NULL:
         return 0
     try:
         parsed = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
     except ValueError as exc:
         raise JobTextError(f"time {text!r}") from exc
-    return int(time.mktime(parsed.timetuple()))
+    epoch = int(time.mktime(parsed.timetuple()))
+    if datetime.fromtimestamp(epoch) != parsed or any(
+            datetime.fromtimestamp(epoch + d) == parsed for d in (-3600, 3600)):
+        raise JobTextError(f"time {text!r}: not one instant in this time zone")
+    return epoch
 
 
 def _minutes(text: str) -> int | None:
