@@ -148,3 +148,11 @@ def test_a_wall_time_a_clock_change_makes_ambiguous_is_not_read(monkeypatch, wal
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_memory_sizes():
+    assert job_raw_from_scontrol(line().replace("MinMemoryCPU=500M", "MinMemoryCPU=2G")
+                                 )["memory_per_cpu"] == 2048
+    # a rounded size is not the exact MiB the JSON holds
+    with pytest.raises(JobTextError, match="memory"):
+        job_raw_from_scontrol(line().replace("MinMemoryCPU=500M", "MinMemoryCPU=15.62G"))

@@ -26,11 +26,13 @@ is ``JobTextError``: the caller reads all jobs as JSON instead.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from datetime import datetime
 
-from slurm_marl.slurm_text import SlurmTextError, expand_host_field
+from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, memory_mib,
+                                   parse_time_limit_s)
 
 
 class JobTextError(ValueError):
@@ -135,34 +137,24 @@ def _epoch(text: str) -> int:
 
 
 def _minutes(text: str) -> int | None:
-    """A time limit (``UNLIMITED``, ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``) in
-    whole minutes, as squeue's JSON has it; None without a limit."""
-    if text in ("UNLIMITED", "Partition_Limit") or text in _NULL:
+    """A time limit in whole minutes (``slurm_text.parse_time_limit_s``, seconds rounded
+    up), as squeue's JSON has it; None without a limit."""
+    if text == "Partition_Limit" or text in _NULL:
         return None
-    days, _, rest = text.rpartition("-")
-    parts = rest.split(":")
     try:
-        nums = [int(p) for p in parts]
-        d = int(days) if days else 0
+        seconds = parse_time_limit_s(text)
     except ValueError as exc:
         raise JobTextError(f"time limit {text!r}") from exc
-    if days:
-        h, m, s = (nums + [0, 0])[:3]
-    elif len(nums) == 3:
-        h, m, s = nums
-    elif len(nums) == 2:
-        h, m, s = 0, nums[0], nums[1]
-    else:
-        h, m, s = 0, nums[0], 0
-    return d * 1440 + h * 60 + m + (1 if s else 0)
+    return None if seconds is None else math.ceil(seconds / 60)
 
 
 def _mib(text: str) -> int:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGTP]?)", text)
-    if m is None:
+    """A memory size in MiB (``slurm_text.memory_mib``); a rounded one (``15.62G``) is not
+    the exact value JSON has, so it is not certain."""
+    mib = None if "." in text else memory_mib(text)
+    if mib is None:
         raise JobTextError(f"memory {text!r}")
-    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 ** 2, "P": 1024 ** 3}
-    return int(float(m.group(1)) * scale[m.group(2)])
+    return mib
 
 
 def _int(text: str, what: str, default: int | None = 0) -> int | None:

@@ -309,10 +309,8 @@ class CliClusterSource(ClusterSource):
         ch = C.changes(rows, states, kept.rows, kept.states, kept.jobs, kept.nodes, dirty)
         by_text = not self.layout.reads_by_id
         text_note = ""
-        if by_text:     # 22.05 reads no node by name: every node, as a full read does
-            fresh_nodes, probs = self._nodes(leaf_of)
-            node_map = {n.name: n for n in fresh_nodes}
-        elif len(ch.nodes) > MAX_BY_ID:
+        # 22.05 reads no node by name: every node, as a full read does
+        if by_text or len(ch.nodes) > MAX_BY_ID:
             fresh_nodes, probs = self._nodes(leaf_of)
             node_map = {n.name: n for n in fresh_nodes}
         else:
