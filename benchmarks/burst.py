@@ -4,7 +4,7 @@ idle while a job that fits waits).
 
     .venv/bin/python benchmarks/burst.py [--jobs 3000] [--nodes 16] [--min-s 5] [--max-s 25]
         [--slurm-version 24.11] [--modes slurm,agent] [--set eligible_ahead_gpus=64 ...]
-        [--seed 1] [--json]
+        [--seed 1] [--json] [--keep-log DIR]
 
 Every mode gets a fresh cluster (``nodes`` x 2 sockets x 4 GPUs, 8 cores a socket) and the
 same jobs, submitted as fast as ``sbatch`` takes them: 1-4 GPUs, ``--time=2``, running
@@ -227,6 +227,11 @@ def run_mode(mode: str, jobs: list[dict], args, settings: dict[str, str]) -> dic
     finally:
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
+        if agent and args.keep_log and (folder / "agent.log").exists():
+            keep = Path(args.keep_log)
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"{mode.replace(':', '-')}.log").write_bytes(
+                (folder / "agent.log").read_bytes())
         cluster.down()
 
 
@@ -243,6 +248,9 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="NAME.KEY=VALUE")
     ap.add_argument("--timeout-s", type=float, default=3600.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep-log", default=None, metavar="DIR",
+                    help="copy each agent's DEBUG log (every Slurm call with its time) "
+                         "into DIR as MODE.log")
     args = ap.parse_args()
     jobs = make_jobs(args.jobs, args.seed, args.min_s, args.max_s, args.two_node)
     settings: dict[str, dict[str, str]] = {}

@@ -80,6 +80,16 @@ def test_a_snapshot_read_by_changes_equals_a_full_read_after_each_change(clean, 
         time.sleep(1.0)
         modes.append(_same(changed, full, what))
         whys.append(_why(changed))
+    # the agent's lease renewal moves the waiting job's eligible time and nothing else:
+    # carried from the text listing, the job not read again (the sink names no job)
+    c.run("scontrol", "update", f"jobid={held}", "StartTime=now+300")
+    time.sleep(1.0)
+    renewed = _by_id(changed.snapshot())[0][held]
+    renewal_read = dict(changed.last_read)
+    _same(changed, full, "a lease renewal")
+    assert renewal_read["eligible_moved"] >= 1, renewal_read
+    assert renewed == _by_id(full.snapshot())[0][held]
+    assert renewed.eligible_time_s >= time.time() + 250
     # the agent's own write of a field squeue's text does not show, named by the sink
     c.run("scontrol", "update", f"jobid={held}", "admincomment=slurm-marl-test")
     changed.invalidate([held])

@@ -14,6 +14,7 @@ import copy
 import io
 import json
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,11 @@ NODES = json.loads((DATA / "scontrol_show_node.json").read_text())
 META = SQUEUE["meta"]
 JOB = next(j for j in SQUEUE["jobs"] if j["job_id"] == 3)       # a running 2-node job
 NODE = NODES["nodes"][0]
+
+
+def local_time(epoch: int) -> str:
+    """A time as squeue prints it: local, to the second; N/A for none."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch)) if epoch else "N/A"
 
 
 def number(v):
@@ -112,7 +118,8 @@ class FakeSlurm:
         state = j["job_state"][0]
         fields = [str(j["job_id"]), state, str(j["priority"]["number"]), j["state_reason"],
                   j["nodes"], str(j["start_time"]["number"]), str(j["end_time"]["number"]),
-                  "0", j["partition"], str(j["time_limit"]["number"]), "x", "x",
+                  "0", j["partition"], str(j["time_limit"]["number"]),
+                  local_time(j["eligible_time"]["number"]), "x",
                   j["tres_per_node"], "N/A", "N/A", "N/A", j["required_nodes"],
                   j["excluded_nodes"], j["resv_name"] or "(null)", "1", "1", "1000M",
                   str(j["restart_cnt"]), j["user_name"], "(null)", "(null)", "(null)",
@@ -238,7 +245,8 @@ def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed, monkeypat
     for step in range(60):
         event = rng.choice(["submit", "start", "finish", "purge", "priority", "reason",
                             "limit", "drain", "estimate", "written", "requeue", "nothing",
-                            "time", "finish, purged while read", "hold", "release"])
+                            "time", "finish, purged while read", "hold", "release",
+                            "renewed", "renewed and limit"])
         pending = [j for j, r in slurm.jobs.items() if r["job_state"] == ["PENDING"]]
         running = [j for j, r in slurm.jobs.items() if r["job_state"] == ["RUNNING"]]
         done = [j for j, r in slurm.jobs.items() if r["job_state"] == ["COMPLETED"]]
@@ -277,6 +285,12 @@ def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed, monkeypat
             n = slurm.nodes[rng.choice(sorted(set(slurm.nodes) - {"spare"}))]
             n.update(state=["DRAINED"] if n["state"] != ["DRAINED"] else ["IDLE"],
                      reason="maintenance")
+        elif event.startswith("renewed") and pending:
+            # a lease renewal (``StartTime=now+30``): the sink names no job to read again
+            jid = rng.choice(pending)
+            slurm.jobs[jid]["eligible_time"] = number(1_800_000_000 + 30 * step)
+            if event == "renewed and limit":
+                slurm.jobs[jid]["time_limit"] = number(rng.randint(100, 199))
         elif event == "estimate" and pending:
             slurm.jobs[rng.choice(pending)]["start_time"] = number(1_900_000_000 + step)
         elif event == "written" and slurm.jobs:
@@ -315,7 +329,8 @@ def test_reads_only_what_changed_and_ignores_estimates():
     slurm.calls.clear()
     snap = source.snapshot()
     assert source.last_read == {"mode": "changes", "listed_jobs": 30, "listed_nodes": 20,
-                                "jobs_read": 0, "nodes_read": 0, "jobs_gone": 0}
+                                "jobs_read": 0, "nodes_read": 0, "jobs_gone": 0,
+                                "eligible_moved": 0}
     assert [c[0] for c in slurm.calls if "--json" in c] == []
     assert {j.pending_reason for j in snap.jobs if j.is_pending} == {"Resources"}
     slurm.finish(jobs[0])
@@ -473,3 +488,55 @@ def test_a_known_version_is_read_by_changes_from_the_second_snapshot(version):
     known = version == "slurm-wlm 24.11.5"
     assert (["sinfo", "--json"] in first_calls) == (not known)
     assert source.last_read["mode"] == ("changes" if known else "full")
+
+
+def test_a_moved_eligible_time_alone_is_carried_not_read(monkeypatch):
+    """A lease renewal moves a waiting job's eligible time and nothing else: the kept
+    record takes the listing's time, no JSON is read; with another field changed, or a
+    time not certain in this zone, the job is read."""
+    slurm, source, jobs = thirty_jobs_read_twice(3)
+    renewed = jobs[10:25]
+    for k, jid in enumerate(renewed):
+        slurm.jobs[jid]["eligible_time"] = number(1_800_000_000 + k)
+    slurm.calls.clear()
+    snap = source.snapshot()
+    assert [c for c in slurm.calls if "--json" in c] == []
+    assert source.last_read["eligible_moved"] == 15 and source.last_read["jobs_read"] == 0
+    assert {j.job_id: j.eligible_time_s for j in snap.jobs if j.job_id in renewed} == {
+        jid: 1_800_000_000 + k for k, jid in enumerate(renewed)}
+    assert by_id(snap) == full_read(slurm)
+    # moved with another field: read, as any change
+    slurm.jobs[jobs[10]]["eligible_time"] = number(1_800_000_100)
+    slurm.jobs[jobs[10]]["time_limit"] = number(7)
+    slurm.calls.clear()
+    snap = source.snapshot()
+    assert source.last_read["jobs_read"] == 1 and source.last_read["eligible_moved"] == 0
+    assert by_id(snap) == full_read(slurm)
+    # a running job's row never reads its eligible time
+    slurm.jobs[jobs[0]]["eligible_time"] = number(1_800_000_200)
+    source.snapshot()
+    assert source.last_read["jobs_read"] == 1 and source.last_read["eligible_moved"] == 0
+    # a wall time that names two instants (the hour a daylight-saving change repeats)
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        source.snapshot()     # the listing now in Berlin's time: each time read again
+        repeated = int(time.mktime((2026, 10, 25, 2, 30, 0, 0, 0, 0)))
+        slurm.jobs[jobs[11]]["eligible_time"] = number(repeated)
+        slurm.calls.clear()
+        snap = source.snapshot()
+        assert source.last_read["jobs_read"] == 1
+        assert by_id(snap) == full_read(slurm)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_only_a_start_time_write_alone_moves_the_eligible_time_only():
+    from slurm_marl.slurm_integration.sink import moves_eligible_time_only as only
+    assert only(["scontrol", "update", "jobid=5,6", "StartTime=now+30"])
+    assert only(["scontrol", "update", "jobid=5", "StartTime=now"])
+    assert not only(["scontrol", "update", "jobid=5", "ReqNodeList=n1", "StartTime=now"])
+    assert not only(["scontrol", "update", "jobid=5", "StartTime=2027-01-01T00:00:00"])
+    assert not only(["scontrol", "update", "jobid=5", "Priority=7"])
+    assert not only(["scontrol", "requeue", "5", "StartTime=now"])

@@ -17,6 +17,11 @@ read again:
 - a job's priority and pending reason change often (Slurm's scheduler passes, fair-share
   factors) and are printed as plain words: they are carried into the kept record without
   reading it again.
+- so is a waiting job's eligible time when nothing else of its row changed
+  (``Changes.eligible``): the agent's lease renewals (``StartTime=now+N``) move it for
+  every waiting job every few cycles, and that time is all they change. Read as local time
+  (``parse_job_text.local_epoch``); a time a daylight-saving change makes ambiguous is
+  read as a change.
 - a node is read again when its state word changed (``sinfo --all -o "%T|%N"``, a line per
   state and partition) or a job that runs, ran or starts on it changed. sinfo does not
   list a node in no partition: such a node is kept as last read, and a node removed from
@@ -32,8 +37,9 @@ Pure functions: the source (``source.py``) runs the commands.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from slurm_marl.slurm_integration.parse_job_text import JobTextError, local_epoch
 from slurm_marl.slurm_text import SlurmTextError, expand_host_field
 
 SEP = "|"
@@ -45,6 +51,7 @@ JOB_FIELDS = ("JobID", "State", "PriorityLong", "Reason", "NodeList", "StartTime
               "ExcNodes", "Reservation", "NumNodes", "NumCPUs", "MinMemory", "RestartCnt",
               "UserName", "Account", "QOS", "Feature", "Comment", "Name")
 _SPLIT = 7
+_ELIGIBLE = JOB_FIELDS.index("EligibleTime") - _SPLIT   # its place in the rest
 JOB_ROWS = ["squeue", "-h", "--states=all", "-O",
             ",".join(f"{f}:{SEP}" for f in JOB_FIELDS)]
 NODE_STATES = ["sinfo", "-h", "--all", "-o", f"%T{SEP}%N"]
@@ -59,6 +66,7 @@ class JobRow:
     reason: str
     nodes: str            # as Slurm prints it (a hostlist expression)
     key: tuple            # what, changed, means the job's record is read again
+    eligible: str = ""    # EligibleTime as printed (not in ``key``: see ``changes``)
 
     def node_names(self) -> tuple[str, ...]:
         try:
@@ -86,11 +94,17 @@ def job_rows(text: str) -> tuple[dict[int, JobRow], list[str]]:
         state = state.strip()
         pending = state == "PENDING"
         prio = prio.strip()
+        # ArrayJobID, Partition, TimeLimit, EligibleTime hold no separator
+        head = rest.split(SEP, _ELIGIBLE + 1)
+        eligible = ""
+        if len(head) == _ELIGIBLE + 2:
+            eligible = head[_ELIGIBLE].strip()
+            head[_ELIGIBLE] = ""
         rows[int(jid)] = JobRow(
             state=state, priority=int(prio) if prio.isdigit() else None,
             reason=reason.strip(), nodes=nodes.strip(),
             key=(state, nodes.strip(), "" if pending else start, "" if pending else end,
-                 rest))
+                 SEP.join(head)), eligible=eligible)
     return rows, problems
 
 
@@ -117,11 +131,14 @@ def node_states(text: str) -> tuple[dict[str, str], list[str]]:
 @dataclass(frozen=True)
 class Changes:
     """What to read again: jobs by id, nodes by name; ``gone_jobs``: kept jobs Slurm no
-    longer lists (nodes are never taken as gone: sinfo does not list every node)."""
+    longer lists (nodes are never taken as gone: sinfo does not list every node);
+    ``eligible``: waiting jobs not read again whose eligible time moved, to that time
+    (seconds since the epoch, None for none)."""
 
     jobs: frozenset[int]
     nodes: frozenset[str]
     gone_jobs: frozenset[int]
+    eligible: dict[int, int | None] = field(default_factory=dict)
 
 
 def changes(rows: dict[int, JobRow], states: dict[str, str],
@@ -130,10 +147,21 @@ def changes(rows: dict[int, JobRow], states: dict[str, str],
     """Jobs whose row is new or changed (or that the agent wrote to, ``dirty_jobs``);
     nodes whose state is new or changed, and the nodes (known ones) of every such job,
     before and after, and of jobs gone. ``kept_jobs`` maps id -> Job (its ``nodes``), ``kept_nodes``
-    name -> Node: a record not kept is read (it was listed but not readable last time)."""
-    jobs = {jid for jid, row in rows.items()
-            if jid in dirty_jobs or jid not in kept_jobs
-            or (old := kept_rows.get(jid)) is None or old.key != row.key}
+    name -> Node: a record not kept is read (it was listed but not readable last time).
+    A waiting job whose row changed only in its eligible time is not read: its new time
+    is in ``eligible``."""
+    jobs: set[int] = set()
+    eligible: dict[int, int | None] = {}
+    for jid, row in rows.items():
+        old = kept_rows.get(jid)
+        if jid in dirty_jobs or jid not in kept_jobs or old is None or old.key != row.key:
+            jobs.add(jid)
+        elif old.eligible != row.eligible:
+            when = _eligible_time(row) if row.state == "PENDING" else False
+            if when is False:
+                jobs.add(jid)
+            else:
+                eligible[jid] = when
     gone_jobs = frozenset(jid for jid in kept_jobs if jid not in rows)
     nodes = {name for name, state in states.items()
              if name not in kept_nodes or kept_states.get(name) != state}
@@ -144,4 +172,14 @@ def changes(rows: dict[int, JobRow], states: dict[str, str],
         if jid in rows:
             nodes.update(rows[jid].node_names())
     known = states.keys() | kept_nodes.keys()
-    return Changes(frozenset(jobs), frozenset(n for n in nodes if n in known), gone_jobs)
+    return Changes(frozenset(jobs), frozenset(n for n in nodes if n in known), gone_jobs,
+                   eligible)
+
+
+def _eligible_time(row: JobRow) -> int | None | bool:
+    """The row's eligible time as the JSON record has it (None: none); False where the
+    text does not say it with certainty."""
+    try:
+        return local_epoch(row.eligible) or None
+    except JobTextError:
+        return False

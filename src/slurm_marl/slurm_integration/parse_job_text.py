@@ -119,7 +119,7 @@ def _fields(line: str) -> tuple[dict[str, str], list[dict[str, str]]]:
     return fields, groups
 
 
-def _epoch(text: str) -> int:
+def local_epoch(text: str) -> int:
     """Slurm's local time (``2026-11-27T17:21:14``) as seconds since the epoch; 0 for
     Unknown/None. A wall time that names no instant or two (the hour a daylight-saving
     change skips or repeats) is JobTextError: the JSON's epoch is exact."""
@@ -191,8 +191,8 @@ def job_raw_from_scontrol(line: str) -> dict:
         raise JobTextError(str(exc)) from exc
     user = f["UserId"]
     user_name = user.split("(", 1)[0] if "(" in user else user
-    start = _epoch(f.get("StartTime", ""))
-    end = _epoch(f.get("EndTime", ""))
+    start = local_epoch(f.get("StartTime", ""))
+    end = local_epoch(f.get("EndTime", ""))
     limit = _minutes(f.get("TimeLimit", ""))
     if state in ("RUNNING", "SUSPENDED", "COMPLETING") and not end and start and limit is None:
         end = start + INFINITE_END_S
@@ -226,8 +226,8 @@ def job_raw_from_scontrol(line: str) -> dict:
         "memory_per_cpu": _mib(mem_cpu) if mem_cpu else None,
         "memory_per_node": _mib(mem_node) if mem_node else None,
         "time_limit": limit,
-        "submit_time": _epoch(f.get("SubmitTime", "")),
-        "eligible_time": _epoch(f.get("EligibleTime", "")),
+        "submit_time": local_epoch(f.get("SubmitTime", "")),
+        "eligible_time": local_epoch(f.get("EligibleTime", "")),
         "start_time": start,
         "end_time": end,
         "resv_name": _text(f.get("Reservation")),

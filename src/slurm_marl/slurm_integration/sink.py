@@ -26,7 +26,9 @@
 
 Every write is idempotent; failures come back as WriteResult values, never as exceptions.
 Each write, whatever its answer, names the jobs it touched to ``on_write`` (the source then
-reads them again: its text listing cannot show an AdminComment), and an AdminComment it
+reads them again: its text listing cannot show an AdminComment), but for a write of
+``StartTime`` alone (lease renewals, releases: the listing shows the eligible time they
+move, ``moves_eligible_time_only``), and an AdminComment it
 writes to ``on_admin_comment`` (on 22.05 the source reads a changed job as text, where it
 trusts no AdminComment but the one it knew and the agent's own).
 """
@@ -228,6 +230,15 @@ def jobs_written(args: list[str]) -> list[int]:
     return ids
 
 
+def moves_eligible_time_only(args: list[str]) -> bool:
+    """Whether a write is ``scontrol update jobid=... StartTime=now[+N]`` and nothing else
+    (a lease renewal, a release): all it changes is the jobs' eligible time, which the
+    source's text listing shows, so the jobs need not be read again."""
+    return (len(args) == 4 and args[:2] == ["scontrol", "update"]
+            and args[2].lower().startswith("jobid=")
+            and re.fullmatch(r"StartTime=now(\+\d+)?", args[3]) is not None)
+
+
 def _request_rows(res: CommandResult | None, job_ids: list[int]) -> dict[int, dict | None]:
     """Each job's GPU request fields from an ``squeue -h -O JobID|tres-per-node|tres-per-job``
     answer; None for a job whose row is missing, repeated or odd, all None for a failed
@@ -291,7 +302,7 @@ class CliDecisionSink(DecisionSink):
             return CommandResult(args, -1, "", "unable to contact slurm controller "
                                  "(not tried: controller down earlier in this batch)")
         delay = self.backoff_s
-        if self.on_write is not None:
+        if self.on_write is not None and not moves_eligible_time_only(args):
             self.on_write(jobs_written(args))
         if self.on_admin_comment is not None:
             for arg in args[2:]:

@@ -345,7 +345,12 @@ class CliClusterSource(ClusterSource):
             job_map = _merged(kept.jobs, {j.job_id: j for j in fresh_jobs}, ch.jobs,
                               ch.gone_jobs)
         problems += probs
-        # priority and pending reason come from the listing, whatever read the record
+        # priority and pending reason come from the listing, whatever read the record;
+        # so does a kept waiting record's eligible time that alone moved (a lease renewal)
+        for jid, when in ch.eligible.items():
+            job = job_map.get(jid)
+            if job is not None and job is kept.jobs.get(jid):
+                job_map[jid] = job.with_(eligible_time_s=when)
         for jid, job in job_map.items():
             row = rows.get(jid)
             if row is None or jid in ch.jobs:
@@ -359,7 +364,8 @@ class CliClusterSource(ClusterSource):
         self._dirty -= dirty
         self.last_read = {"mode": "changes", "listed_jobs": len(rows),
                           "listed_nodes": len(states), "jobs_read": len(ch.jobs),
-                          "nodes_read": len(ch.nodes), "jobs_gone": len(ch.gone_jobs)}
+                          "nodes_read": len(ch.nodes), "jobs_gone": len(ch.gone_jobs),
+                          "eligible_moved": len(ch.eligible)}
         if by_text:
             self.last_read.update(nodes_read=len(states), jobs_as="json" if text_note
                                   else "text", why_json=text_note)
