@@ -154,3 +154,25 @@ def test_runner_missing_client_is_unavailable(tmp_path):
     runner = SlurmRunner("/dev/null", bin_dir=tmp_path)
     with pytest.raises(SlurmUnavailable, match="not found"):
         runner.run_json_streamed(["squeue", "--json"], {"jobs": None})
+
+
+def test_clients_run_without_the_shell_s_slurm_defaults(tmp_path, monkeypatch):
+    """An admin's SQUEUE_USERS, SLURM_TIME_FORMAT or SLURM_CLUSTERS would make squeue list
+    another cluster's jobs, some jobs only, or times the agent cannot read: the runner's
+    clients never see them; what the caller sets (``extra_env``) and the rest pass."""
+    for name, value in {"SQUEUE_USERS": "alice", "SQUEUE_STATES": "R",
+                        "SLURM_TIME_FORMAT": "relative", "SLURM_CLUSTERS": "other",
+                        "SINFO_PARTITION": "cpu", "SBATCH_PARTITION": "cpu",
+                        "KEEP_ME": "1"}.items():
+        monkeypatch.setenv(name, value)
+    body = ("import json, os\n"
+            "print(json.dumps({k: v for k, v in os.environ.items()"
+            " if k.startswith(('S', 'KEEP'))}))")
+    seen = json.loads(client(tmp_path, body).run(["squeue"]).stdout)
+    assert seen.get("KEEP_ME") == "1" and seen.get("SLURM_CONF") == "/dev/null"
+    assert not {"SQUEUE_USERS", "SQUEUE_STATES", "SLURM_TIME_FORMAT", "SLURM_CLUSTERS",
+                "SINFO_PARTITION", "SBATCH_PARTITION"} & set(seen)
+    bin_dir = tmp_path / "bin"
+    runner = SlurmRunner("/dev/null", bin_dir=bin_dir, timeout_s=5,
+                         extra_env={"SLURM_TIME_FORMAT": "%s"})
+    assert json.loads(runner.run(["squeue"]).stdout)["SLURM_TIME_FORMAT"] == "%s"

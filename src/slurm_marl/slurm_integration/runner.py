@@ -85,8 +85,27 @@ def looks_busy(text: str) -> bool:
     return any(m in low for m in _BUSY_MARKERS)
 
 
+# Environment variables that change what a Slurm client lists or how it prints it: input
+# defaults (``SQUEUE_USERS``, ``SQUEUE_STATES``, ``SINFO_PARTITION``, ``SBATCH_*``, ...), the
+# cluster asked (``SLURM_CLUSTERS``) and the time format (``SLURM_TIME_FORMAT=relative``
+# prints "Tomorrow 10:00"). The agent's reads would miss jobs or misread times under an
+# admin's shell settings, so its clients run without them (``extra_env`` may set one).
+_CLIENT_DEFAULT_PREFIXES = ("SQUEUE_", "SINFO_", "SCONTROL_", "SCANCEL_", "SACCT_",
+                            "SBATCH_", "SALLOC_", "SRUN_", "SPRIO_", "SSHARE_")
+_CLIENT_DEFAULTS = frozenset({"SLURM_TIME_FORMAT", "SLURM_CLUSTERS", "SLURM_BITSTR_LEN",
+                              "SLURM_DEBUG_FLAGS", "SLURM_HINT", "SLURM_JSON",
+                              "SLURM_YAML"})
+
+
+def client_env(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` without the variables that change a Slurm client's answer."""
+    return {k: v for k, v in environ.items()
+            if k not in _CLIENT_DEFAULTS and not k.startswith(_CLIENT_DEFAULT_PREFIXES)}
+
+
 class SlurmRunner:
-    """Runs ``squeue``/``sinfo``/``scontrol`` with an explicit SLURM_CONF.
+    """Runs ``squeue``/``sinfo``/``scontrol`` with an explicit SLURM_CONF, in an
+    environment without the variables that would change their answers (``client_env``).
 
     ``calls`` counts client invocations so a benchmark can show that a snapshot costs a fixed
     number of calls whatever the number of jobs.
@@ -99,7 +118,7 @@ class SlurmRunner:
         self.timeout_s = timeout_s
         self.bin_dir = Path(bin_dir) if bin_dir else None
         self.calls = 0
-        env = dict(os.environ, **(extra_env or {}))
+        env = dict(client_env(dict(os.environ)), **(extra_env or {}))
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         else:
