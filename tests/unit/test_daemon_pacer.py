@@ -47,7 +47,7 @@ def test_a_changed_queue_runs_a_cycle_early_an_unchanged_one_waits_for_the_inter
     pacer = Pacer(5.0, 1.0, clock=clock)
     queue = {"fp": "a"}
     probe = lambda: queue["fp"]   # noqa: E731
-    assert pacer.tick_s == 1.0
+    assert pacer.tick_s == 0.25            # due asked four times a react_s
     assert run(pacer, clock, probe)           # the first cycle; fingerprint "a" taken
     ran = []
     for t in (1.2, 2.2, 3.2, 4.2):
@@ -117,3 +117,56 @@ def test_the_pacer_counts_a_cycle_up_to_its_last_start():
     clock.t = 5.5
     pacer.ended(9.0)                   # never more than the whole cycle
     assert pacer.last_duration == 0.5
+
+
+def loop(pacer, clock, probe, until, duration):
+    """The service loop: ``due`` asked every ``tick_s`` on a fixed grid (apscheduler's
+    interval job; a tick that falls inside a cycle is skipped), each cycle ``duration``."""
+    starts = []
+    tick = 0
+    while True:
+        t = tick * pacer.tick_s
+        tick += 1
+        if t > until:
+            return starts
+        if t < clock.t:
+            continue                            # inside the last cycle: skipped
+        clock.t = t
+        if pacer.due(probe):
+            starts.append(t)
+            pacer.started()
+            clock.t += duration
+            pacer.ended()
+
+
+def test_an_early_cycle_comes_within_a_quarter_react_s_of_when_it_may():
+    """A busy queue (every probe sees a change), 0.5 s cycles, react_s 1: each cycle may
+    start 1 s after the last ended, so every 1.5 s; on a grid of one react_s it came every
+    2 s, the freed GPUs waiting a third longer."""
+    clock = Clock()
+    pacer = Pacer(5.0, 1.0, clock=clock)
+    assert pacer.tick_s == 0.25
+    starts = loop(pacer, clock, always_changing(), until=30.0, duration=0.5)
+    gaps = {round(b - a, 2) for a, b in zip(starts, starts[1:])}
+    assert gaps == {1.5}
+    # what a one-react_s grid gives
+    clock = Clock()
+    coarse = Pacer(5.0, 1.0, clock=clock)
+    coarse.tick_s = 1.0
+    starts = loop(coarse, clock, always_changing(), until=30.0, duration=0.5)
+    assert {round(b - a, 2) for a, b in zip(starts, starts[1:])} == {2.0}
+
+
+def test_a_quiet_queue_is_probed_once_a_react_s_however_fine_the_ticks():
+    clock = Clock()
+    pacer = Pacer(5.0, 1.0, clock=clock)
+    reads = []
+
+    def probe():
+        reads.append(clock.t)
+        return "same"
+    starts = loop(pacer, clock, probe, until=20.0, duration=0.2)
+    assert starts == [0.0, 5.0, 10.0, 15.0, 20.0]     # the interval only
+    gaps = [round(b - a, 2) for a, b in zip(reads, reads[1:])]
+    # one probe a react_s between cycles; the interval cycle takes its own fingerprint
+    assert min(gaps) >= 0.75 and len(reads) <= 21, reads

@@ -100,34 +100,50 @@ class Pacer:
     about half the time however busy the queue. That duration is the cycle's up to its last
     start (``ended(busy_s)``: the lease renewals and bookkeeping after the starts are not
     counted), so a batch of renewals does not hold back the next start; the lease is
-    renewed every cycle all the same."""
+    renewed every cycle all the same.
+
+    The loop asks ``due`` every ``tick_s``: a quarter of ``react_s`` when reacting, so an
+    early cycle comes within a quarter ``react_s`` of the moment it may (on a one-``react_s``
+    grid it came up to a whole ``react_s`` late: a cycle ending between two ticks waited for
+    the second); the probe itself is still taken at most once a ``react_s``."""
+
+    TICKS_PER_REACT = 4
 
     def __init__(self, interval_s: float, react_s: float, clock=time.monotonic) -> None:
         self.interval_s = interval_s
         self.react_s = react_s
         self.reacting = 0 < react_s < interval_s
-        self.tick_s = react_s if self.reacting else interval_s
+        self.tick_s = react_s / self.TICKS_PER_REACT if self.reacting else interval_s
         self.clock = clock
         self.last_start: float | None = None
         self.last_end = -1e18
         self.last_duration = 0.0
         self.last_fingerprint: str | None = None
+        self.last_probe = -1e18
         self.early = 0                     # cycles run early so far
+        self.probes = 0                    # probes taken so far
 
     def due(self, probe) -> bool:
         """Whether to run a cycle now; ``probe()`` gives the fingerprint (None: unknown)."""
         now = self.clock()
         if self.last_start is None or now - self.last_start >= self.interval_s - 0.01:
-            self.last_fingerprint = probe() if self.reacting else None
+            self.last_fingerprint = self._probe(probe, now) if self.reacting else None
             return True
         if not self.reacting or now - self.last_end < max(self.react_s, self.last_duration):
             return False
-        seen = probe()
+        if now - self.last_probe < self.react_s - self.tick_s / 2:
+            return False
+        seen = self._probe(probe, now)
         if seen is None or seen == self.last_fingerprint:
             return False
         self.last_fingerprint = seen
         self.early += 1
         return True
+
+    def _probe(self, probe, now: float):
+        self.last_probe = now
+        self.probes += 1
+        return probe()
 
     def started(self) -> None:
         self.last_start = self.clock()
@@ -338,7 +354,7 @@ def _run_active(config: Config, agent: Agent | None, max_cycles: int | None, not
         return 0
     if pacer.reacting:
         log.info("between cycles the queue is probed every %.1f s; a change runs a cycle "
-                 "early", pacer.tick_s)
+                 "early", pacer.react_s)
     scheduler.add_job(tick, "interval", seconds=pacer.tick_s, id="cycle",
                       next_run_time=datetime.datetime.now())
     try:
