@@ -1,0 +1,143 @@
+"""The Slurm door: every Slurm client command line is built in ``slurm_integration`` and run
+by its ``SlurmRunner`` (explicit SLURM_CONF, the chroot's ``bin_dir``, no client defaults
+from the shell). The door's client functions, and their callers' readings of them,
+against stand-in clients."""
+
+import json
+import os
+import sys
+from datetime import datetime
+
+import pytest
+
+from slurm_marl.slurm_integration import clients
+from slurm_marl.slurm_integration.runner import (SlurmError, SlurmOutputError, SlurmRunner,
+                                                 SlurmUnavailable)
+
+# ---- the door's client functions, against stand-in clients -------------------------------
+
+
+def stand_in(bin_dir, name, body):
+    """A stand-in client ``name`` in ``bin_dir``: a Python script that appends its
+    arguments (and the SLURM_CONF and PATH it was given) to ``name.calls``, then runs
+    ``body``."""
+    bin_dir.mkdir(exist_ok=True)
+    log = bin_dir / f"{name}.calls"
+    exe = bin_dir / name
+    exe.write_text(f"#!{sys.executable}\nimport json, os, sys, time\n"
+                   f"with open({str(log)!r}, 'a') as f:\n"
+                   "    f.write(json.dumps([sys.argv[1:], os.environ.get('SLURM_CONF'),\n"
+                   "                        os.environ.get('PATH')]) + '\\n')\n"
+                   f"{body}\n")
+    exe.chmod(0o755)
+
+
+def calls(bin_dir, name):
+    """The argument lists the stand-in ``name`` was called with."""
+    log = bin_dir / f"{name}.calls"
+    if not log.exists():
+        return []
+    return [json.loads(line)[0] for line in log.read_text().splitlines()]
+
+
+def runner_of(bin_dir, timeout_s=5.0):
+    return SlurmRunner("/dev/null", bin_dir=bin_dir, timeout_s=timeout_s)
+
+
+FAIL = "sys.stderr.write({!r}); sys.exit(1)"
+UNREACHABLE = FAIL.format("squeue: error: Unable to contact slurm controller (connect failure)")
+SLOW = "time.sleep(10)"
+
+
+def test_slurm_version_is_the_answer_and_a_failure_is_an_error(tmp_path):
+    bin_dir = tmp_path / "bin"
+    stand_in(bin_dir, "scontrol", "print('slurm 24.11.5')")
+    assert clients.slurm_version(runner_of(bin_dir)) == "slurm 24.11.5"
+    assert calls(bin_dir, "scontrol") == [["--version"]]
+    # a failure is SlurmError even in words that read as "unreachable": it asks no daemon
+    stand_in(bin_dir, "scontrol", FAIL.format("unable to contact slurm controller"))
+    with pytest.raises(SlurmError) as err:
+        clients.slurm_version(runner_of(bin_dir))
+    assert type(err.value) is SlurmError and err.value.message == (
+        "unable to contact slurm controller")
+    stand_in(bin_dir, "scontrol", SLOW)
+    with pytest.raises(SlurmUnavailable):
+        clients.slurm_version(runner_of(bin_dir, timeout_s=0.5))
+    with pytest.raises(SlurmUnavailable):
+        clients.slurm_version(runner_of(tmp_path / "empty"))
+
+
+def test_submit_batch_gives_the_job_id_of_either_parsable_form(tmp_path):
+    bin_dir = tmp_path / "bin"
+    stand_in(bin_dir, "sbatch", "print('4711')")
+    runner = runner_of(bin_dir)
+    assert clients.submit_batch(runner, ["-J", "a b", "--requeue"], "exec sleep 1") == 4711
+    assert calls(bin_dir, "sbatch") == [["--parsable", "-J", "a b", "--requeue", "--wrap",
+                                         "exec sleep 1"]]
+    stand_in(bin_dir, "sbatch", "print('12;cluster2')")
+    assert clients.submit_batch(runner, [], "true") == 12
+    stand_in(bin_dir, "sbatch", "print('Submitted batch job 12')")
+    with pytest.raises(SlurmOutputError, match="not a job id"):
+        clients.submit_batch(runner, [], "true")
+
+
+def test_submit_batch_refused_or_not_run_is_an_error_with_sbatch_s_words(tmp_path):
+    bin_dir = tmp_path / "bin"
+    refused = "sbatch: error: Batch job submission failed: Invalid partition name specified"
+    stand_in(bin_dir, "sbatch", f"print('noise'); {FAIL.format(refused + chr(10))}")
+    with pytest.raises(SlurmError) as err:
+        clients.submit_batch(runner_of(bin_dir), [], "true")
+    assert type(err.value) is SlurmError and err.value.message == refused
+    stand_in(bin_dir, "sbatch", SLOW)
+    with pytest.raises(SlurmUnavailable, match="timed out"):   # the call's timeout
+        clients.submit_batch(runner_of(bin_dir, timeout_s=60), [], "true", timeout_s=0.5)
+
+
+def test_jobs_listed_reads_squeue_s_lines_and_a_forgotten_job_as_none(tmp_path):
+    bin_dir = tmp_path / "bin"
+    stand_in(bin_dir, "squeue", "print('12_3'); print('12_[4-9]'); print()")
+    runner = runner_of(bin_dir)
+    assert clients.jobs_listed(runner, ["12"]) == ["12_3", "12_[4-9]"]
+    assert clients.jobs_listed(runner, [12, 13]) == ["12_3", "12_[4-9]"]
+    assert calls(bin_dir, "squeue") == [["-h", "-j", "12", "-o", "%i"],
+                                        ["-h", "-j", "12,13", "-o", "%i"]]
+    stand_in(bin_dir, "squeue", "")
+    assert clients.jobs_listed(runner, ["12"]) == []
+    stand_in(bin_dir, "squeue", FAIL.format(
+        "slurm_load_jobs error: Invalid job id specified\n"))
+    assert clients.jobs_listed(runner, ["12"]) == []
+    stand_in(bin_dir, "squeue", FAIL.format("squeue: error: something else\n"))
+    with pytest.raises(SlurmError) as err:
+        clients.jobs_listed(runner, ["12"])
+    assert type(err.value) is SlurmError and err.value.message == "squeue: error: something else"
+    stand_in(bin_dir, "squeue", UNREACHABLE)
+    with pytest.raises(SlurmUnavailable):
+        clients.jobs_listed(runner, ["12"])
+
+
+def test_cancel_runs_scancel_and_a_failure_is_an_error(tmp_path):
+    bin_dir = tmp_path / "bin"
+    stand_in(bin_dir, "scancel", "")
+    clients.cancel(runner_of(bin_dir), ["12", 13])
+    assert calls(bin_dir, "scancel") == [["12", "13"]]
+    stand_in(bin_dir, "scancel", FAIL.format("scancel: error: Kill job error on job id 12"))
+    with pytest.raises(SlurmError, match="Kill job error"):
+        clients.cancel(runner_of(bin_dir), ["12"])
+
+
+def test_sacct_argv_and_its_lines(tmp_path):
+    from slurm_marl.history.sacct import TEXT_FIELDS
+
+    since, until = 1714550400.0, 1714636800.0
+    stamp = [datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S") for t in (since, until)]
+    argv = clients.sacct_argv(TEXT_FIELDS, since, until)
+    assert argv == ["sacct", "-a", "-X", "-P", "-n", "--format=" + ",".join(TEXT_FIELDS),
+                    f"--starttime={stamp[0]}", f"--endtime={stamp[1]}"]
+    bin_dir = tmp_path / "bin"
+    stand_in(bin_dir, "sacct", "print('1|a'); print('2|b')")
+    assert clients.accounting_lines(runner_of(bin_dir), TEXT_FIELDS, since, until) == [
+        "1|a", "2|b"]
+    assert calls(bin_dir, "sacct") == [argv[1:]]
+    stand_in(bin_dir, "sacct", FAIL.format("sacct: error: Problem talking to the database"))
+    with pytest.raises(SlurmError, match="Problem talking to the database"):
+        clients.accounting_lines(runner_of(bin_dir), TEXT_FIELDS, since, until)
