@@ -115,6 +115,42 @@ def test_jobs_listed_reads_squeue_s_lines_and_a_forgotten_job_as_none(tmp_path):
         clients.jobs_listed(runner, ["12"])
 
 
+@pytest.mark.parametrize("body, gone", [
+    ("print('12_3')", False),
+    ("", True),
+    (FAIL.format("slurm_load_jobs error: Invalid job id specified"), True),
+    (FAIL.format("squeue: error: something else"), False),   # unknown: not gone
+    (UNREACHABLE, False),
+    (SLOW, False),
+    (None, False),                                            # no squeue at all
+], ids=["listed", "none", "forgotten", "failed", "unreachable", "timed-out", "missing"])
+def test_a_sweep_s_array_is_gone_only_when_squeue_says_so(tmp_path, body, gone):
+    from slurm_marl.sweep.run import _array_gone
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if body is not None:
+        stand_in(bin_dir, "squeue", body)
+    assert _array_gone("12", runner_of(bin_dir, timeout_s=0.5 if body == SLOW else 5)) is gone
+
+
+def test_a_sweep_s_clients_come_from_path_with_its_slurm_conf(tmp_path, monkeypatch):
+    """The sweep's squeue and scancel: found on PATH (as submitit's sbatch), SLURM_CONF
+    the sweep's or else the environment's, no client defaults from the shell."""
+    from slurm_marl.sweep.run import _array_gone, _slurm_runner
+
+    bin_dir = tmp_path / "bin"
+    stand_in(bin_dir, "squeue", "print(os.environ.get('SQUEUE_USERS', ''), end='')")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", "/etc/from-env.conf")
+    monkeypatch.setenv("SQUEUE_USERS", "nobody")
+    assert _array_gone("12", _slurm_runner(tmp_path / "slurm.conf"))
+    assert _array_gone("12", _slurm_runner(None))
+    got = [json.loads(line) for line in (bin_dir / "squeue.calls").read_text().splitlines()]
+    assert [conf for _, conf, _ in got] == [str(tmp_path / "slurm.conf"), "/etc/from-env.conf"]
+    assert {path for _, _, path in got} == {os.environ["PATH"]}
+
+
 def test_cancel_runs_scancel_and_a_failure_is_an_error(tmp_path):
     bin_dir = tmp_path / "bin"
     stand_in(bin_dir, "scancel", "")
@@ -123,6 +159,20 @@ def test_cancel_runs_scancel_and_a_failure_is_an_error(tmp_path):
     stand_in(bin_dir, "scancel", FAIL.format("scancel: error: Kill job error on job id 12"))
     with pytest.raises(SlurmError, match="Kill job error"):
         clients.cancel(runner_of(bin_dir), ["12"])
+
+
+@pytest.mark.parametrize("body", ["", FAIL.format("scancel: error: Invalid job id 12"), SLOW,
+                                  None], ids=["ok", "failed", "timed-out", "missing"])
+def test_a_sweep_s_tidying_up_ignores_every_failure(tmp_path, body):
+    from slurm_marl.sweep.run import _scancel
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if body is not None:
+        stand_in(bin_dir, "scancel", body)
+    _scancel("12", runner_of(bin_dir, timeout_s=0.5 if body == SLOW else 5))
+    if body != SLOW:     # a slow stand-in may be stopped before it writes its call down
+        assert calls(bin_dir, "scancel") == ([] if body is None else [["12"]])
 
 
 def test_sacct_argv_and_its_lines(tmp_path):
