@@ -93,6 +93,24 @@ def test_submit_batch_refused_or_not_run_is_an_error_with_sbatch_s_words(tmp_pat
         clients.submit_batch(runner_of(bin_dir, timeout_s=60), [], "true", timeout_s=0.5)
 
 
+def test_a_replay_s_refused_submission_is_a_replay_error_with_sbatch_s_words(tmp_path):
+    from slurm_marl.replay.plan import ReplayJob
+    from slurm_marl.replay.runner import ReplayError, _submit
+
+    bin_dir = tmp_path / "bin"
+    job = ReplayJob(index=3, trace_job_id=9, arrival_s=0.0, work_s=1.0, num_gpus=8,
+                    node_count=2, gpus_per_node=4, model_type="bert")
+    stand_in(bin_dir, "sbatch", "print('7')")
+    assert _submit(runner_of(bin_dir), job, tmp_path / "out", "exec true") == 7
+    assert calls(bin_dir, "sbatch") == [[
+        "--parsable", f"--chdir={tmp_path}/out", "--output=/dev/null", "--requeue",
+        "-J", job.name, "--gres=gpu:4", "-N", "2", "--wrap", "exec true"]]
+    stand_in(bin_dir, "sbatch", FAIL.format("sbatch: error: QOSMaxGRESPerUser\n"))
+    with pytest.raises(ReplayError, match=rf"^sbatch of {job.name} failed: sbatch: error: "
+                                          r"QOSMaxGRESPerUser$"):
+        _submit(runner_of(bin_dir), job, tmp_path / "out", "exec true")
+
+
 def test_jobs_listed_reads_squeue_s_lines_and_a_forgotten_job_as_none(tmp_path):
     bin_dir = tmp_path / "bin"
     stand_in(bin_dir, "squeue", "print('12_3'); print('12_[4-9]'); print()")
