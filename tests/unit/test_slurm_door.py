@@ -67,6 +67,26 @@ def test_slurm_version_is_the_answer_and_a_failure_is_an_error(tmp_path):
         clients.slurm_version(runner_of(tmp_path / "empty"))
 
 
+def test_install_plugin_s_version_question_says_how_to_give_it(tmp_path, monkeypatch):
+    from slurm_marl.daemon.cli import _scontrol_version
+    from slurm_marl.slurm_integration.plugin import PluginError
+
+    bin_dir, conf = tmp_path / "bin", tmp_path / "slurm.conf"
+    conf.write_text("")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    stand_in(bin_dir, "scontrol", "print('slurm 22.05.8 ')")
+    assert _scontrol_version(conf) == "slurm 22.05.8"
+    stand_in(bin_dir, "scontrol", FAIL.format("scontrol: error: no way\n"))
+    with pytest.raises(PluginError, match=r"^scontrol --version failed \(scontrol: error: "
+                                          r"no way\); give --slurm-version$"):
+        _scontrol_version(conf)
+    (bin_dir / "scontrol").unlink()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with pytest.raises(PluginError, match=r"^cannot run scontrol --version \(Slurm client "
+                                          r"not found: .*\); give --slurm-version$"):
+        _scontrol_version(conf)
+
+
 def test_submit_batch_gives_the_job_id_of_either_parsable_form(tmp_path):
     bin_dir = tmp_path / "bin"
     stand_in(bin_dir, "sbatch", "print('4711')")
