@@ -1,18 +1,56 @@
 """The Slurm door: every Slurm client command line is built in ``slurm_integration`` and run
 by its ``SlurmRunner`` (explicit SLURM_CONF, the chroot's ``bin_dir``, no client defaults
-from the shell). The door's client functions, and their callers' readings of them,
-against stand-in clients."""
+from the shell). A scan of the source for argv literals outside the door, and the door's
+client functions against stand-in clients."""
 
+import ast
 import json
 import os
 import sys
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
+import slurm_marl
 from slurm_marl.slurm_integration import clients
 from slurm_marl.slurm_integration.runner import (SlurmError, SlurmOutputError, SlurmRunner,
                                                  SlurmUnavailable)
+
+CLIENTS = {"sbatch", "sacct", "squeue", "scancel", "scontrol", "sinfo", "sacctmgr", "srun",
+           "salloc"}
+# the door itself, and the test-cluster harness (it starts and drives its own clusters)
+ALLOWED = ("slurm_integration", "testcluster")
+
+
+def argv_literals(path: Path) -> list[str]:
+    """``file:line client`` for each list or tuple literal that starts with a client name."""
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+            first = node.elts[0]
+            if (isinstance(first, ast.Constant) and isinstance(first.value, str)
+                    and first.value in CLIENTS):
+                hits.append((node.lineno, first.value))
+    return [f"{path}:{line} {name}" for line, name in sorted(hits)]
+
+
+def test_no_slurm_client_command_line_outside_the_door():
+    root = Path(slurm_marl.__file__).parent
+    outside = [p for p in sorted(root.rglob("*.py"))
+               if p.relative_to(root).parts[0] not in ALLOWED]
+    assert len(outside) > 20    # the scan sees the package
+    found = [hit for p in outside for hit in argv_literals(p)]
+    assert not found, ("Slurm client command lines outside slurm_integration (build them in "
+                       "slurm_integration/clients.py):\n" + "\n".join(found))
+
+
+def test_the_scan_finds_an_argv_in_a_list_or_a_tuple(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text('import subprocess\nsubprocess.run(["squeue", "-h"])\n'
+                   'CMD = ("scancel", "1")\nNAMES = ["sinfo is not first", "squeue"]\n')
+    assert argv_literals(src) == [f"{src}:2 squeue", f"{src}:3 scancel"]
+
 
 # ---- the door's client functions, against stand-in clients -------------------------------
 
