@@ -299,20 +299,21 @@ def _lock_line(state: dict) -> str:
 
 def _scontrol_version(slurm_conf: Path) -> str:
     """``scontrol --version`` ("slurm 24.11.5"); a PluginError saying how to give it."""
+    from slurm_marl.slurm_integration.clients import slurm_version
     from slurm_marl.slurm_integration.plugin import PluginError
-    from slurm_marl.slurm_integration.runner import SlurmRunner, SlurmUnavailable
+    from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner, SlurmUnavailable
 
     if not slurm_conf.exists():  # scontrol would retry reading it for a minute
         raise PluginError(f"{slurm_conf} does not exist, so scontrol cannot tell the Slurm "
                           "version; give --slurm-version")
     try:
-        res = SlurmRunner(slurm_conf, timeout_s=15).run(["scontrol", "--version"])
+        return slurm_version(SlurmRunner(slurm_conf, timeout_s=15))
     except SlurmUnavailable as exc:
         raise PluginError(f"cannot run scontrol --version ({exc.message}); give "
                           "--slurm-version") from None
-    if not res.ok:
-        raise PluginError(f"scontrol --version failed ({res.message}); give --slurm-version")
-    return res.stdout.strip()
+    except SlurmError as exc:
+        raise PluginError(f"scontrol --version failed ({exc.message}); give "
+                          "--slurm-version") from None
 
 
 def _print_ip_allow(cfg, slurm_conf: Path, allow: list[str]) -> None:

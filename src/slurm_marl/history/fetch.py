@@ -1,9 +1,10 @@
 """Reading a site's history from ``sacct``, a time slice at a time.
 
-``sacct -a -X -P -n`` with the columns of ``sacct.TEXT_FIELDS`` and
-``SLURM_TIME_FORMAT=%s`` (Unix seconds: no time-zone guessing), one call per slice so a
-long history shows progress and never sits whole in one pipe. A job that spans two slices
-is listed in both; the later listing wins (it is the more complete one).
+``sacct -a -X -P -n`` (``slurm_integration.clients.sacct_argv``) with the columns of
+``sacct.TEXT_FIELDS`` and ``SLURM_TIME_FORMAT=%s`` (Unix seconds: no time-zone guessing),
+one call per slice so a long history shows progress and never sits whole in one pipe. A
+job that spans two slices is listed in both; the later listing wins (it is the more
+complete one).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurm_marl.history.sacct import TEXT_FIELDS, Import, from_text
+from slurm_marl.slurm_integration.clients import accounting_lines
 from slurm_marl.slurm_integration.runner import SlurmRunner
 
 DAY_S = 86400.0
@@ -33,16 +35,6 @@ def slices(start_s: float, end_s: float, slice_s: float) -> list[tuple[float, fl
     return out
 
 
-def sacct_argv(since_s: float, until_s: float) -> list[str]:
-    return ["sacct", "-a", "-X", "-P", "-n", f"--format={','.join(TEXT_FIELDS)}",
-            f"--starttime={_stamp(since_s)}", f"--endtime={_stamp(until_s)}"]
-
-
-def _stamp(t: float) -> str:
-    from datetime import datetime
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S")
-
-
 def fetch(runner: SlurmRunner, start_s: float, end_s: float, slice_s: float = 7 * DAY_S,
           on_slice: Callable[[int, int], None] | None = None) -> Import:
     """Every job sacct knows between ``start_s`` and ``end_s``; ``on_slice(done, total)``
@@ -50,7 +42,7 @@ def fetch(runner: SlurmRunner, start_s: float, end_s: float, slice_s: float = 7 
     parts = slices(start_s, end_s, slice_s)
     lines: dict[str, str] = {}
     for k, (a, b) in enumerate(parts, 1):
-        for line in runner.run_checked(sacct_argv(a, b)).splitlines():
+        for line in accounting_lines(runner, TEXT_FIELDS, a, b):
             if line.strip():
                 lines[line.split("|", 1)[0]] = line
         if on_slice:

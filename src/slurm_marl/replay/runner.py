@@ -23,11 +23,12 @@ from pathlib import Path
 
 from slurm_marl.replay import payload as payload_module
 from slurm_marl.replay.oracle import Oracle
-from slurm_marl.replay.plan import ReplayPlan
+from slurm_marl.replay.plan import ReplayJob, ReplayPlan
 from slurm_marl.replay.timescale import time_scaled_profile
 from slurm_marl.sim.perf import PerfParams
+from slurm_marl.slurm_integration.clients import submit_batch
 from slurm_marl.slurm_integration.plugin import render_job_submit_lua
-from slurm_marl.slurm_integration.runner import SlurmRunner
+from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
 from slurm_marl.slurm_integration.source import CliClusterSource
 from slurm_marl.testcluster import ClusterSpec, LocalCluster
 from slurm_marl.testcluster.versions import label
@@ -238,6 +239,10 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
     try:
         xdir, python = _job_side(cluster, out)
         runner = SlurmRunner(cluster.slurm_conf, bin_dir=cluster.bin_dir)
+        # sbatch hands its environment to the job: keep the cluster's PATH there (a chroot's
+        # client wrappers first)
+        submitter = SlurmRunner(cluster.slurm_conf, bin_dir=cluster.bin_dir,
+                                extra_env={"PATH": cluster.env["PATH"]})
         oracle = Oracle(CliClusterSource(runner), xdir, PerfParams(strength=interference),
                         tick_s=0.25).start()
         if mode == "agent":
@@ -259,16 +264,10 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
             delay = t0 + job.arrival_s - time.time()
             if delay > 0:
                 time.sleep(delay)
-            cmd = ["sbatch", "--parsable", f"--chdir={cluster.root}/out", "--output=/dev/null",
-                   "--requeue", *job.sbatch_args(), "--wrap",
-                   f"exec {shlex.quote(python)} {shlex.quote(str(xdir / PAYLOAD))} "
-                   f"--work {job.work_s:.4f} --dir {shlex.quote(str(xdir))} "
-                   f"--restart-delay {restart_delay:.4f} --tick 0.2"]
-            proc = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True,
-                                  timeout=60)
-            if proc.returncode != 0:
-                raise ReplayError(f"sbatch of {job.name} failed: {proc.stderr.strip()}")
-            jid = int(proc.stdout.strip().split(";")[0])
+            jid = _submit(submitter, job, cluster.root / "out",
+                          f"exec {shlex.quote(python)} {shlex.quote(str(xdir / PAYLOAD))} "
+                          f"--work {job.work_s:.4f} --dir {shlex.quote(str(xdir))} "
+                          f"--restart-delay {restart_delay:.4f} --tick 0.2")
             times[jid] = JobTimes(job.index, jid, job.arrival_s, time.time() - t0,
                                   trace_job_id=job.trace_job_id)
             if progress:
@@ -320,6 +319,17 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
     (out / "result.json").write_text(json.dumps(
         {"summary": result.summary(), "jobs": [t.__dict__ for t in result.jobs]}, indent=2))
     return result
+
+
+def _submit(runner: SlurmRunner, job: ReplayJob, chdir: Path, script: str) -> int:
+    """Submit one job of the plan (requeued when preempted, its own output discarded: the
+    payload logs to the shared folder); its Slurm job id. A ReplayError with sbatch's
+    words when it is refused or cannot run."""
+    try:
+        return submit_batch(runner, [f"--chdir={chdir}", "--output=/dev/null", "--requeue",
+                                     *job.sbatch_args()], script, timeout_s=60)
+    except SlurmError as exc:
+        raise ReplayError(f"sbatch of {job.name} failed: {exc.message}") from None
 
 
 def _wait_first_cycle(store_path: Path, daemon: subprocess.Popen, timeout_s: float = 60):

@@ -153,7 +153,7 @@ class SlurmRunner:
         res = self.run(args)
         if res.ok:
             return res.stdout
-        raise _failure(args, res.returncode, res.message)
+        raise failure(args, res.returncode, res.message)
 
     def run_json(self, args: list[str]) -> dict:
         out = self.run_checked(args)
@@ -216,7 +216,7 @@ class SlurmRunner:
         if timed_out.is_set():
             raise SlurmUnavailable(args, -1, f"timed out after {timeout:.0f} s")
         if rc != 0:
-            raise _failure(args, rc, stderr.strip() or (_errors_text(parsed[0]) if parsed
+            raise failure(args, rc, stderr.strip() or (_errors_text(parsed[0]) if parsed
                                                          else "") or f"exit status {rc}")
         if problem is not None or parsed is None:
             raise SlurmOutputError(args, 0, f"not one JSON object: {problem}")
@@ -233,9 +233,9 @@ class SlurmRunner:
             raise SlurmError(args, 0, text)
 
 
-def _failure(args: list[str], returncode: int, message: str) -> SlurmError:
-    """A failed read: SlurmUnavailable when slurmctld did not answer or asked to try again
-    later, else SlurmError."""
+def failure(args: list[str], returncode: int, message: str) -> SlurmError:
+    """A failed client call: SlurmUnavailable when slurmctld did not answer or asked to try
+    again later, else SlurmError."""
     if looks_unavailable(message) or looks_busy(message):
         return SlurmUnavailable(args, returncode, message)
     return SlurmError(args, returncode, message)

@@ -49,6 +49,8 @@ from typing import Any
 
 from slurm_marl.sim.perjob import records
 from slurm_marl.sim.run import simulate
+from slurm_marl.slurm_integration import clients
+from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
 from slurm_marl.sweep.spec import SweepCell
 
 BACKENDS = ("local", "slurm")                  # run_sweep's (and `slurm-marl sweep run`'s)
@@ -275,8 +277,10 @@ def _environ(**values: str | None) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _slurm_env(slurm_conf: str | Path | None) -> dict[str, str]:
-    return dict(os.environ, **({"SLURM_CONF": str(slurm_conf)} if slurm_conf else {}))
+def _slurm_runner(slurm_conf: str | Path | None) -> SlurmRunner:
+    """The watch's squeue and scancel: ``slurm_conf``, else the environment's SLURM_CONF;
+    the clients on PATH, as submitit's sbatch."""
+    return SlurmRunner(slurm_conf, timeout_s=30)
 
 
 def _submit(fn, args: list, workers: int, folder: Path, opts: _SlurmOptions) -> list:
@@ -304,15 +308,15 @@ def _run_slurm(fn, args: list, workers: int, opts: _SlurmOptions, notify: _Notif
     folder = Path(tempfile.mkdtemp(prefix=opts.prefix, dir=top.resolve()))
     jobs = _submit(fn, args, workers, folder, opts)
     array_id = jobs[0].job_id.split("_")[0]
-    env = _slurm_env(opts.conf)
+    runner = _slurm_runner(opts.conf)
     try:
-        _gather(jobs, array_id, env, opts, notify)
+        _gather(jobs, array_id, runner, opts, notify)
     except BaseException:   # interrupted: leave nothing running on the cluster
-        _scancel(array_id, env)
+        _scancel(array_id, runner)
         raise
 
 
-def _gather(jobs: list, array_id: str, env: dict, opts: _SlurmOptions,
+def _gather(jobs: list, array_id: str, runner: SlurmRunner, opts: _SlurmOptions,
             notify: _Notify, poll_s: float = 0.5) -> None:
     pending = set(range(len(jobs)))
     timeout_s = opts.timeout_s
@@ -325,12 +329,12 @@ def _gather(jobs: list, array_id: str, env: dict, opts: _SlurmOptions,
                 notify(i, _job_outcome(jobs[i]), jobs[i].job_id)
         if not pending:
             break
-        if _array_gone(array_id, env):
+        if _array_gone(array_id, runner):
             gone_since = gone_since or time.monotonic()
         if gone_since is not None and time.monotonic() - gone_since > GONE_GRACE_S:
             _fail_pending(jobs, pending, notify, "ended without a result")
         elif deadline is not None and time.monotonic() > deadline:
-            _scancel(array_id, env)
+            _scancel(array_id, runner)
             _fail_pending(jobs, pending, notify,
                           f"cancelled after {opts.timeout_of} of {timeout_s:g} s")
         time.sleep(poll_s if pending else 0)
@@ -350,20 +354,16 @@ def _fail_pending(jobs: list, pending: set, notify: _Notify, why: str) -> None:
         notify(i, CallError(f"Slurm task {jobs[i].job_id} {why}: {tail[0]}"), jobs[i].job_id)
 
 
-def _array_gone(array_id: str, env: dict) -> bool:
+def _array_gone(array_id: str, runner: SlurmRunner) -> bool:
     """No task of the array is pending or running any more (unknown: not gone)."""
     try:
-        proc = subprocess.run(["squeue", "-h", "-j", array_id, "-o", "%i"], env=env,
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        return not clients.jobs_listed(runner, [array_id])
+    except (SlurmError, OSError):    # squeue failed, timed out, or could not start
         return False
-    if proc.returncode != 0:
-        return "invalid job id" in proc.stderr.lower()
-    return not proc.stdout.strip()
 
 
-def _scancel(array_id: str, env: dict) -> None:
+def _scancel(array_id: str, runner: SlurmRunner) -> None:
     try:
-        subprocess.run(["scancel", array_id], env=env, capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        clients.cancel(runner, [array_id])
+    except (SlurmError, OSError):    # tidying up: the array may be gone already
         pass
