@@ -170,3 +170,9 @@ def test_a_quiet_queue_is_probed_once_a_react_s_however_fine_the_ticks():
     gaps = [round(b - a, 2) for a, b in zip(reads, reads[1:])]
     # one probe a react_s between cycles; the interval cycle takes its own fingerprint
     assert min(gaps) >= 0.75 and len(reads) <= 21, reads
+
+
+def test_the_tick_is_a_quarter_react_s_but_never_below_a_tenth_of_a_second():
+    assert Pacer(5.0, 2.0).tick_s == 0.5
+    assert Pacer(5.0, 0.2).tick_s == 0.1
+    assert Pacer(5.0, 0.05).tick_s == 0.05       # a react_s below the floor: one tick each

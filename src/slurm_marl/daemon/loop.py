@@ -108,12 +108,15 @@ class Pacer:
     the second); the probe itself is still taken at most once a ``react_s``."""
 
     TICKS_PER_REACT = 4
+    MIN_TICK_S = 0.1
 
     def __init__(self, interval_s: float, react_s: float, clock=time.monotonic) -> None:
         self.interval_s = interval_s
         self.react_s = react_s
         self.reacting = 0 < react_s < interval_s
-        self.tick_s = react_s / self.TICKS_PER_REACT if self.reacting else interval_s
+        # (no finer than MIN_TICK_S: a tiny react_s must not spin the loop)
+        self.tick_s = (max(react_s / self.TICKS_PER_REACT, min(react_s, self.MIN_TICK_S))
+                       if self.reacting else interval_s)
         self.clock = clock
         self.last_start: float | None = None
         self.last_end = -1e18
