@@ -176,3 +176,16 @@ def test_clients_run_without_the_shell_s_slurm_defaults(tmp_path, monkeypatch):
     runner = SlurmRunner("/dev/null", bin_dir=bin_dir, timeout_s=5,
                          extra_env={"SLURM_TIME_FORMAT": "%s"})
     assert json.loads(runner.run(["squeue"]).stdout)["SLURM_TIME_FORMAT"] == "%s"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_client_that_cannot_run_is_unavailable_not_a_raw_os_error(tmp_path, streamed):
+    """A client the agent's user may not execute (or whose interpreter line is broken) is
+    SlurmUnavailable, as a missing one is: the cycle reports it, nothing raises past it."""
+    runner = client(tmp_path, "print('{}')")
+    (tmp_path / "bin" / "squeue").chmod(0o644)          # not executable
+    with pytest.raises(SlurmUnavailable, match="cannot run"):
+        if streamed:
+            runner.run_json_streamed(["squeue", "--json"], {"jobs": None})
+        else:
+            runner.run(["squeue"])

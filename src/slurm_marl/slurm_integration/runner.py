@@ -123,7 +123,8 @@ class SlurmRunner:
             env["SLURM_CONF"] = self.slurm_conf
         else:
             log.warning("SLURM_CONF is not set: Slurm clients will look the controller up "
-                        "in DNS; set slurm_conf in the config")
+                        "in DNS; give slurm_conf ([slurm] slurm_conf in the agent's config, "
+                        "--slurm-conf on the command line) or set SLURM_CONF")
         self._env = env
 
     def _exe(self, name: str) -> str:
@@ -133,7 +134,8 @@ class SlurmRunner:
 
     def run(self, args: list[str], timeout_s: float | None = None) -> CommandResult:
         """Run one client command. Never raises for a non-zero exit; raises
-        SlurmUnavailable only when the binary is missing or the call times out."""
+        SlurmUnavailable only when the binary is missing or cannot be run, or the call
+        times out."""
         cmd = [self._exe(args[0]), *args[1:]]
         self.calls += 1
         started = time.monotonic()
@@ -142,6 +144,8 @@ class SlurmRunner:
                                   timeout=timeout_s or self.timeout_s)
         except FileNotFoundError as exc:
             raise SlurmUnavailable(args, 127, f"Slurm client not found: {exc}") from exc
+        except OSError as exc:       # not executable, a bad interpreter line, no processes
+            raise SlurmUnavailable(args, 126, f"Slurm client cannot run: {exc}") from exc
         except subprocess.TimeoutExpired as exc:
             raise SlurmUnavailable(args, -1, f"timed out after {exc.timeout:.0f} s") from exc
         log.debug("%s -> rc %d in %.3f s", " ".join(args), proc.returncode,
@@ -186,6 +190,8 @@ class SlurmRunner:
                                         stderr=err)
             except FileNotFoundError as exc:
                 raise SlurmUnavailable(args, 127, f"Slurm client not found: {exc}") from exc
+            except OSError as exc:
+                raise SlurmUnavailable(args, 126, f"Slurm client cannot run: {exc}") from exc
             timed_out = threading.Event()
 
             def kill() -> None:
