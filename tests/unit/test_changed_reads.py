@@ -528,7 +528,7 @@ def test_a_moved_eligible_time_alone_is_carried_not_read(monkeypatch):
         assert source.last_read["jobs_read"] == 1
         assert by_id(snap) == full_read(slurm)
     finally:
-        monkeypatch.delenv("TZ")
+        monkeypatch.undo()      # TZ as it was (set or not), then the C library told
         time.tzset()
 
 
