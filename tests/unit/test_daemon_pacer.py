@@ -12,14 +12,20 @@ class Clock:
         return self.t
 
 
-def test_without_reacting_a_cycle_runs_every_interval_and_the_probe_is_never_read():
-    clock = Clock()
-    pacer = Pacer(5.0, 0.0, clock=clock)
+def recording(clock, fingerprint):
+    """A probe that always sees ``fingerprint``, and the times it was read."""
     reads = []
 
     def probe():
         reads.append(clock.t)
-        return "x"
+        return fingerprint
+    return probe, reads
+
+
+def test_without_reacting_a_cycle_runs_every_interval_and_the_probe_is_never_read():
+    clock = Clock()
+    pacer = Pacer(5.0, 0.0, clock=clock)
+    probe, reads = recording(clock, "x")
 
     assert pacer.tick_s == 5.0 and not pacer.reacting
     assert pacer.due(probe)
@@ -160,11 +166,7 @@ def test_an_early_cycle_comes_within_a_quarter_react_s_of_when_it_may():
 def test_a_quiet_queue_is_probed_once_a_react_s_however_fine_the_ticks():
     clock = Clock()
     pacer = Pacer(5.0, 1.0, clock=clock)
-    reads = []
-
-    def probe():
-        reads.append(clock.t)
-        return "same"
+    probe, reads = recording(clock, "same")
     starts = loop(pacer, clock, probe, until=20.0, duration=0.2)
     assert starts == [0.0, 5.0, 10.0, 15.0, 20.0]     # the interval only
     gaps = [round(b - a, 2) for a, b in zip(reads, reads[1:])]

@@ -157,11 +157,13 @@ def changes(rows: dict[int, JobRow], states: dict[str, str],
         if jid in dirty_jobs or jid not in kept_jobs or old is None or old.key != row.key:
             jobs.add(jid)
         elif old.eligible != row.eligible:
-            when = _eligible_time(row) if row.state == "PENDING" else False
-            if when is False:
+            if row.state != "PENDING":
                 jobs.add(jid)
-            else:
-                eligible[jid] = when
+                continue
+            try:
+                eligible[jid] = local_epoch(row.eligible) or None
+            except JobTextError:        # not one instant in this time zone
+                jobs.add(jid)
     gone_jobs = frozenset(jid for jid in kept_jobs if jid not in rows)
     nodes = {name for name, state in states.items()
              if name not in kept_nodes or kept_states.get(name) != state}
@@ -174,12 +176,3 @@ def changes(rows: dict[int, JobRow], states: dict[str, str],
     known = states.keys() | kept_nodes.keys()
     return Changes(frozenset(jobs), frozenset(n for n in nodes if n in known), gone_jobs,
                    eligible)
-
-
-def _eligible_time(row: JobRow) -> int | None | bool:
-    """The row's eligible time as the JSON record has it (None: none); False where the
-    text does not say it with certainty."""
-    try:
-        return local_epoch(row.eligible) or None
-    except JobTextError:
-        return False

@@ -142,10 +142,8 @@ class SlurmRunner:
         try:
             proc = subprocess.run(cmd, env=self._env, capture_output=True, text=True,
                                   timeout=timeout_s or self.timeout_s)
-        except FileNotFoundError as exc:
-            raise SlurmUnavailable(args, 127, f"Slurm client not found: {exc}") from exc
-        except OSError as exc:       # not executable, a bad interpreter line, no processes
-            raise SlurmUnavailable(args, 126, f"Slurm client cannot run: {exc}") from exc
+        except OSError as exc:
+            raise _not_run(args, exc) from exc
         except subprocess.TimeoutExpired as exc:
             raise SlurmUnavailable(args, -1, f"timed out after {exc.timeout:.0f} s") from exc
         log.debug("%s -> rc %d in %.3f s", " ".join(args), proc.returncode,
@@ -188,10 +186,8 @@ class SlurmRunner:
             try:
                 proc = subprocess.Popen(cmd, env=self._env, stdout=subprocess.PIPE,
                                         stderr=err)
-            except FileNotFoundError as exc:
-                raise SlurmUnavailable(args, 127, f"Slurm client not found: {exc}") from exc
             except OSError as exc:
-                raise SlurmUnavailable(args, 126, f"Slurm client cannot run: {exc}") from exc
+                raise _not_run(args, exc) from exc
             timed_out = threading.Event()
 
             def kill() -> None:
@@ -223,7 +219,7 @@ class SlurmRunner:
             raise SlurmUnavailable(args, -1, f"timed out after {timeout:.0f} s")
         if rc != 0:
             raise failure(args, rc, stderr.strip() or (_errors_text(parsed[0]) if parsed
-                                                         else "") or f"exit status {rc}")
+                                                        else "") or f"exit status {rc}")
         if problem is not None or parsed is None:
             raise SlurmOutputError(args, 0, f"not one JSON object: {problem}")
         self._raise_json_errors(args, parsed[0])
@@ -237,6 +233,14 @@ class SlurmRunner:
             if looks_unavailable(text):
                 raise SlurmUnavailable(args, 0, text)
             raise SlurmError(args, 0, text)
+
+
+def _not_run(args: list[str], exc: OSError) -> SlurmUnavailable:
+    """A client that could not be started: missing (127), or not executable, with a bad
+    interpreter line, no processes left (126)."""
+    if isinstance(exc, FileNotFoundError):
+        return SlurmUnavailable(args, 127, f"Slurm client not found: {exc}")
+    return SlurmUnavailable(args, 126, f"Slurm client cannot run: {exc}")
 
 
 def failure(args: list[str], returncode: int, message: str) -> SlurmError:
