@@ -12,7 +12,8 @@ for each profile, the profile as shipped and with ``[guard]`` at each slack sett
 run is compared job by job with the ``fifo-backfill`` run (``sim/perjob.py``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/guard_tradeoff.py --workers 2 \
-        --out /tmp/guard/tradeoff.json [--plot /tmp/guard/tradeoff.png]
+        --out /tmp/guard/tradeoff.json [--plot /tmp/guard/tradeoff.png] \
+        [--model replica] [--slacks 0.1/60,0.5/600]
 
 Prints one row per (window, strength, profile, guard): average JCT against the unguarded
 profile and against fifo-backfill, the share of jobs > 1.1x and > 2x slower than under
@@ -46,7 +47,7 @@ SLACKS = [(0.1, 60.0), (0.25, 300.0), (0.5, 600.0)]
 
 
 def one(window: str, label: str, profile: str, error: str | None,
-        guard: tuple[float, float] | None, strength: str) -> dict:
+        guard: tuple[float, float] | None, strength: str, model: str = "fluid") -> dict:
     from dataclasses import replace
 
     from slurm_marl.policy.profile import _frozen, load_profile
@@ -54,11 +55,13 @@ def one(window: str, label: str, profile: str, error: str | None,
     from slurm_marl.sim.run import simulate
     prof = load_profile(profile)
     if guard is not None:
-        prof = replace(prof, guard=_frozen({"slack": guard[0], "slack_min_s": guard[1]}))
+        prof = replace(prof, guard=_frozen({"slack": guard[0], "slack_min_s": guard[1],
+                                            "model": model}))
     t0 = time.perf_counter()
     run = simulate(TRACE, CLUSTER, prof, window=window, interference=strength,
                    drop_oversized=True, prediction_error=error)
     return {"window": window, "label": label, "guard": guard, "interference": strength,
+            "model": model if guard is not None else None,
             "avg_jct_s": run.summary["avg_jct_s"], "preemptions": run.summary["preemptions"],
             "unfinished": run.summary["unfinished"], "jobs": records(run.outcome.jobs),
             "wall_s": round(time.perf_counter() - t0, 1)}
@@ -81,6 +84,10 @@ def main(argv=None) -> int:
     ap.add_argument("--strengths", default="none,high")
     ap.add_argument("--only", action="append", default=[],
                     help=f"a profile label (repeat; default all: {', '.join(PROFILES)})")
+    ap.add_argument("--model", default="fluid", choices=["fluid", "replica"],
+                    help="the guard's shadow of Slurm alone ([guard] model)")
+    ap.add_argument("--slacks", help="guard settings SLACK/MIN_S,... (default: "
+                    + ",".join(f"{a:g}/{b:g}" for a, b in SLACKS) + ")")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--plot", type=Path, help="the trade-off plot (PNG)")
@@ -91,14 +98,16 @@ def main(argv=None) -> int:
         return 0
     windows = args.window or WINDOWS
     labels = args.only or list(PROFILES)
+    slacks = SLACKS if not args.slacks else [
+        tuple(float(x) for x in item.split("/")) for item in args.slacks.split(",")]
     tasks = []
     for w in windows:
         for s in args.strengths.split(","):
             tasks.append((w, "fifo-backfill", "fifo-backfill", None, None, s))
             for label in labels:
                 profile, error = PROFILES[label]
-                for guard in [None, *SLACKS]:
-                    tasks.append((w, label, profile, error, guard, s))
+                for guard in [None, *slacks]:
+                    tasks.append((w, label, profile, error, guard, s, args.model))
     rows = []
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:

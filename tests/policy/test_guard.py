@@ -50,7 +50,9 @@ def test_shadow_is_first_come_first_served_on_the_gpus():
 
 def test_settings_are_checked():
     assert guard_settings({}) == GuardSettings(0.1, 60.0)
-    for bad in ({"slack": -1}, {"slack_min_s": "x"}, {"slack": True}, {"other": 1}):
+    assert guard_settings({"model": "replica", "tick_s": 30}).model == "replica"
+    for bad in ({"slack": -1}, {"slack_min_s": "x"}, {"slack": True}, {"other": 1},
+                {"model": "exact"}, {"model": 1}, {"tick_s": -5}):
         with pytest.raises(ValueError):
             guard_settings(bad)
     with pytest.raises(ProfileError, match=r"\[guard\]"):
@@ -73,9 +75,11 @@ def test_expected_lengths_come_from_runs_that_ended_and_runs_still_alive():
     # nothing has ended: a running job is expected to need what it has had so far
     assert shadow.expected_length(100.0) == 100.0
     assert shadow.starts == {1: 0.0, 2: 100.0} and 2 in shadow.protected
-    shadow.observe([job(2, 5, 4, JobState.RUNNING, 4 * 20)], 120.0)   # 1 ended after 100 s
-    assert list(shadow.lengths) == [100.0]
-    assert shadow.expected_length(10.0) == 100.0 and shadow.expected_length(150.0) == 150.0
+    # 1 is gone at 120: it had run 100 s when last seen at 100, and ran on until some time
+    # before 120 (the simulator's cycles come at every end: exactly then)
+    shadow.observe([job(2, 5, 4, JobState.RUNNING, 4 * 20)], 120.0)
+    assert list(shadow.lengths) == [120.0]
+    assert shadow.expected_length(10.0) == 120.0 and shadow.expected_length(150.0) == 150.0
     assert 2 not in shadow.protected or shadow.protected[2] == 100.0
     # a long run still alive counts as longer than it has run: 3 has run 5000 s
     shadow.observe([job(2, 5, 4, JobState.RUNNING, 4 * 40),
@@ -130,7 +134,7 @@ def test_a_job_past_its_shadow_start_is_protected_ranked_first_and_kept_running(
     old = job(1, 0.0, 4, attained=0.0)
     small = [job(10 + i, 50.0 + i, 1) for i in range(3)]
     runner = job(9, 40.0, 4, JobState.RUNNING, attained=4 * 2000.0)   # demoted by LAS
-    order.set_capacity(8)
+    order.shadow.capacity = 8
     order.begin_cycle([old, runner, *small], 3000.0)
     assert 1 in order.shadow.protected
     ranked = policy.rank([old, *small], 3000.0)
@@ -151,11 +155,12 @@ def test_a_prediction_never_pushes_a_protected_job_back():
     huge = replace(job(1, 0.0, 4), predicted_gpu_s=1e9)
     small = [replace(job(10 + i, 50.0 + i, 1), predicted_gpu_s=100.0) for i in range(3)]
     runner = job(9, -10.0, 4, JobState.RUNNING, attained=4 * 100.0)
-    order.set_capacity(4)
+    order.shadow.capacity = 4
     order.begin_cycle([huge, runner, *small], 60.0)      # 9 holds the GPUs till 90
     assert 1 not in order.shadow.protected
     assert policy.rank([huge, *small], 60.0)[-1].job.job_id == 1
-    order.begin_cycle([huge, *small], 3000.0)            # 9 ended: 1's FCFS turn has come
+    order.begin_cycle([huge, *small], 90.0)              # 9 has ended (by 90)
+    order.begin_cycle([huge, *small], 3000.0)            # 1's FCFS turn has come
     assert 1 in order.shadow.protected
     assert policy.rank([huge, *small], 3000.0)[0].job.job_id == 1
 
@@ -186,12 +191,16 @@ class Recorder:
         return getattr(self._policy, name)
 
 
+MODELS = pytest.mark.parametrize("model", ["fluid", "replica"])
+
+
+@MODELS
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False))
-def test_protected_jobs_are_never_preempted_nor_passed_by_a_later_arrival(rng):
+def test_protected_jobs_are_never_preempted_nor_passed_by_a_later_arrival(model, rng):
     """Over whole simulated runs: a job protected at a cycle is not preempted that cycle,
     and no job submitted after it starts while it is left waiting (unless protected too)."""
-    rec = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0)))
+    rec = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0, model=model)))
     Simulator(parse_cluster("2x2x2"), _trace(rng), rec, seed=rng.randrange(10)).run()
     checked = 0
     for snap, decisions, protected in rec.cycles:
@@ -210,14 +219,15 @@ def test_protected_jobs_are_never_preempted_nor_passed_by_a_later_arrival(rng):
     assume(checked)   # draws where no job waited past its FCFS turn test nothing
 
 
+@MODELS
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False))
-def test_the_guard_uses_nothing_from_the_future(rng):
+def test_the_guard_uses_nothing_from_the_future(model, rng):
     """Two runs whose traces agree up to a time T and differ after it (later arrivals
     changed, jobs still running at T made longer): every decision made before T is the
     same in both."""
     trace = _trace(rng)
-    first = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0)))
+    first = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0, model=model)))
     Simulator(parse_cluster("2x2x2"), trace, first, seed=1).run()
     cut = trace[len(trace) // 2].submit_time_s
     # what ended before the cut is the same; whatever was running or queued then is longer
@@ -226,7 +236,7 @@ def test_the_guard_uses_nothing_from_the_future(rng):
     changed = [replace(t, duration_s=t.duration_s * 3) if t.job_id in unfinished else
                replace(t, num_gpus=rng.choice([1, 2, 4]), duration_s=t.duration_s * 0.5)
                if t.submit_time_s > cut else t for t in trace]
-    second = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0)))
+    second = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0, model=model)))
     Simulator(parse_cluster("2x2x2"), changed, second, seed=1).run()
     before = [(s.time_s, out, p) for s, out, p in first.cycles if s.time_s < cut]
     again = [(s.time_s, out, p) for s, out, p in second.cycles if s.time_s < cut]
@@ -284,10 +294,12 @@ def test_a_blocked_protected_job_holds_back_only_its_own_partition():
     assert [d.job_id for d in decisions if isinstance(d, (Place, Preempt))] == [4], decisions
 
 
-def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path):
+@MODELS
+def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path, model):
     """The agent with a guarded profile: an old 8-GPU job whose FCFS turn came while a
     demoted job holds the GPUs is protected, preempts it, and its decision's reason (what
-    `slurm-marl explain` shows) names the guard."""
+    `slurm-marl explain` shows) names the guard. The replica shadow gets the partition's
+    nodes from the daemon's view before it is brought up to date."""
     from fakes import FakeClusterSource, FakeDecisionSink
 
     from slurm_marl.daemon.config import parse_config
@@ -309,7 +321,7 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path):
     profile.write_text('name = "g"\npreemption = true\nbackfill = true\n'
                        'backfill_reserve = false\n[order]\nplugin = "tiresias_las"\n'
                        'thresholds_gpu_s = [600]\n[place]\nconsolidate = 1.0\n'
-                       '[guard]\nslack = 0.1\nslack_min_s = 60\n')
+                       f'[guard]\nslack = 0.1\nslack_min_s = 60\nmodel = "{model}"\n')
     cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1, "grace_s": 30,
                                   "profile": str(profile), "managed_partitions": ["p"],
                                   "preempt_partitions": ["p"]}})

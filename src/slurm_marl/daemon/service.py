@@ -375,16 +375,17 @@ class Agent:
         """Each policy's order state (Tiresias' queue lists) settled once a cycle over the
         jobs of all the partitions it decides, as the simulator settles its one snapshot
         (``Policy.settle_order``); a policy without such state is left alone."""
-        groups: dict[int, tuple[object, dict[int, Job]]] = {}
+        groups: dict[int, tuple[object, dict[int, Job], list[ClusterSnapshot]]] = {}
         for part, view in views.items():
             policy = self.partition_policies.get(part, self.policy)
-            jobs = groups.setdefault(id(policy), (policy, {}))[1]
+            _, jobs, seen = groups.setdefault(id(policy), (policy, {}, []))
+            seen.append(view)
             for job in view.jobs:
                 jobs.setdefault(job.job_id, job)
-        for policy, jobs in groups.values():
+        for policy, jobs, seen in groups.values():
             settle = getattr(policy, "settle_order", None)
             if settle is not None:
-                settle(tuple(jobs.values()), now_s)
+                settle(tuple(jobs.values()), now_s, seen)
 
     def _shadow_changes(self, decisions: list[Decision], snap: ClusterSnapshot
                         ) -> list[Decision]:

@@ -52,7 +52,8 @@ from slurm_marl.policy.plugins import (CycleAwareOrder, Delegating, OrderPlugin,
                                       Proposer, build_plugin)
 from slurm_marl.placement_shapes import (Candidate, generate_candidates, has_candidate,
                                          job_shape)
-from slurm_marl.policy.profile import Profile, ProfileError
+from slurm_marl.policy.profile import Profile, ProfileError, load_profile
+from slurm_marl.policy.replica import ReplicaShadow
 from slurm_marl.policy.state import ACTIVE_STATES, PENDING, CycleState
 
 log = logging.getLogger(__name__)
@@ -133,22 +134,27 @@ class Policy:
         return nxt
 
     # -- the cycle -----------------------------------------------------------------------
-    def settle_order(self, jobs: Sequence[Job], now_s: float) -> None:
+    def settle_order(self, jobs: Sequence[Job], now_s: float,
+                     views: Sequence[ClusterSnapshot] = ()) -> None:
         """Bring the order plugin's state kept across cycles (``CycleAwareOrder``: Tiresias'
         queue lists) up to ``now_s`` over ``jobs``, for a caller that decides one cycle in
         several views (the daemon: a partition at a time); ``run_cycle`` at that time then
         does not do it again. Done view by view, a running job seen by two views (on nodes
         of two partitions) would be moved twice in one cycle: a job demoted this cycle would
-        leave the tail of its new queue before the second view is decided."""
+        leave the tail of its new queue before the second view is decided. ``views``: the
+        snapshots the cycle decides, whose nodes the guard's shadow of Slurm alone needs
+        before it is brought up to ``now_s``."""
+        for view in views:          # the guard's shadow sees their nodes first
+            self._guard_capacity(view)
         if self._begin_cycle is not None:
             self._begin_cycle(jobs, now_s)
             self._settled_at = now_s
 
     def _guard_capacity(self, snapshot: ClusterSnapshot) -> None:
-        """The guard's shadow of Slurm alone runs on the GPUs of the largest view seen."""
+        """The guard's shadow of Slurm alone runs on the nodes of the views seen."""
         if self._guard is not None and snapshot.nodes is not self._guard_nodes:
             self._guard_nodes = snapshot.nodes
-            self._guard.set_capacity(sum(n.gpu_count for n in snapshot.nodes))
+            self._guard.see_cluster(snapshot)
 
     @property
     def decides_partitions_apart(self) -> bool:
@@ -458,7 +464,10 @@ def build_policy(profile: Profile, **context) -> Policy:
     try:
         order = build_plugin("order", profile.order, profile.order_params, **context)
         if profile.guard:
-            order = GuardedOrder(order, guard_settings(profile.guard))
+            settings = guard_settings(profile.guard)
+            order = GuardedOrder(order, settings, shadow=(
+                ReplicaShadow(settings, _slurm_alone_cycle())
+                if settings.model == "replica" else None))
         place = []
         for key, weight in profile.place:
             params = profile.place_params.get(key, {})
@@ -468,6 +477,17 @@ def build_policy(profile: Profile, **context) -> Policy:
     except Exception as exc:  # a plugin's model file unreadable, ...: still the profile's
         raise ProfileError(f"{profile.source}: {type(exc).__name__}: {exc}") from None
     return Policy(profile, order, place)
+
+
+SLURM_ALONE_PROFILE = "fifo-backfill"   # Slurm's own FIFO with backfill, as simulated
+
+
+def _slurm_alone_cycle():
+    """One cycle of Slurm's own policy as the simulator measures it (``fifo-backfill``):
+    the guard's replica shadow schedules with it."""
+    policy = build_policy(load_profile(SLURM_ALONE_PROFILE))
+    policy.emit_priorities = False
+    return policy.run_cycle
 
 
 _POLICY_CACHE: dict[Profile, Policy] = {}

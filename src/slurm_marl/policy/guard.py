@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from slurm_marl.domain import Job
+from slurm_marl.domain import ClusterSnapshot, Job
 from slurm_marl.policy.plugins import CycleAwareOrder, OrderPlugin
 
 # Ended run lengths the survival curve keeps, the latest: a site's recent workload, and a
@@ -49,11 +49,19 @@ from slurm_marl.policy.plugins import CycleAwareOrder, OrderPlugin
 LENGTHS_KEPT = 20_000
 
 
+# What the shadow of Slurm alone is: the fluid FCFS schedule of the GPUs (``shadow_starts``),
+# or a replica of the cluster scheduled by the framework's own ``fifo-backfill``
+# (``policy/replica.py``).
+SHADOW_MODELS = ("fluid", "replica")
+
+
 @dataclass(frozen=True)
 class GuardSettings:
     slack: float = 0.1
     slack_min_s: float = 60.0
     step_s: float = 60.0
+    model: str = "fluid"
+    tick_s: float = 0.0
 
 
 GUARD_KEYS = frozenset(f.name for f in fields(GuardSettings))
@@ -69,6 +77,12 @@ def guard_settings(params: Mapping, where: str = "[guard]") -> GuardSettings:
     for f in fields(GuardSettings):
         key = f.name
         value = params.get(key, f.default)
+        if key == "model":
+            if value not in SHADOW_MODELS:
+                raise ValueError(f"{where}: model must be one of {list(SHADOW_MODELS)}, "
+                                 f"got {value!r}")
+            out[key] = value
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value) or value < 0:
             raise ValueError(f"{where}: {key} must be a number >= 0, got {value!r}")
@@ -82,6 +96,7 @@ class _Seen:
     gpus: int
     run_s: float = 0.0           # run time so far (the whole run once it has ended)
     ended: bool = False
+    seen_s: float = -math.inf    # when it was last seen
 
 
 class Survival:
@@ -208,22 +223,7 @@ class SlurmAloneShadow:
         if now_s == self._now:
             return
         self._now = now_s
-        here = set()
-        for job in jobs:
-            if not (job.is_pending or job.is_running) or job.num_gpus <= 0:
-                continue
-            here.add(job.job_id)
-            s = self.seen.get(job.job_id)
-            if s is None:
-                s = self.seen[job.job_id] = _Seen(job.submit_time_s, job.num_gpus)
-            s.run_s = max(s.run_s, job.attained_gpu_s / job.num_gpus)
-        for job_id, s in self.seen.items():
-            if not s.ended and job_id not in here:
-                s.ended = True
-                self.protected.pop(job_id, None)
-                self.protected_start.pop(job_id, None)
-                if s.run_s > 0:          # a job gone before it ran tells no length
-                    self.lengths.append(s.run_s)
+        self._see(jobs, now_s)
         step = self.step_of(now_s)
         if step == self._step:
             return
@@ -232,6 +232,50 @@ class SlurmAloneShadow:
         self._step = step
         self.survival = Survival(self.lengths,
                                  [s.run_s for s in self.seen.values() if not s.ended])
+        self._recompute(now_s)
+        for job in jobs:
+            if job.is_pending and job.job_id not in self.protected:
+                due = self.due_s(job.job_id)
+                if due is not None and now_s >= due:
+                    self.protected[job.job_id] = now_s
+                    self.protected_start[job.job_id] = self.starts[job.job_id]
+
+    def _see(self, jobs: Sequence[Job], now_s: float) -> None:
+        """What is known at ``now_s``: every job in view (its submit time, GPUs, run time so
+        far), and which have ended (gone from view) after how long a run: the run time last
+        seen plus the time since (a job cancelled while waiting counts as a run that short:
+        a cycle apart in the daemon)."""
+        here = set()
+        for job in jobs:
+            if not (job.is_pending or job.is_running) or job.num_gpus <= 0:
+                continue
+            here.add(job.job_id)
+            s = self.seen.get(job.job_id)
+            if s is None:
+                s = self.seen[job.job_id] = _Seen(job.submit_time_s, job.num_gpus)
+                self._arrived(job)
+            s.run_s = max(s.run_s, job.attained_gpu_s / job.num_gpus)
+            s.seen_s = now_s
+        for job_id, s in self.seen.items():
+            if not s.ended and job_id not in here:
+                # it ran until some time since it was last seen (a job seen waiting may
+                # have started then: the simulator's cycle that started it saw it so)
+                s.ended = True
+                since = now_s - s.seen_s
+                if math.isfinite(since):
+                    s.run_s += max(0.0, since)
+                self.protected.pop(job_id, None)
+                self.protected_start.pop(job_id, None)
+                if s.run_s > 0:          # a job gone before it ran tells no length
+                    self.lengths.append(s.run_s)
+
+    def _arrived(self, job: Job) -> None:
+        """A job seen for the first time (a model that needs more of it than ``_Seen``
+        keeps takes it here)."""
+
+    def _recompute(self, now_s: float) -> None:
+        """The shadow starts from what is known at ``now_s``: the fluid FCFS schedule of
+        every job seen, from the state the forgotten ones left."""
         order = sorted(self.seen.items(), key=lambda kv: (kv[1].submit_s, kv[0]))
         if not self.capacity:
             self.capacity = max((s.gpus for s in self.seen.values()), default=1)
@@ -239,12 +283,10 @@ class SlurmAloneShadow:
             [(j, s.submit_s, s.gpus, s.run_s if s.ended else self.expected_length(s.run_s))
              for j, s in order], self.capacity, self._base)
         self._commit_settled(order)
-        for job in jobs:
-            if job.is_pending and job.job_id not in self.protected:
-                due = self.due_s(job.job_id)
-                if due is not None and now_s >= due:
-                    self.protected[job.job_id] = now_s
-                    self.protected_start[job.job_id] = self.starts[job.job_id]
+
+    def see_cluster(self, snapshot: ClusterSnapshot) -> None:
+        """The fluid shadow runs on the GPUs of the largest view seen."""
+        self.capacity = max(self.capacity, sum(n.gpu_count for n in snapshot.nodes))
 
     def step_of(self, t: float) -> float:
         """The step ``t`` falls in (``step_s`` 0: every time is its own)."""
@@ -312,14 +354,16 @@ class GuardedOrder:
 
     time_dependent = True
 
-    def __init__(self, inner: OrderPlugin, settings: GuardSettings) -> None:
+    def __init__(self, inner: OrderPlugin, settings: GuardSettings,
+                 shadow: SlurmAloneShadow | None = None) -> None:
         self.inner = inner
         self.key = inner.key
-        self.shadow = SlurmAloneShadow(settings)
+        self.shadow = shadow if shadow is not None else SlurmAloneShadow(settings)
         self._inner_begin = inner.begin_cycle if isinstance(inner, CycleAwareOrder) else None
 
-    def set_capacity(self, gpus: int) -> None:
-        self.shadow.capacity = max(self.shadow.capacity, gpus)
+    def see_cluster(self, snapshot: ClusterSnapshot) -> None:
+        """The nodes (and partitions) of a view the policy decides: the shadow's cluster."""
+        self.shadow.see_cluster(snapshot)
 
     def begin_cycle(self, jobs: Sequence[Job], now_s: float) -> None:
         self.shadow.observe(jobs, now_s)

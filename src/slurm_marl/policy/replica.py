@@ -1,0 +1,211 @@
+"""The guard's shadow of Slurm alone as a replica of the cluster (issue 33, ``[guard] model =
+"replica"``): the nodes the policy sees, each with the GPUs, CPUs and memory the replica's
+own jobs hold, scheduled by the framework's ``fifo-backfill`` (the policy the simulator
+measures Slurm alone by) over every job seen, in lockstep with the real clock.
+
+The fluid shadow (``guard.shadow_starts``) has neither node packing nor backfill, so it
+starts a job Slurm alone backfills late, and is recomputed from scratch with lengths that
+change as runs end. The replica runs Slurm's own rules instead: ``fifo-backfill`` decides
+from arrivals and ends only, never from lengths, so with the true lengths the replica's
+starts are the ``fifo-backfill`` run's (tested). A job's replica run ends:
+
+- for a job that has ended, after its run time;
+- for a job that has run in reality and not ended, when it ends (not before: its length is
+  not known, and a run ended on an estimate would move every later start, irrevocably);
+  while the agent runs it later than the replica did, the replica lags by that much, which
+  the guard itself bounds (it protects a job soon after its replica start);
+- for a job that has not run in reality, after the mean run length on the Kaplan-Meier
+  curve of every run seen (``Survival``): a job the agent never starts (or Slurm keeps
+  waiting for a reason the replica does not model) frees its replica GPUs after a typical
+  run instead of holding them for ever (until a run has been seen: held).
+
+Measured on six Philly windows (docs/benchmarks.md): ending live runs on the estimate (the
+conditional mean) ran the replica ahead of ``fifo-backfill`` for most jobs of some windows;
+holding them until known did not.
+
+The replica moves forward only: events (arrivals, ends) are taken in time order up to now,
+each at its own time (or the next multiple of ``tick_s``, which bounds the cycles a busy
+cluster costs), and what the replica has started or ended stays so: a length learned later
+does not rewrite the replica's past. A job's shadow start is the time the replica started
+it; one the replica has not started has none, and is not due.
+
+A job cancelled while it waits counts as a run as short as the time since it was last seen
+(``SlurmAloneShadow._see``): the replica runs it that long.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from slurm_marl.domain import (ClusterSnapshot, Decision, Job, JobState, Node, Partition, Place,
+                               Switch)
+from slurm_marl.policy.guard import GuardSettings, SlurmAloneShadow
+
+Decide = Callable[[ClusterSnapshot], Sequence[Decision]]
+
+
+@dataclass
+class _Run:
+    start_s: float
+    holds: tuple[tuple[str, tuple[int, ...], int, int], ...]   # (node, GPUs, CPUs, MiB)
+
+
+class ReplicaShadow(SlurmAloneShadow):
+    """A ``SlurmAloneShadow`` whose starts come from a replica of the cluster scheduled by
+    ``decide`` (one ``fifo-backfill`` cycle on a snapshot of the replica)."""
+
+    def __init__(self, settings: GuardSettings, decide: Decide) -> None:
+        super().__init__(settings)
+        self._decide = decide
+        self._clear_replica()
+
+    def _clear_replica(self) -> None:
+        self.clock = -math.inf
+        self._nodes: dict[str, Node] = {}            # the latest real node, by name
+        self._partitions: dict[str, Partition] = {}
+        self._switches: dict[str, Switch] = {}
+        self._used: dict[str, set[int]] = {}         # the replica's GPUs taken, by node
+        self._cpus: dict[str, int] = {}
+        self._mem: dict[str, int] = {}
+        self._shown: dict[str, Node] = {}            # the replica's node objects, kept
+        self._arrivals: dict[int, Job] = {}          # seen, not yet in the replica's queue
+        self.queue: dict[int, Job] = {}              # waiting in the replica
+        self.running: dict[int, _Run] = {}
+        self.cycles = 0                              # replica cycles run (cost)
+
+    def reset(self) -> None:
+        super().reset()
+        self._clear_replica()
+
+    def see_cluster(self, snapshot: ClusterSnapshot) -> None:
+        super().see_cluster(snapshot)
+        for node in snapshot.nodes:
+            if self._nodes.get(node.name) is not node:
+                self._nodes[node.name] = node
+                self._shown.pop(node.name, None)
+        for part in snapshot.partitions:
+            self._partitions[part.name] = part
+        for switch in snapshot.switches:
+            self._switches[switch.name] = switch
+
+    def _arrived(self, job: Job) -> None:
+        if not math.isfinite(job.submit_time_s):
+            return           # no time to arrive at: it never enters the replica
+        self._arrivals[job.job_id] = replace(
+            job, state=JobState.PENDING, nodes=(), gpu_alloc=(), start_time_s=None,
+            end_time_s=None, attained_gpu_s=0.0, priority=0, pending_reason="",
+            reservation=None, restart_count=0)
+
+    # -- the replica ---------------------------------------------------------------------
+    def _recompute(self, now_s: float) -> None:
+        if self._nodes:
+            self._advance(now_s)
+        self._forget()
+
+    def _end_s(self, job_id: int, run: _Run) -> float:
+        """When the replica's run of a job ends, from what is known now."""
+        s = self.seen[job_id]
+        if s.ended:
+            return run.start_s + s.run_s
+        if s.run_s > 0 or not self.survival.horizon:
+            return math.inf      # running (or ran) in reality: its end will be known
+        return run.start_s + self.expected_length(0.0)
+
+    def _at(self, t: float) -> float:
+        tick = self.settings.tick_s
+        return math.ceil(t / tick - 1e-9) * tick if tick > 0 and math.isfinite(t) else t
+
+    def _advance(self, now_s: float) -> None:
+        """Take the replica's events up to ``now_s`` in time order."""
+        if not math.isfinite(now_s):
+            return
+        seen = self.seen
+        while True:
+            # (an end that is not a number, a time no arithmetic moves, is held)
+            ends = {j: e if e == e else math.inf
+                    for j, e in ((j, self._at(self._end_s(j, r)))
+                                 for j, r in self.running.items())}
+            t = min(ends.values(), default=math.inf)
+            arriving = min((self._at(seen[j].submit_s) for j in self._arrivals),
+                           default=math.inf)
+            t = max(min(t, arriving), self.clock)
+            if t > now_s:
+                break
+            ended = [j for j, end in ends.items() if end <= t]
+            for job_id in ended:
+                self._release(job_id)
+            came = [j for j in self._arrivals if self._at(seen[j].submit_s) <= t]
+            for job_id in came:
+                self.queue[job_id] = self._arrivals.pop(job_id)
+            self.clock = t
+            if not ended and not came:
+                break        # nothing happens before now
+            if self.queue:
+                self._cycle(t)
+        self.clock = max(self.clock, now_s)
+
+    def _cycle(self, t: float) -> None:
+        self.cycles += 1
+        snap = ClusterSnapshot(time_s=t, nodes=tuple(self._node(n) for n in self._nodes),
+                               jobs=tuple(self.queue.values()),
+                               partitions=tuple(self._partitions.values()),
+                               switches=tuple(self._switches.values()))
+        for d in self._decide(snap):
+            if isinstance(d, Place) and d.start_now and d.job_id in self.queue:
+                self._start(self.queue.pop(d.job_id), d, t)
+
+    def _node(self, name: str) -> Node:
+        node = self._shown.get(name)
+        if node is None:
+            real = self._nodes[name]
+            used = frozenset(self._used.get(name, ()))
+            state = ("ALLOCATED" if used else "IDLE") if real.available else real.state
+            node = self._shown[name] = replace(
+                real, used_gpu_indices=used, alloc_cpus=self._cpus.get(name, 0),
+                alloc_memory_mib=self._mem.get(name, 0), state=state)
+        return node
+
+    def _start(self, job: Job, place: Place, t: float) -> None:
+        total = max(1, place.gpus)
+        holds = []
+        per_node: dict[str, int] = {}
+        for a in place.allocs:
+            per_node[a.node] = per_node.get(a.node, 0) + a.gpus
+        for name, k in per_node.items():
+            node = self._nodes[name]
+            used = self._used.setdefault(name, set())
+            groups = {g.index: g for g in node.gpu_groups}
+            taken: list[int] = []
+            for a in place.allocs:
+                if a.node == name:
+                    free = [i for i in groups[a.group].gpu_indices
+                            if i not in used and i not in taken]
+                    taken.extend(free[:a.gpus])
+            cpus = math.ceil(job.cpus * k / total)
+            mem = math.ceil(job.mem_mib * k / total)
+            used.update(taken)
+            self._cpus[name] = self._cpus.get(name, 0) + cpus
+            self._mem[name] = self._mem.get(name, 0) + mem
+            self._shown.pop(name, None)
+            holds.append((name, tuple(taken), cpus, mem))
+        self.running[job.job_id] = _Run(t, tuple(holds))
+        self.starts[job.job_id] = t
+
+    def _release(self, job_id: int) -> None:
+        run = self.running.pop(job_id)
+        for name, gpus, cpus, mem in run.holds:
+            self._used.get(name, set()).difference_update(gpus)
+            self._cpus[name] = self._cpus.get(name, 0) - cpus
+            self._mem[name] = self._mem.get(name, 0) - mem
+            self._shown.pop(name, None)
+
+    def _forget(self) -> None:
+        """A job ended in reality and done in the replica (ended there, or never to run
+        there) can move nothing any more: forgotten, so memory follows the live jobs."""
+        for job_id in [j for j, s in self.seen.items() if s.ended
+                       and j not in self.running and j not in self.queue
+                       and j not in self._arrivals]:
+            del self.seen[job_id]
+            self.starts.pop(job_id, None)

@@ -1,0 +1,150 @@
+"""The guard's replica shadow (``policy/replica.py``): a replica of the cluster scheduled by
+``fifo-backfill`` in lockstep with what is observed. Watching a ``fifo-backfill`` run, it
+starts every job when that run did; runs are ended when they are known to have ended, a job
+that has not run in reality after the mean run length seen."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_marl.domain import ClusterSnapshot, GpuGroup, Job, JobState, Node, Partition
+from slurm_marl.policy.framework import _slurm_alone_cycle, build_policy
+from slurm_marl.policy.guard import GuardSettings
+from slurm_marl.policy.profile import load_profile
+from slurm_marl.policy.replica import ReplicaShadow
+from slurm_marl.sim.cluster import parse_cluster
+from slurm_marl.sim.engine import Simulator
+from slurm_marl.sim.traces import TraceJob
+
+
+class Watched(ReplicaShadow):
+    """A replica that keeps every start it made (the shadow forgets ended jobs)."""
+
+    def __init__(self, settings: GuardSettings) -> None:
+        super().__init__(settings, _slurm_alone_cycle())
+        self.made: dict[int, float] = {}
+
+    def _start(self, job, place, t):
+        super()._start(job, place, t)
+        self.made[job.job_id] = t
+
+
+class Watching:
+    """``fifo-backfill`` as the simulator runs it, with a replica observing each cycle's
+    snapshot first (as the guard's shadow observes the agent's cycles)."""
+
+    def __init__(self, shadow: ReplicaShadow) -> None:
+        self._policy = build_policy(load_profile("fifo-backfill"))
+        self.shadow = shadow
+
+    def run_cycle(self, snap, partitions=None):
+        self.shadow.see_cluster(snap)
+        self.shadow.observe(snap.jobs, snap.time_s)
+        return self._policy.run_cycle(snap, partitions)
+
+    def __getattr__(self, name):
+        return getattr(self._policy, name)
+
+
+def _trace(rng: random.Random, partitions: tuple[str, ...]) -> list[TraceJob]:
+    t, jobs = 0.0, []
+    for i in range(rng.randint(15, 45)):
+        t += rng.expovariate(1 / 120)
+        gpus = rng.choice([1, 1, 2, 3, 4, 8])
+        jobs.append(TraceJob(i, t, rng.choice([60, 300, 1800, 7200]) * rng.random() + 30,
+                             gpus, partition=rng.choice(partitions)))
+    return jobs
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32), step_s=st.sampled_from([0.0, 60.0]), two=st.booleans())
+def test_watching_fifo_backfill_the_replica_starts_every_job_when_it_did(seed, step_s, two):
+    """Reality is ``fifo-backfill`` itself (one partition, or two of different shapes):
+    every job the run started, the replica started at the same time, whether it moves at
+    each observation or once a step (events are taken at their own times); with the true
+    lengths a replica's starts would be ``fifo-backfill``'s, here it learns each length
+    when the run ends, no later than the replica needs it."""
+    spec, parts = (("2x2x4:name=a+3x2x2:name=b", ("a", "b")) if two
+                   else ("2x2x4", ("gpu",)))
+    shadow = Watched(GuardSettings(step_s=step_s))
+    policy = Watching(shadow)
+    run = Simulator(parse_cluster(spec), _trace(random.Random(seed), parts), policy,
+                    seed=1).run()
+    # (the replica moves once a step: a job started after its last move is not made yet)
+    started = {j.job_id: j.first_start_s for j in run.jobs
+               if j.first_start_s is not None and j.first_start_s <= shadow.clock}
+    assert started and shadow.cycles > 0
+    made = {j: t for j, t in shadow.made.items() if j in started}
+    # a known end is the start plus the run time seen: equal up to rounding
+    assert made == pytest.approx(started, abs=1e-6)
+
+
+NODE = Node(name="n1", partitions=("p",), cpus=8, real_memory_mib=16000,
+            gpu_groups=(GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1)))
+VIEW = ClusterSnapshot(0.0, (NODE,), (), (Partition("p", ("n1",)),))
+
+
+def _job(jid, submit, gpus=4, running=False, attained=0.0):
+    return Job(jid, partition="p", gpus_per_node=gpus, submit_time_s=submit,
+               state=JobState.RUNNING if running else JobState.PENDING,
+               attained_gpu_s=attained, start_time_s=submit if running else None)
+
+
+def _replica() -> ReplicaShadow:
+    shadow = ReplicaShadow(GuardSettings(step_s=0.0), _slurm_alone_cycle())
+    shadow.see_cluster(VIEW)
+    # one run of 100 s seen first: the mean run length is 100 s
+    shadow.observe([_job(9, 0.0, 1, running=True)], 0.0)
+    shadow.observe([], 100.0)
+    return shadow
+
+
+def test_a_job_that_never_ran_frees_its_replica_gpus_after_the_mean_run():
+    """Job 1 (all 4 GPUs) starts in the replica at 200 and never runs in reality: after
+    the mean run (100 s) its replica run ends and job 2 starts there at 300."""
+    shadow = _replica()
+    shadow.observe([_job(1, 200.0)], 200.0)
+    assert shadow.starts == {1: 200.0}
+    shadow.observe([_job(1, 200.0), _job(2, 201.0)], 250.0)
+    assert 2 not in shadow.starts
+    shadow.observe([_job(1, 200.0), _job(2, 201.0)], 350.0)
+    assert shadow.starts[2] == 300.0
+
+
+def test_a_job_running_in_reality_holds_its_replica_gpus_until_it_ends():
+    """The same, but job 1 runs in reality: its length is unknown until it ends (at 1,000,
+    after 800 s), so job 2 waits in the replica until 200 + 800."""
+    shadow = _replica()
+    shadow.observe([_job(1, 200.0)], 200.0)
+    shadow.observe([_job(1, 200.0, running=True, attained=4 * 50.0), _job(2, 201.0)], 250.0)
+    shadow.observe([_job(1, 200.0, running=True, attained=4 * 700.0), _job(2, 201.0)], 900.0)
+    assert 2 not in shadow.starts
+    shadow.observe([_job(2, 201.0)], 1000.0)
+    assert shadow.starts[2] == 200.0 + 800.0
+    # job 1 ended in reality and in the replica: forgotten
+    assert 1 not in shadow.seen and 1 not in shadow.running
+
+
+def test_without_any_run_seen_a_job_that_never_ran_holds_its_gpus():
+    shadow = ReplicaShadow(GuardSettings(step_s=0.0), _slurm_alone_cycle())
+    shadow.see_cluster(VIEW)
+    shadow.observe([_job(1, 0.0)], 0.0)
+    shadow.observe([_job(1, 0.0), _job(2, 1.0)], 10_000.0)
+    assert shadow.starts == {1: 0.0}
+
+
+def test_without_nodes_the_replica_starts_nothing_and_ticks_bound_its_cycles():
+    shadow = ReplicaShadow(GuardSettings(step_s=0.0), _slurm_alone_cycle())
+    shadow.observe([_job(1, 0.0, 1)], 0.0)
+    assert shadow.starts == {} and shadow.cycles == 0
+    # 1-GPU arrivals at 1, 2, ..., 9 s on 4 GPUs: with tick_s 5 the replica decides at 5
+    # (jobs 1-5 arrived: 1-4 start) and at 10 (6-9 arrived, no GPU free) only
+    ticked = ReplicaShadow(GuardSettings(step_s=0.0, tick_s=5.0), _slurm_alone_cycle())
+    ticked.see_cluster(VIEW)
+    ticked.observe([_job(i, float(i), 1) for i in range(1, 10)], 10.0)
+    assert ticked.cycles == 2
+    assert ticked.starts == {1: 5.0, 2: 5.0, 3: 5.0, 4: 5.0}
