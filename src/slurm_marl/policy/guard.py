@@ -18,6 +18,10 @@ enters: only what has ended or run before now. Not the ended runs alone: the run
 first are the short ones, and a mean (or a median) of them ran the shadow ahead of Slurm
 (``benchmarks/guard_shadow_error.py`` measures both, docs/benchmarks.md).
 
+``model = "replica"`` replaces the fluid schedule with ``policy/replica.py``'s replica of
+the cluster (``ReplicaShadow``, a subclass of the shadow here): node packing and backfill
+as ``fifo-backfill`` has them, built by ``framework.build_policy``.
+
 Wraps any order plugin (``GuardedOrder``): Tiresias' 2D-LAS, the learned order, predicted
 LAS alike, so a prediction can never push a protected job back.
 
@@ -27,6 +31,8 @@ Profile::
     slack = 0.1         # protected once waiting past its shadow start by this share of
     slack_min_s = 60    # its shadow wait, and at least this many seconds
     step_s = 60         # the shadow is recomputed, and jobs protected, once a step
+    model = "fluid"     # or "replica": a replica of the nodes scheduled by fifo-backfill
+    tick_s = 0          # (replica) its decisions on this time grid; 0: at each event
 
 ``slack = 0`` with ``slack_min_s = 0`` protects a job the moment Slurm alone would have
 started it. No ``[guard]`` table: no guard.
