@@ -35,6 +35,7 @@ A job cancelled while it waits counts as a run as short as the time since it was
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -74,6 +75,7 @@ class ReplicaShadow(SlurmAloneShadow):
         self.queue: dict[int, Job] = {}              # waiting in the replica
         self.running: dict[int, _Run] = {}
         self.cycles = 0                              # replica cycles run (cost)
+        self._ends: list[tuple[float, int]] | None = None   # while advancing
 
     def reset(self) -> None:
         super().reset()
@@ -118,33 +120,43 @@ class ReplicaShadow(SlurmAloneShadow):
         return math.ceil(t / tick - 1e-9) * tick if tick > 0 and math.isfinite(t) else t
 
     def _advance(self, now_s: float) -> None:
-        """Take the replica's events up to ``now_s`` in time order."""
+        """Take the replica's events up to ``now_s`` in time order. What is known does not
+        change within one call, so each run's end is reckoned once (a heap of ends, runs
+        started on the way pushed as they start) and arrivals are taken in submit order:
+        O(events x log jobs), plus one ``fifo-backfill`` cycle per event time."""
         if not math.isfinite(now_s):
             return
         seen = self.seen
-        while True:
-            # (an end that is not a number, a time no arithmetic moves, is held)
-            ends = {j: e if e == e else math.inf
-                    for j, e in ((j, self._at(self._end_s(j, r)))
-                                 for j, r in self.running.items())}
-            t = min(ends.values(), default=math.inf)
-            arriving = min((self._at(seen[j].submit_s) for j in self._arrivals),
-                           default=math.inf)
-            t = max(min(t, arriving), self.clock)
-            if t > now_s:
-                break
-            ended = [j for j, end in ends.items() if end <= t]
-            for job_id in ended:
-                self._release(job_id)
-            came = [j for j in self._arrivals if self._at(seen[j].submit_s) <= t]
-            for job_id in came:
-                self.queue[job_id] = self._arrivals.pop(job_id)
-            self.clock = t
-            if not ended and not came:
-                break        # nothing happens before now
-            if self.queue:
-                self._cycle(t)
+        ends = [(self._end_at(j, r), j) for j, r in self.running.items()]
+        heapq.heapify(ends)
+        arrivals = sorted((self._at(seen[j].submit_s), j) for j in self._arrivals)
+        a = 0
+        self._ends = ends
+        try:
+            while True:
+                t = min(ends[0][0] if ends else math.inf,
+                        arrivals[a][0] if a < len(arrivals) else math.inf)
+                t = max(t, self.clock)
+                if t > now_s:
+                    break
+                while ends and ends[0][0] <= t:
+                    self._release(heapq.heappop(ends)[1])
+                while a < len(arrivals) and arrivals[a][0] <= t:
+                    job_id = arrivals[a][1]
+                    self.queue[job_id] = self._arrivals.pop(job_id)
+                    a += 1
+                self.clock = t
+                if self.queue:
+                    self._cycle(t)
+        finally:
+            self._ends = None
         self.clock = max(self.clock, now_s)
+
+    def _end_at(self, job_id: int, run: _Run) -> float:
+        """``_end_s`` on the tick grid; an end that is not a number (a time no arithmetic
+        moves) is held."""
+        e = self._at(self._end_s(job_id, run))
+        return e if e == e else math.inf
 
     def _cycle(self, t: float) -> None:
         self.cycles += 1
@@ -190,8 +202,10 @@ class ReplicaShadow(SlurmAloneShadow):
             self._mem[name] = self._mem.get(name, 0) + mem
             self._shown.pop(name, None)
             holds.append((name, tuple(taken), cpus, mem))
-        self.running[job.job_id] = _Run(t, tuple(holds))
+        run = self.running[job.job_id] = _Run(t, tuple(holds))
         self.starts[job.job_id] = t
+        if self._ends is not None:      # started while the replica advances
+            heapq.heappush(self._ends, (self._end_at(job.job_id, run), job.job_id))
 
     def _release(self, job_id: int) -> None:
         run = self.running.pop(job_id)
