@@ -145,12 +145,12 @@ class Policy:
         snapshots the cycle decides, whose nodes the guard's shadow of Slurm alone needs
         before it is brought up to ``now_s``."""
         for view in views:          # the guard's shadow sees their nodes first
-            self._guard_capacity(view)
+            self._guard_sees(view)
         if self._begin_cycle is not None:
             self._begin_cycle(jobs, now_s)
             self._settled_at = now_s
 
-    def _guard_capacity(self, snapshot: ClusterSnapshot) -> None:
+    def _guard_sees(self, snapshot: ClusterSnapshot) -> None:
         """The guard's shadow of Slurm alone runs on the nodes of the views seen."""
         if self._guard is not None and snapshot.nodes is not self._guard_nodes:
             self._guard_nodes = snapshot.nodes
@@ -188,7 +188,7 @@ class Policy:
         nothing new."""
         now = snapshot.time_s
         profile = self.profile
-        self._guard_capacity(snapshot)
+        self._guard_sees(snapshot)
         if self._begin_cycle is not None and self._settled_at != now:
             self._begin_cycle(snapshot.jobs, now)
         pending = [j for j in snapshot.jobs if j.state is PENDING

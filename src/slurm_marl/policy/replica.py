@@ -75,7 +75,6 @@ class ReplicaShadow(SlurmAloneShadow):
         self.queue: dict[int, Job] = {}              # waiting in the replica
         self.running: dict[int, _Run] = {}
         self.cycles = 0                              # replica cycles run (cost)
-        self._ends: list[tuple[float, int]] | None = None   # while advancing
 
     def reset(self) -> None:
         super().reset()
@@ -121,9 +120,9 @@ class ReplicaShadow(SlurmAloneShadow):
 
     def _advance(self, now_s: float) -> None:
         """Take the replica's events up to ``now_s`` in time order. What is known does not
-        change within one call, so each run's end is reckoned once (a heap of ends, runs
-        started on the way pushed as they start) and arrivals are taken in submit order:
-        O(events x log jobs), plus one ``fifo-backfill`` cycle per event time."""
+        change within one call, so each run's end is reckoned once (a heap of ends, the runs
+        a cycle starts pushed) and arrivals are taken in submit order: O(events x log
+        jobs), plus one ``fifo-backfill`` cycle per event time."""
         if not math.isfinite(now_s):
             return
         seen = self.seen
@@ -131,25 +130,22 @@ class ReplicaShadow(SlurmAloneShadow):
         heapq.heapify(ends)
         arrivals = sorted((self._at(seen[j].submit_s), j) for j in self._arrivals)
         a = 0
-        self._ends = ends
-        try:
-            while True:
-                t = min(ends[0][0] if ends else math.inf,
-                        arrivals[a][0] if a < len(arrivals) else math.inf)
-                t = max(t, self.clock)
-                if t > now_s:
-                    break
-                while ends and ends[0][0] <= t:
-                    self._release(heapq.heappop(ends)[1])
-                while a < len(arrivals) and arrivals[a][0] <= t:
-                    job_id = arrivals[a][1]
-                    self.queue[job_id] = self._arrivals.pop(job_id)
-                    a += 1
-                self.clock = t
-                if self.queue:
-                    self._cycle(t)
-        finally:
-            self._ends = None
+        while True:
+            t = min(ends[0][0] if ends else math.inf,
+                    arrivals[a][0] if a < len(arrivals) else math.inf)
+            t = max(t, self.clock)
+            if t > now_s:
+                break
+            while ends and ends[0][0] <= t:
+                self._release(heapq.heappop(ends)[1])
+            while a < len(arrivals) and arrivals[a][0] <= t:
+                job_id = arrivals[a][1]
+                self.queue[job_id] = self._arrivals.pop(job_id)
+                a += 1
+            self.clock = t
+            if self.queue:
+                for job_id in self._cycle(t):
+                    heapq.heappush(ends, (self._end_at(job_id, self.running[job_id]), job_id))
         self.clock = max(self.clock, now_s)
 
     def _end_at(self, job_id: int, run: _Run) -> float:
@@ -158,15 +154,19 @@ class ReplicaShadow(SlurmAloneShadow):
         e = self._at(self._end_s(job_id, run))
         return e if e == e else math.inf
 
-    def _cycle(self, t: float) -> None:
+    def _cycle(self, t: float) -> list[int]:
+        """One ``fifo-backfill`` cycle of the replica at ``t``; the jobs it started."""
         self.cycles += 1
         snap = ClusterSnapshot(time_s=t, nodes=tuple(self._node(n) for n in self._nodes),
                                jobs=tuple(self.queue.values()),
                                partitions=tuple(self._partitions.values()),
                                switches=tuple(self._switches.values()))
+        started = []
         for d in self._decide(snap):
             if isinstance(d, Place) and d.start_now and d.job_id in self.queue:
                 self._start(self.queue.pop(d.job_id), d, t)
+                started.append(d.job_id)
+        return started
 
     def _node(self, name: str) -> Node:
         node = self._shown.get(name)
@@ -202,10 +202,8 @@ class ReplicaShadow(SlurmAloneShadow):
             self._mem[name] = self._mem.get(name, 0) + mem
             self._shown.pop(name, None)
             holds.append((name, tuple(taken), cpus, mem))
-        run = self.running[job.job_id] = _Run(t, tuple(holds))
+        self.running[job.job_id] = _Run(t, tuple(holds))
         self.starts[job.job_id] = t
-        if self._ends is not None:      # started while the replica advances
-            heapq.heappush(self._ends, (self._end_at(job.job_id, run), job.job_id))
 
     def _release(self, job_id: int) -> None:
         run = self.running.pop(job_id)
