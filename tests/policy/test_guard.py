@@ -191,7 +191,14 @@ class Recorder:
         return getattr(self._policy, name)
 
 
-MODELS = pytest.mark.parametrize("model", ["fluid", "replica"])
+MODELS = pytest.mark.parametrize("model", ["fluid", "replica", "replica+rewind"])
+
+
+def shadow_keys(model: str) -> dict:
+    """The ``[guard]`` keys of a shadow: the fluid one, the replica, the replica revising
+    its past."""
+    name, _, rewind = model.partition("+")
+    return {"model": name, **({"rewind_s": 3600.0} if rewind else {})}
 
 
 @MODELS
@@ -200,7 +207,7 @@ MODELS = pytest.mark.parametrize("model", ["fluid", "replica"])
 def test_protected_jobs_are_never_preempted_nor_passed_by_a_later_arrival(model, rng):
     """Over whole simulated runs: a job protected at a cycle is not preempted that cycle,
     and no job submitted after it starts while it is left waiting (unless protected too)."""
-    rec = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0, model=model)))
+    rec = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0, **shadow_keys(model))))
     Simulator(parse_cluster("2x2x2"), _trace(rng), rec, seed=rng.randrange(10)).run()
     checked = 0
     for snap, decisions, protected in rec.cycles:
@@ -227,7 +234,7 @@ def test_the_guard_uses_nothing_from_the_future(model, rng):
     changed, jobs still running at T made longer): every decision made before T is the
     same in both."""
     trace = _trace(rng)
-    first = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0, model=model)))
+    first = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0, **shadow_keys(model))))
     Simulator(parse_cluster("2x2x2"), trace, first, seed=1).run()
     cut = trace[len(trace) // 2].submit_time_s
     # what ended before the cut is the same; whatever was running or queued then is longer
@@ -236,7 +243,7 @@ def test_the_guard_uses_nothing_from_the_future(model, rng):
     changed = [replace(t, duration_s=t.duration_s * 3) if t.job_id in unfinished else
                replace(t, num_gpus=rng.choice([1, 2, 4]), duration_s=t.duration_s * 0.5)
                if t.submit_time_s > cut else t for t in trace]
-    second = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0, model=model)))
+    second = Recorder(build_policy(guarded(slack=0.0, slack_min_s=0, **shadow_keys(model))))
     Simulator(parse_cluster("2x2x2"), changed, second, seed=1).run()
     before = [(s.time_s, out, p) for s, out, p in first.cycles if s.time_s < cut]
     again = [(s.time_s, out, p) for s, out, p in second.cycles if s.time_s < cut]
@@ -321,7 +328,9 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path, model):
     profile.write_text('name = "g"\npreemption = true\nbackfill = true\n'
                        'backfill_reserve = false\n[order]\nplugin = "tiresias_las"\n'
                        'thresholds_gpu_s = [600]\n[place]\nconsolidate = 1.0\n'
-                       f'[guard]\nslack = 0.1\nslack_min_s = 60\nmodel = "{model}"\n')
+                       f'[guard]\nslack = 0.1\nslack_min_s = 60\n'
+                       + "".join(f"{k} = {v!r}\n".replace("'", '"')
+                                 for k, v in shadow_keys(model).items()))
     cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1, "grace_s": 30,
                                   "profile": str(profile), "managed_partitions": ["p"],
                                   "preempt_partitions": ["p"]}})
@@ -349,3 +358,9 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path, model):
     metrics = Metrics()
     metrics.observe(agent.last_report)
     assert metrics.protected._value.get() == 1
+
+
+def test_a_guarded_policy_watches_ends():
+    """The simulator shows each end to a policy that learns from ends: a guarded one."""
+    assert build_policy(guarded()).watches_ends is True
+    assert build_policy(profile_from_mapping(LAS)).watches_ends is False

@@ -37,6 +37,8 @@ class Watching:
     """``fifo-backfill`` as the simulator runs it, with a replica observing each cycle's
     snapshot first (as the guard's shadow observes the agent's cycles)."""
 
+    watches_ends = True     # the simulator shows it each end, as it shows a guard
+
     def __init__(self, shadow: ReplicaShadow) -> None:
         self._policy = build_policy(load_profile("fifo-backfill"))
         self.shadow = shadow
@@ -148,3 +150,79 @@ def test_without_nodes_the_replica_starts_nothing_and_ticks_bound_its_cycles():
     ticked.observe([_job(i, float(i), 1) for i in range(1, 10)], 10.0)
     assert ticked.cycles == 2
     assert ticked.starts == {1: 5.0, 2: 5.0, 3: 5.0, 4: 5.0}
+
+
+class WatchingOther(Watching):
+    """Another policy's run (the agent's), with the replica observing each cycle first."""
+
+    def __init__(self, shadow: ReplicaShadow, profile: str) -> None:
+        super().__init__(shadow)
+        self._policy = build_policy(load_profile(profile))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32), two=st.booleans(),
+       profile=st.sampled_from(["las-consolidate", "fifo-consolidate"]))
+def test_revising_its_past_the_replica_ends_with_fifo_backfills_starts(seed, two, profile):
+    """Reality is another policy, which starts jobs earlier or later than ``fifo-backfill``
+    (and, under 2D-LAS, preempts them): the replica learns each length when reality ends
+    the run, after its own run should have ended. Revising its past (``rewind_s``), its
+    starts once every length is known are those of a ``fifo-backfill`` run of the same
+    trace: the replica's error is then only what is not known yet."""
+    spec, parts = (("2x2x4:name=a+3x2x2:name=b", ("a", "b")) if two
+                   else ("2x2x4", ("gpu",)))
+    trace = _trace(random.Random(seed), parts)
+    # a last job long after every other has ended: the run observes them all gone
+    last = TraceJob(len(trace), trace[-1].submit_time_s + 10**7, 60.0, 1, partition=parts[0])
+    shadow = Watched(GuardSettings(step_s=0.0, rewind_s=10**9))
+    # (no restart delay: a preempted run takes no longer than its length)
+    Simulator(parse_cluster(spec), [*trace, last], WatchingOther(shadow, profile),
+              seed=1, restart_delay_s=0.0).run()
+    fifo = Simulator(parse_cluster(spec), [*trace, last],
+                     build_policy(load_profile("fifo-backfill")), seed=1).run()
+    started = {j.job_id: j.first_start_s for j in fifo.jobs if j.job_id != last.job_id}
+    made = {j: t for j, t in shadow.made.items() if j != last.job_id}
+    assert made == pytest.approx(started, abs=1e-6)
+
+
+def _late_run(rewind_s: float, third: bool = True) -> ReplicaShadow:
+    """A run of 1,000 s seen first (the mean run: 1,000 s). Job 1 (all 4 GPUs) arrives at
+    1,100 and starts in the replica then; the agent starts it at 1,400 and it runs 300 s
+    (seen gone at 1,700). Job 2 (4 GPUs) waits behind it from 1,101; job 3 (4 GPUs)
+    arrives at 1,500."""
+    shadow = ReplicaShadow(GuardSettings(step_s=0.0, rewind_s=rewind_s), _slurm_alone_cycle())
+    shadow.see_cluster(VIEW)
+    shadow.observe([_job(9, 0.0, 1, running=True)], 0.0)
+    shadow.observe([], 1000.0)
+    shadow.observe([_job(1, 1100.0)], 1100.0)
+    shadow.observe([_job(1, 1100.0), _job(2, 1101.0)], 1200.0)
+    shadow.observe([_job(1, 1100.0, running=True, attained=4 * 100.0), _job(2, 1101.0)], 1500.0)
+    shadow.observe([_job(1, 1100.0, running=True, attained=4 * 200.0), _job(2, 1101.0),
+                    _job(3, 1500.0)], 1600.0)
+    shadow.observe([_job(2, 1101.0), _job(3, 1500.0)], 1700.0)
+    return shadow
+
+
+def test_without_rewind_a_run_started_late_in_reality_holds_the_replica_too_long():
+    """Job 1's replica run should have ended at 1,100 + 300. Without ``rewind_s`` it ends
+    when its length is known, at the earliest time the replica can still act (1,600, the
+    last it moved to), and job 2 starts then; revising its past, the replica starts job 2
+    at 1,400 (and job 3 waits behind it: job 2's length is not known)."""
+    held = _late_run(0.0)
+    assert held.starts[2] == 1600.0 and held.rewinds == 0
+    revised = _late_run(3600.0)
+    assert revised.starts[2] == 1400.0 and revised.rewinds == 1
+    assert 3 not in revised.starts and revised.clock == 1700.0
+    # what it did is logged no further back than rewind_s, and ended jobs it can no
+    # longer revise are forgotten
+    assert all(d.t >= 1700.0 - 3600.0 for d in revised._log)
+
+
+def test_the_undo_log_keeps_rewind_s_and_a_change_older_is_applied_at_its_oldest():
+    """The same with a log of 100 s: at 1,700 (the replica at 1,600) the log goes back to
+    1,500, so job 2 starts at 1,500 (not 1,400, not 1,600), and after the replica moved to
+    1,700 nothing older than 1,600 stays in the log."""
+    shadow = _late_run(100.0)
+    assert shadow.starts[2] == 1500.0 and shadow.rewinds == 1
+    assert all(d.t >= 1600.0 for d in shadow._log)
+    assert 1 not in shadow.seen      # ended, its end out of the log: forgotten

@@ -103,6 +103,37 @@ def test_skipping_idle_cycles_changes_nothing():
         assert runs[0].cycles <= runs[1].cycles
 
 
+class Seeing:
+    """A policy that records the times of the cycles it is shown."""
+
+    def __init__(self, profile: str, watches_ends: bool) -> None:
+        self._policy = build_policy(load_profile(profile))
+        self.watches_ends = watches_ends
+        self.times: list[float] = []
+
+    def run_cycle(self, snap, partitions=None):
+        self.times.append(snap.time_s)
+        return self._policy.run_cycle(snap, partitions)
+
+    def __getattr__(self, name):
+        return getattr(self._policy, name)
+
+
+def test_a_policy_that_watches_ends_is_shown_each_end_with_nothing_waiting():
+    """Two 1-GPU jobs, far apart: nothing waits when they end. A policy that learns from
+    ends (the guard) gets a cycle at each end too, and the outcome is the same."""
+    trace = [TraceJob(0, 0.0, 100.0, 1), TraceJob(1, 1000.0, 50.0, 1)]
+    runs = {}
+    for watches in (False, True):
+        policy = Seeing("las-consolidate", watches)
+        out = Simulator(parse_cluster("1x1x2"), trace, policy, seed=0).run()
+        runs[watches] = (policy.times, [j.finish_s for j in out.jobs])
+    assert runs[False][0] == [0.0, 1000.0]
+    assert runs[True][0] == [0.0, 100.0, 1000.0, 1050.0]
+    assert runs[False][1] == runs[True][1] == [100.0, 1050.0]
+    assert build_policy(load_profile("las-consolidate")).watches_ends is False
+
+
 def test_periodic_cycles_do_not_change_event_driven_results():
     trace = load_trace(DATA / "philly_head300.csv", "vc=6214e9,rows=0:100")
     base = simulate(trace, "2x2x4", "las-consolidate")

@@ -150,6 +150,13 @@ class Policy:
             self._begin_cycle(jobs, now_s)
             self._settled_at = now_s
 
+    @property
+    def watches_ends(self) -> bool:
+        """Whether the policy learns from when each job ends (the guard's shadow: its
+        lengths), so that a caller cycling only while jobs wait (the simulator) shows it
+        each end too, as the daemon's cycles do."""
+        return self._guard is not None
+
     def _guard_sees(self, snapshot: ClusterSnapshot) -> None:
         """The guard's shadow of Slurm alone runs on the nodes of the views seen."""
         if self._guard is not None and snapshot.nodes is not self._guard_nodes:

@@ -33,6 +33,8 @@ Profile::
     step_s = 60         # the shadow is recomputed, and jobs protected, once a step
     model = "fluid"     # or "replica": a replica of the nodes scheduled by fifo-backfill
     tick_s = 0          # (replica) its decisions on this time grid; 0: at each event
+    rewind_s = 0        # (replica) how far back it revises its past when a run's length
+                        # becomes known; 0: never
 
 ``slack = 0`` with ``slack_min_s = 0`` protects a job the moment Slurm alone would have
 started it. No ``[guard]`` table: no guard.
@@ -68,6 +70,7 @@ class GuardSettings:
     step_s: float = 60.0
     model: str = "fluid"
     tick_s: float = 0.0
+    rewind_s: float = 0.0
 
 
 GUARD_KEYS = frozenset(f.name for f in fields(GuardSettings))

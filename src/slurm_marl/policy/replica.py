@@ -23,11 +23,18 @@ Measured on six Philly windows (docs/benchmarks.md): ending live runs on the est
 conditional mean) ran the replica ahead of ``fifo-backfill`` for most jobs of some windows;
 holding them until known did not.
 
-The replica moves forward only: events (arrivals, ends) are taken in time order up to now,
-each at its own time (or the next multiple of ``tick_s``, which bounds the cycles a busy
-cluster costs), and what the replica has started or ended stays so: a length learned later
-does not rewrite the replica's past. A job's shadow start is the time the replica started
-it; one the replica has not started has none, and is not due.
+The replica takes events (arrivals, ends) in time order up to now, each at its own time (or
+the next multiple of ``tick_s``, which bounds the cycles a busy cluster costs). With
+``rewind_s = 0`` what it has started or ended stays so: a length learned later does not
+rewrite its past, and a run the agent started later than the replica did holds the replica's
+GPUs that much too long (its end is known only when reality ends it), so every replica start
+after it comes late. With ``rewind_s > 0`` it revises its past: it keeps an undo log of its
+last ``rewind_s`` seconds (arrivals taken, runs started, runs ended), and when a run's length
+becomes known and its replica run ended (or must end) at another time than it did, it
+undoes back to the earlier of the two and takes the events again from there with what is
+known now (``_revise``). A change older than the log is applied at its oldest time. A
+job's shadow start is the time the replica started it; one the replica has not started
+has none, and is not due.
 
 A job cancelled while it waits counts as a run as short as the time since it was last seen
 (``SlurmAloneShadow._see``): the replica runs it that long.
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -51,6 +59,15 @@ Decide = Callable[[ClusterSnapshot], Sequence[Decision]]
 class _Run:
     start_s: float
     holds: tuple[tuple[str, tuple[int, ...], int, int], ...]   # (node, GPUs, CPUs, MiB)
+
+
+@dataclass(frozen=True)
+class _Done:
+    """One entry of the undo log: what the replica did at ``t`` to a job."""
+    t: float
+    kind: str                 # "arrive" (taken into its queue), "start", "end"
+    job_id: int
+    what: Job | _Run | None   # the job started (start), the run ended (end)
 
 
 class ReplicaShadow(SlurmAloneShadow):
@@ -75,6 +92,11 @@ class ReplicaShadow(SlurmAloneShadow):
         self.queue: dict[int, Job] = {}              # waiting in the replica
         self.running: dict[int, _Run] = {}
         self.cycles = 0                              # replica cycles run (cost)
+        self.rewinds = 0                             # revisions of its past (cost)
+        self._log: deque[_Done] = deque()            # undo log, oldest first
+        self._logged: Counter[int] = Counter()       # log entries by job (kept from _forget)
+        self._ended: dict[int, _Done] = {}           # the end entry of runs ended in the log
+        self._checked: set[int] = set()              # known lengths already revised for
 
     def reset(self) -> None:
         super().reset()
@@ -102,8 +124,79 @@ class ReplicaShadow(SlurmAloneShadow):
     # -- the replica ---------------------------------------------------------------------
     def _recompute(self, now_s: float) -> None:
         if self._nodes:
+            self._revise()
             self._advance(now_s)
+            self._trim()
         self._forget()
+
+    # -- revising the past ---------------------------------------------------------------
+    def _do(self, t: float, kind: str, job_id: int, what: Job | _Run | None = None) -> None:
+        if self.settings.rewind_s > 0:
+            done = _Done(t, kind, job_id, what)
+            self._log.append(done)
+            self._logged[job_id] += 1
+            if kind == "end":
+                self._ended[job_id] = done
+
+    def _revise(self) -> None:
+        """Runs whose length became known since the last call: where the replica ended one
+        (or must end it) at another time than its start plus that length, undo back to the
+        earlier of the two (at most ``rewind_s``); ``_advance`` then takes the events again."""
+        if self.settings.rewind_s <= 0 or not math.isfinite(self.clock):
+            return
+        back = math.inf
+        for job_id in [*self.running, *self._ended]:
+            s = self.seen.get(job_id)
+            if s is None or not s.ended or job_id in self._checked:
+                continue
+            self._checked.add(job_id)
+            run = self.running.get(job_id)
+            done = self._ended.get(job_id)
+            start = run.start_s if run is not None else done.what.start_s
+            end = self._at(start + s.run_s)
+            if run is not None:
+                if end < self.clock:
+                    back = min(back, end)
+            elif abs(end - done.t) > 1e-9:
+                back = min(back, end, done.t)
+        if back < self.clock:
+            self._rewind(max(back, self.clock - self.settings.rewind_s))
+
+    def _rewind(self, t: float) -> None:
+        """Undo what the replica did at ``t`` or later; its clock back to ``t``."""
+        self.rewinds += 1
+        while self._log and self._log[-1].t >= t:
+            done = self._log.pop()
+            self._unlog(done)
+            job_id = done.job_id
+            if done.kind == "arrive":
+                self._arrivals[job_id] = self.queue.pop(job_id)
+            elif done.kind == "start":
+                self._free(self.running.pop(job_id))
+                self.queue[job_id] = done.what
+                self.starts.pop(job_id, None)
+            else:
+                run = done.what
+                for name, gpus, cpus, mem in run.holds:
+                    self._used.setdefault(name, set()).update(gpus)
+                    self._cpus[name] = self._cpus.get(name, 0) + cpus
+                    self._mem[name] = self._mem.get(name, 0) + mem
+                    self._shown.pop(name, None)
+                self.running[job_id] = run
+        self.clock = min(self.clock, t)
+
+    def _unlog(self, done: _Done) -> None:
+        self._logged[done.job_id] -= 1
+        if not self._logged[done.job_id]:
+            del self._logged[done.job_id]
+        if done.kind == "end" and self._ended.get(done.job_id) is done:
+            del self._ended[done.job_id]
+
+    def _trim(self) -> None:
+        """The log keeps the last ``rewind_s`` seconds."""
+        oldest = self.clock - self.settings.rewind_s
+        while self._log and self._log[0].t < oldest:
+            self._unlog(self._log.popleft())
 
     def _end_s(self, job_id: int, run: _Run) -> float:
         """When the replica's run of a job ends, from what is known now."""
@@ -137,10 +230,11 @@ class ReplicaShadow(SlurmAloneShadow):
             if t > now_s:
                 break
             while ends and ends[0][0] <= t:
-                self._release(heapq.heappop(ends)[1])
+                self._release(heapq.heappop(ends)[1], t)
             while a < len(arrivals) and arrivals[a][0] <= t:
                 job_id = arrivals[a][1]
                 self.queue[job_id] = self._arrivals.pop(job_id)
+                self._do(t, "arrive", job_id)
                 a += 1
             self.clock = t
             if self.queue:
@@ -204,9 +298,14 @@ class ReplicaShadow(SlurmAloneShadow):
             holds.append((name, tuple(taken), cpus, mem))
         self.running[job.job_id] = _Run(t, tuple(holds))
         self.starts[job.job_id] = t
+        self._do(t, "start", job.job_id, job)
 
-    def _release(self, job_id: int) -> None:
+    def _release(self, job_id: int, t: float) -> None:
         run = self.running.pop(job_id)
+        self._free(run)
+        self._do(t, "end", job_id, run)
+
+    def _free(self, run: _Run) -> None:
         for name, gpus, cpus, mem in run.holds:
             self._used.get(name, set()).difference_update(gpus)
             self._cpus[name] = self._cpus.get(name, 0) - cpus
@@ -215,9 +314,11 @@ class ReplicaShadow(SlurmAloneShadow):
 
     def _forget(self) -> None:
         """A job ended in reality and done in the replica (ended there, or never to run
-        there) can move nothing any more: forgotten, so memory follows the live jobs."""
+        there), and out of the undo log, can move nothing any more: forgotten, so memory
+        follows the live jobs (and the log's seconds)."""
         for job_id in [j for j, s in self.seen.items() if s.ended
                        and j not in self.running and j not in self.queue
-                       and j not in self._arrivals]:
+                       and j not in self._arrivals and j not in self._logged]:
             del self.seen[job_id]
             self.starts.pop(job_id, None)
+            self._checked.discard(job_id)

@@ -85,6 +85,9 @@ class Simulator:
         self.sample_noise = sample_noise
         self.min_sample_s = min_sample_s
         self.skip_idle_cycles = skip_idle_cycles
+        # a policy that learns from ends (the guard) is shown each one, also when nothing
+        # waits (as the daemon's cycles show it): a cycle with no job to decide
+        self.watches_ends = bool(getattr(policy, "watches_ends", False))
         self.progress = progress
         self.rng = random.Random(seed + 7919)
         self.sharing = any(p.share > 1 for p in cluster.partitions_spec)
@@ -366,6 +369,7 @@ class Simulator:
             changed_nodes: set[int] = set()
             multi_leaves: set = set()
             scored: set[str] = set()
+            ended = False
             while self.events and self.events[0][0] <= now + _EPS:
                 t, kind, _, jid, version = heapq.heappop(self.events)
                 if kind == FINISH:
@@ -384,6 +388,7 @@ class Simulator:
                     j.state = "done"
                     j.finish_s = now
                     done += 1
+                    ended = True
                     if self.predictor is not None:
                         self.predictor.finished(j, now)
                         scored.add(j.partition)
@@ -413,6 +418,8 @@ class Simulator:
                 self._update_speeds(changed_nodes, (), multi_leaves, now)
             if self.pending and (self.free_slots > 0 or self.preemptive
                                  or not self.skip_idle_cycles):
+                self._cycle(now)
+            elif ended and self.watches_ends and not self.pending:
                 self._cycle(now)
             self._compact()
             if self.progress is not None and changed_nodes:
