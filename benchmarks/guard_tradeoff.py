@@ -13,7 +13,7 @@ run is compared job by job with the ``fifo-backfill`` run (``sim/perjob.py``).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/guard_tradeoff.py --workers 2 \
         --out /tmp/guard/tradeoff.json [--plot /tmp/guard/tradeoff.png] \
-        [--model replica] [--slacks 0.1/60,0.5/600]
+        [--model replica] [--set rewind_s=86400] [--slacks 0.1/60,0.5/600]
 
 Prints one row per (window, strength, profile, guard): average JCT against the unguarded
 profile and against fifo-backfill, the share of jobs > 1.1x and > 2x slower than under
@@ -47,7 +47,8 @@ SLACKS = [(0.1, 60.0), (0.25, 300.0), (0.5, 600.0)]
 
 
 def one(window: str, label: str, profile: str, error: str | None,
-        guard: tuple[float, float] | None, strength: str, model: str = "fluid") -> dict:
+        guard: tuple[float, float] | None, strength: str, model: str = "fluid",
+        keys: dict | None = None) -> dict:
     from dataclasses import replace
 
     from slurm_marl.policy.profile import _frozen, load_profile
@@ -56,12 +57,13 @@ def one(window: str, label: str, profile: str, error: str | None,
     prof = load_profile(profile)
     if guard is not None:
         prof = replace(prof, guard=_frozen({"slack": guard[0], "slack_min_s": guard[1],
-                                            "model": model}))
+                                            "model": model, **(keys or {})}))
     t0 = time.perf_counter()
     run = simulate(TRACE, CLUSTER, prof, window=window, interference=strength,
                    drop_oversized=True, prediction_error=error)
     return {"window": window, "label": label, "guard": guard, "interference": strength,
             "model": model if guard is not None else None,
+            "guard_keys": keys if guard is not None else None,
             "avg_jct_s": run.summary["avg_jct_s"], "preemptions": run.summary["preemptions"],
             "unfinished": run.summary["unfinished"], "jobs": records(run.outcome.jobs),
             "wall_s": round(time.perf_counter() - t0, 1)}
@@ -86,6 +88,8 @@ def main(argv=None) -> int:
                     help=f"a profile label (repeat; default all: {', '.join(PROFILES)})")
     ap.add_argument("--model", default="fluid", choices=["fluid", "replica"],
                     help="the guard's shadow of Slurm alone ([guard] model)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="another [guard] key for every guarded run (repeat): rewind_s, tick_s")
     ap.add_argument("--slacks", help="guard settings SLACK/MIN_S,... (default: "
                     + ",".join(f"{a:g}/{b:g}" for a, b in SLACKS) + ")")
     ap.add_argument("--workers", type=int, default=1)
@@ -96,6 +100,12 @@ def main(argv=None) -> int:
     if args.replot is not None:
         plot(json.loads(args.replot.read_text()), args.plot or args.out)
         return 0
+    keys = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--set {item!r}: expected KEY=VALUE")
+        keys[key] = float(value)
     windows = args.window or WINDOWS
     labels = args.only or list(PROFILES)
     slacks = SLACKS if not args.slacks else [
@@ -107,7 +117,7 @@ def main(argv=None) -> int:
             for label in labels:
                 profile, error = PROFILES[label]
                 for guard in [None, *slacks]:
-                    tasks.append((w, label, profile, error, guard, s, args.model))
+                    tasks.append((w, label, profile, error, guard, s, args.model, keys))
     rows = []
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
