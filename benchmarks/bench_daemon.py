@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
         [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
         [--max-agent-jobs N] [--busy-fraction F] [--saturated] [--cprofile FILE]
+        [--churn N [--step-s 60]]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -17,6 +18,11 @@ used, whose partition has no counterpart here, so every job goes to the fallback
 With ``--varied-hosts`` each node's hosts use a random (seeded) extra 0-16 CPUs and 0-100,000
 MiB of memory beyond their GPU jobs', as on a real cluster, so nodes alike in GPUs differ in
 free CPUs and memory (issue 17: this made almost every node its own class of alike nodes).
+
+With ``--churn N`` the cluster moves as a busy one does: the clock advances ``--step-s``
+(60: a guard step) per cycle, N running jobs end (their GPUs freed) and N new jobs arrive;
+running jobs started at random in the last day, submitted up to an hour before. Every cycle
+then has ends and arrivals, and each is a guard step boundary (``[guard]``'s shadow moves).
 """
 
 from __future__ import annotations
@@ -106,6 +112,47 @@ class FixedSource:
         return replace(self.snap, time_s=time.time())
 
 
+class ChurnSource:
+    """A cluster that moves: each snapshot ``step_s`` later, ``n`` running jobs ended (their
+    GPUs, CPUs and memory freed on their nodes) and ``n`` new jobs pending."""
+
+    def __init__(self, snap: ClusterSnapshot, n: int, step_s: float, seed: int = 3) -> None:
+        self.rng = random.Random(seed)
+        self.now = snap.time_s
+        self.n, self.step_s = n, step_s
+        self.partitions = [p.name for p in snap.partitions]
+        self.nodes = {node.name: node for node in snap.nodes}
+        self.jobs: dict[int, Job] = {}
+        for j in snap.jobs:
+            if j.is_running:
+                age = self.rng.uniform(0, 86_400)
+                j = j.with_(start_time_s=self.now - age, attained_gpu_s=age * j.num_gpus,
+                            submit_time_s=self.now - age - self.rng.uniform(0, 3600))
+            self.jobs[j.job_id] = j
+        self.snap = snap
+        self.arrived = 0
+
+    def snapshot(self) -> ClusterSnapshot:
+        self.now += self.step_s
+        running = [j for j in self.jobs.values() if j.is_running]
+        for j in self.rng.sample(running, min(self.n, len(running))):
+            del self.jobs[j.job_id]
+            for name, gpus in j.gpu_alloc:
+                node = self.nodes[name]
+                used = node.used_gpu_indices - frozenset(gpus)
+                self.nodes[name] = replace(
+                    node, used_gpu_indices=used,
+                    alloc_cpus=max(0, node.alloc_cpus - 4 * len(gpus)),
+                    alloc_memory_mib=max(0, node.alloc_memory_mib - 16_000 * len(gpus)))
+        for j in pending_jobs(self.n, self.partitions, self.now, seed=100 + self.arrived):
+            j = j.with_(job_id=2_000_000 + self.arrived,
+                        submit_time_s=self.now - self.rng.uniform(0, self.step_s))
+            self.jobs[j.job_id] = j
+            self.arrived += 1
+        return replace(self.snap, time_s=self.now, nodes=tuple(self.nodes.values()),
+                       jobs=tuple(self.jobs.values()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=2000)
@@ -128,6 +175,10 @@ def main() -> None:
                     help="then every free GPU taken by one more running job (a full cluster)")
     ap.add_argument("--cprofile", metavar="FILE", default=None,
                     help="write a cProfile of the cycles after the first to FILE (pstats)")
+    ap.add_argument("--churn", type=int, default=0, metavar="N",
+                    help="each cycle N running jobs end and N new jobs arrive (module doc)")
+    ap.add_argument("--step-s", type=float, default=60.0,
+                    help="with --churn: the clock's advance per cycle")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -156,7 +207,9 @@ def main() -> None:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": partitions,
                                       "profile": args.profile, "state_dir": tmp,
                                       "reuse_decisions": not args.no_reuse}})
-        agent = Agent(cfg, FixedSource(snap, args.fresh_jobs), sink=None,
+        source = (ChurnSource(snap, args.churn, args.step_s) if args.churn
+                  else FixedSource(snap, args.fresh_jobs))
+        agent = Agent(cfg, source, sink=None,
                       store=Store(Path(tmp) / "s.sqlite"),
                       policy=build_policy(profile, **context))
         times = []
@@ -172,6 +225,8 @@ def main() -> None:
             prof.disable()
             prof.dump_stats(args.cprofile)
         rss = proc.memory_info().rss
+        guard = getattr(agent.policy, "_guard", None)
+        shadow = guard.shadow if guard is not None else None
     result = {
         "nodes": args.nodes, "gpus": sum(n.gpu_count for n in snap.nodes),
         "running_jobs": len(base.jobs), "pending_jobs": args.pending,
@@ -182,10 +237,14 @@ def main() -> None:
         "decisions_last_cycle": len(report.decisions),
         "reuse_decisions": not args.no_reuse,
         "fresh_jobs": args.fresh_jobs,
+        "churn": args.churn, "step_s": args.step_s if args.churn else None,
         "reused_partition_cycles": agent.policy.reused_cycles,
         "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
         # the cycles after the first: their spread (the shared VM's noise shows here)
         "later_cycles_min_max_s": [min(times[1:] or times), max(times[1:] or times)],
+        # the guard's replica shadow (policy/replica.py): its cycles and revisions, all cycles
+        "guard_replica_cycles": getattr(shadow, "cycles", None),
+        "guard_replica_rewinds": getattr(shadow, "rewinds", None),
         "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,
     }
     if args.json:
