@@ -20,7 +20,8 @@ first are the short ones, and a mean (or a median) of them ran the shadow ahead 
 
 ``model = "replica"`` replaces the fluid schedule with ``policy/replica.py``'s replica of
 the cluster (``ReplicaShadow``, a subclass of the shadow here): node packing and backfill
-as ``fifo-backfill`` has them, built by ``framework.build_policy``.
+as ``fifo-backfill`` has them, built by ``framework.build_policy``; with ``rewind_s`` it
+revises its past when a run's length becomes known.
 
 Wraps any order plugin (``GuardedOrder``): Tiresias' 2D-LAS, the learned order, predicted
 LAS alike, so a prediction can never push a protected job back.
