@@ -16,7 +16,7 @@ agent deferred may still start by preempting lower-priority jobs if that frees s
 (what ``las-lif`` does). Measured: with consolidation answering these questions and deferred
 jobs barred from preempting, even a perfect copy of ``las-lif``'s decisions lost average JCT
 to ``las-lif`` itself on the validation window, and the copy with these rules did not
-(docs/benchmarks.md, "Why the earlier agents lost").
+(docs/benchmarks.md, "2.1 Why the earlier agents lost").
 
 Parameters: ``checkpoint`` (default: the one shipped in ``slurm_marl/data``), ``fallback``
 (a heuristic's key, default ``consolidate``), ``what_if`` (a heuristic's key, default

@@ -19,7 +19,7 @@ valid once the job has been deferred that long
 bound on how long a policy may keep a job waiting for a better spot. The default, 0, sets
 no bound, like ``las-lif``'s ``defer_below``: on a busy Philly window that rule keeps some
 jobs waiting very long, and every bound tried cost average JCT there (docs/benchmarks.md,
-"Why the earlier agents lost"). Counting from the job's queueing instead of its first
+"2.1 Why the earlier agents lost"). Counting from the job's queueing instead of its first
 deferral took the choice to wait away from exactly the jobs that had queued long.
 
 Per job: candidates come from the framework's own generator (``placement_shapes``); every GPU
