@@ -48,7 +48,8 @@ class JobState(str, enum.Enum):
 
 
 # the states that hold (or are about to hold) resources: a set, not a tuple built per call
-# (hot loops test it directly: ~100,000 times a cycle at 15,000 jobs)
+# (hot loops test it directly, many times per job every cycle: docs/benchmarks.md, "The
+# cycle's constant costs")
 ACTIVE_STATES = frozenset({JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
 
 
@@ -248,8 +249,9 @@ class Job:
 
     def with_(self, **changes) -> "Job":
         """A copy with ``changes``. Job has no checks or derived fields to recompute, so the
-        copy skips ``dataclasses.replace``'s ``__init__`` (15,000 jobs a cycle: 0.02 s
-        instead of 0.2 s); an unknown field is still a TypeError."""
+        copy skips ``dataclasses.replace``'s ``__init__``, which was a visible part of a
+        cycle (docs/benchmarks.md, "The cycle's constant costs"); an unknown field is still
+        a TypeError."""
         unknown = changes.keys() - _JOB_FIELDS
         if unknown:
             raise TypeError(f"Job has no field(s) {', '.join(sorted(unknown))}")

@@ -14,9 +14,9 @@ training. By default that is least interference on the checkpoint's own interfer
 taking only spots within ``what_if_defer_below`` (0.8) of the job's ideal speed: a job the
 agent deferred may still start by preempting lower-priority jobs if that frees such a spot
 (what ``las-lif`` does). Measured: with consolidation answering these questions and deferred
-jobs barred from preempting, even a perfect copy of ``las-lif``'s decisions lost 3.6% of
-average JCT to ``las-lif`` itself on the validation window (30,566 vs 29,505 s), 3.5% more
-than the copy with these rules (29,350 s).
+jobs barred from preempting, even a perfect copy of ``las-lif``'s decisions lost average JCT
+to ``las-lif`` itself on the validation window, and the copy with these rules did not
+(docs/benchmarks.md, "2.1 Why the earlier agents lost").
 
 Parameters: ``checkpoint`` (default: the one shipped in ``slurm_marl/data``), ``fallback``
 (a heuristic's key, default ``consolidate``), ``what_if`` (a heuristic's key, default

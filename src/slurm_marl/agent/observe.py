@@ -18,9 +18,9 @@ valid once the job has been deferred that long
 (since the agent first deferred it; the caller says when) while some placement exists: a
 bound on how long a policy may keep a job waiting for a better spot. The default, 0, sets
 no bound, like ``las-lif``'s ``defer_below``: on a busy Philly window that rule keeps some
-jobs waiting more than a week, and any bound up to a week cost 8-11% of average JCT there
-(docs/benchmarks.md). Counting from the job's queueing instead of its first deferral took
-the choice to wait away from exactly the jobs that had queued long.
+jobs waiting very long, and every bound tried cost average JCT there (docs/benchmarks.md,
+"2.1 Why the earlier agents lost"). Counting from the job's queueing instead of its first
+deferral took the choice to wait away from exactly the jobs that had queued long.
 
 Per job: candidates come from the framework's own generator (``placement_shapes``); every GPU
 group that some candidate uses is a valid action and stands for one candidate (its *anchor*

@@ -3,12 +3,13 @@ possible.
 
 The policy ranks a partition's pending jobs (``n_pending - rank``): one arrival shifts the
 rank of every job below it, and writing ranks as they are cost one ``scontrol`` per pending
-job per cycle (2,989 calls, 18 s, at 3,000 pending). Only the order matters to Slurm, so
-the jobs whose current priorities are already in the policy's order are kept (the longest
-strictly decreasing run of them, found in O(n log n)), and only the others get new values,
-spread evenly in the gaps between their kept neighbours. A new arrival then costs one
-write, a demotion one write. When a gap has no integer room left, the whole partition is
-spread again with ``SPACING`` between neighbours (rare: gaps start ``SPACING`` wide).
+job per cycle (docs/benchmarks.md, "Priority writes at 3,000 pending on real Slurm"). Only
+the order matters to Slurm, so the jobs whose current priorities are already in the
+policy's order are kept (the longest strictly decreasing run of them, found in O(n log n)),
+and only the others get new values, spread evenly in the gaps between their kept
+neighbours. A new arrival then costs one write, a demotion one write. When a gap has no
+integer room left, the whole partition is spread again with ``SPACING`` between neighbours
+(rare: gaps start ``SPACING`` wide).
 """
 
 from __future__ import annotations

@@ -209,8 +209,8 @@ class Agent:
         report = CycleReport(cycle=number, time_s=self.clock())
         # A cycle makes hundreds of thousands of short-lived objects (the snapshot, the
         # policy's state) that reference counting frees at its end; the cyclic collector
-        # would walk the live heap several times meanwhile (10,000 nodes / 5,000 pending:
-        # 2.8 s -> 2.2 s a cycle without it). It runs again between cycles.
+        # would walk the live heap several times meanwhile (measured: docs/benchmarks.md,
+        # "The cycle's constant costs"). It runs again between cycles.
         collecting = gc.isenabled()
         gc.disable()
         self._cycle_started = started

@@ -188,7 +188,8 @@ _NOT_IN_PAYLOAD = ("job_id", "plugin", "reason")
 
 def decision_payload(d: Decision) -> dict:
     """The decision's own fields; a flat one (SetPriority, Release, ...) without
-    ``asdict``'s deep copy, which cost 0.4 s a cycle at 5,000 pending."""
+    ``asdict``'s deep copy, a noticeable part of a cycle at thousands of pending jobs
+    (docs/benchmarks.md, "The cycle's constant costs")."""
     data = {f.name: getattr(d, f.name) for f in fields(d) if f.name not in _NOT_IN_PAYLOAD}
     if any(isinstance(v, (tuple, list, dict)) or is_dataclass(v) for v in data.values()):
         data = asdict(d)
@@ -608,8 +609,9 @@ class Store:
         ``dropped_scored`` and ``dropped_history`` (ids), then keep only the last ``window``
         scored rows of each partition that got one and, once ``prune_every`` history rows
         were added since the last time, the history rows the features can read
-        (``keep_recent``, ``keep_submits_s``: see the table's comment; 0.3 s at 50,000
-        rows, so not every cycle)."""
+        (``keep_recent``, ``keep_submits_s``: see the table's comment; not every cycle, as
+        it takes time on a large table: docs/benchmarks.md, "Cost of predicting and
+        ordering 5,000 pending jobs")."""
         made, scored, history = list(made), list(scored), list(history)
         dropped, dropped_scored = list(dropped), list(dropped_scored)
         dropped_history = list(dropped_history)

@@ -39,8 +39,9 @@ def _minus_priority(dj: tuple[SetPriority, Job]) -> int:
 
 def _with_priority(d: SetPriority, priority: int, site_factor: bool) -> SetPriority:
     """``replace(d, priority=..., site_factor=...)`` without its ``__init__``: a shadow
-    agent plans every pending job's write every cycle: at 5,000, ``priority_writes`` took
-    9.7 ms with ``replace``, 4.7 ms without."""
+    agent plans every pending job's write every cycle, and ``replace``'s ``__init__`` was
+    much of ``priority_writes``' time (docs/benchmarks.md, "Priority writes planned
+    without ``dataclasses.replace``")."""
     new = object.__new__(SetPriority)
     new.__dict__.update(d.__dict__)
     new.__dict__["priority"] = priority

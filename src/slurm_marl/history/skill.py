@@ -27,8 +27,9 @@ was open would wait behind every later arrival (and the other way round, unpredi
 could not be ranked against predicted ones at all). All or none per partition never mixes
 them, and a closed gate is exactly 2D-LAS. A flip re-ranks only waiting jobs (in
 ``predicted_las`` rule ``in_las_queues`` a prediction never preempts a job 2D-LAS would let
-run), so it costs no restart. (Reasoning, not a measurement: a per-job gate was tried first,
-at 1.28-1.36x on a tuning window, but with the old fallback, which alone was 1.36x there.)
+run), so it costs no restart. (Reasoning, not a measurement: a per-job gate was tried first
+and lost on a tuning window, but with the old fallback, which alone lost at least as much
+there: docs/benchmarks.md, "A prediction-skill gate".)
 
 ``GateParams.measure`` can instead be ``"gain"`` or ``"log-gain"`` (``Gain``: the share of
 the true order's mean-completion gain over arrival order that ordering the last ``window``

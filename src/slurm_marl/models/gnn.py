@@ -20,9 +20,8 @@ parent index per level (``parent[level]``, shared by the batch).
 This replaced hand-made ``index_add_`` code with the same parameters and outputs; the two
 were measured side by side (``benchmarks/bench_models.py --encoder-vs REV``;
 docs/benchmarks.md, section 3). A ``MessagePassing`` layer (``aggr="mean"``) for the
-bottom-up sweep computes the same but was slower (forward 1.15x at 2,000 nodes, 1.08x at
-10,000; 1.28x at 2,000 with the top-down sweep as ``MessagePassing`` too), so the scatter
-utility is used directly.
+bottom-up sweep computes the same but was slower at 2,000 and 10,000 nodes, and more so with
+the top-down sweep as ``MessagePassing`` too, so the scatter utility is used directly.
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ def mean_by_parent(h: torch.Tensor, parent: torch.Tensor, n_parent: int) -> torc
 
     PyG's scatter along dim 0 of a 2-D tensor; leading batch dims are moved behind the rows
     and flattened first (``scatter`` along dim -2 of a 3-D tensor broadcasts the index to
-    every element and takes a slower path: on a batch of 128 observations of 64 GPUs the
-    pooling took 3.3x and the encoder's forward 1.3x the time of ``index_add_``)."""
+    every element and takes a slower path than ``index_add_`` on a batch: docs/benchmarks.md,
+    "3. Inference and training cost")."""
     if h.dim() == 2:
         return scatter(h, parent, dim=0, dim_size=n_parent, reduce="mean")
     rows_first = h.movedim(-2, 0)

@@ -12,13 +12,14 @@ cluster, for Philly) stands as user and account, so the per-user history is all 
 
 A site has months of history when it starts; a simulation that learned only from its own
 finished jobs would learn from the short ones first (the long ones are still running: a
-survivorship bias that made predictions 2.2x too low on a Philly window). For a Philly
-window, ``philly_prior`` gives the virtual cluster's jobs before the window as that
-history (each counted as ended at submit + duration, the trace having no start times); for
-a site's own history (``slurm-marl report``), ``PriorHistory`` holds its jobs that ended
-before the simulated period and, for each simulated job, its history job: a job then
-arrives with its request's own fields (account, name, QOS, nodes, time limit), as the
-prior's jobs were described, not with the trace's user alone.
+survivorship bias that made predictions far too low on a Philly window: docs/benchmarks.md,
+"Ordering on the six held-out windows"). For a Philly window, ``philly_prior`` gives the
+virtual cluster's jobs before the window as that history (each counted as ended at submit +
+duration, the trace having no start times); for a site's own history
+(``slurm-marl report``), ``PriorHistory`` holds its jobs that ended before the simulated
+period and, for each simulated job, its history job: a job then arrives with its request's
+own fields (account, name, QOS, nodes, time limit), as the prior's jobs were described, not
+with the trace's user alone.
 
 Every prediction is recorded with the prediction-skill gate (``history/skill.py``, the
 daemon's too): the simulator lets the order use a partition's predictions only while they

@@ -1,12 +1,13 @@
 """What changed in Slurm since the last snapshot, from two cheap text listings (issue 17).
 
-At 10,000 nodes and 15,000 jobs, Slurm 24.11's ``squeue --json --states=all`` takes about
-10 s (228 MiB of JSON, mostly the client's own CPU) and ``scontrol show node --json`` 1.9 s,
-every cycle, while the same jobs as text take 0.36 s. So from 24.11 on (``Layout.reads_by_id``)
-the source lists jobs and node states as text each cycle and reads as JSON only the records
-that changed (``squeue --json --jobs=...``, ``scontrol show node --json <names>``); the
-values always come from the JSON, as in a full read. The text only says *which* records to
-read again:
+At 10,000 nodes and 15,000 jobs, Slurm 24.11's ``squeue --json --states=all`` and
+``scontrol show node --json`` take seconds every cycle (a large JSON answer, mostly the
+client's own CPU), while the same jobs as text take a small part of that
+(docs/benchmarks.md, "Against a real slurmctld with 10,000 nodes"). So from 24.11 on
+(``Layout.reads_by_id``) the source lists jobs and node states as text each cycle and reads
+as JSON only the records that changed (``squeue --json --jobs=...``,
+``scontrol show node --json <names>``); the values always come from the JSON, as in a full
+read. The text only says *which* records to read again:
 
 - a job's row holds every field of ``squeue -O`` that a job's record is read from and that
   can change (state, node list, partition, GPU requests, limits, node lists asked for or

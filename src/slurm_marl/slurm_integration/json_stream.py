@@ -1,8 +1,9 @@
 """Reading one large JSON object without holding it whole.
 
-``squeue --json`` of a busy cluster is hundreds of MiB (about 17 KiB per job on Slurm 24.11
-and later); ``json.loads`` of it holds the bytes, the text and every job's dict at once, about
-three times the answer (measured in ``benchmarks/bench_snapshot_memory.py``). Here the
+``squeue --json`` of a busy cluster is hundreds of MiB on Slurm 24.11 and later;
+``json.loads`` of it holds the bytes, the text and every job's dict at once, several times
+the answer (measured with ``benchmarks/bench_snapshot_memory.py``: docs/benchmarks.md, "The
+snapshot at 15,000 jobs"). Here the
 object's top level is walked by hand and the arrays named by the caller are handed over one
 item at a time, each item decoded by the standard library's own (C) scanner, so at most a
 buffer of text and one item are held. Everything else at the top level (``meta``,

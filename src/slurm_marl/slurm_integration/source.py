@@ -19,13 +19,12 @@ log = logging.getLogger(__name__)
 MAX_BY_ID = 2000
 # Changed jobs are read one per call while there are at most one per this many jobs listed:
 # for a list of ids slurmctld packs, and squeue unpacks, every job before it filters, for
-# one id only that job (24.11.5, 15,000 jobs: 0.8 s for 60 ids in one call, 8 ms a call
-# for one; docs/benchmarks.md).
+# one id only that job (docs/benchmarks.md, "Changed jobs read one per call").
 LISTED_PER_SINGLE_READ = 100
-# Slurm 22.05 (no JSON by id): changed jobs are read as text, one ``scontrol show job`` each
-# (about 5 ms), while there are at most one per this many jobs listed; more, or any new job,
-# and the snapshot reads every job as JSON (about 0.25 ms a job listed at 3,000 jobs,
-# docs/benchmarks.md).
+# Slurm 22.05 (no JSON by id): changed jobs are read as text, one ``scontrol show job`` each,
+# while there are at most one per this many jobs listed; more, or any new job, and the
+# snapshot reads every job as JSON (one text read costs about what the JSON read costs per
+# this many jobs listed: docs/benchmarks.md, "22.05 with changed jobs read as text").
 LISTED_PER_TEXT_READ = 20
 
 

@@ -446,7 +446,8 @@ def _build_lock(root: Path) -> Iterator[None]:
 
 def ensure_chroot(version: str) -> Path:
     """The chroot of Slurm ``version`` ("24.11" or "26.05"), built when missing or left
-    half-built (needs root and Debian's mirror; ~30-40 s and ~700 MB). Returns its path."""
+    half-built (needs root, Debian's mirror, some time and disk: docs/benchmarks.md, "The
+    same replay on Slurm 24.11"). Returns its path."""
     root = chroot_path(version)
     if is_complete(root) and not missing_packages(root):
         log.debug("chroot for Slurm %s found at %s", version, root)

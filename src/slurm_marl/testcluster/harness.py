@@ -273,7 +273,8 @@ class LocalCluster:
 
     def _all_idle(self) -> bool:
         """Every node idle (or running jobs), counted by state in the main partition, which
-        has them all (``sinfo -N`` costs a second of CPU per call at 10,000 nodes)."""
+        has them all (``sinfo -N`` costs much CPU per call at 10,000 nodes:
+        docs/benchmarks.md, "Against a real slurmctld with 10,000 nodes")."""
         proc = subprocess.run(["sinfo", "-h", "-p", self.spec.partition, "-o", "%D %t"],
                               env=self.env, capture_output=True, text=True, timeout=10)
         if proc.returncode != 0:

@@ -8,7 +8,8 @@ for ``spine``).
 Rows follow ``hierarchy_index.HierarchyIndex`` (how switches map onto leaf and spine, virtual
 leaf and spine, row order); the index arrays are computed once per topology, and a changed
 node is re-featurised in place without touching the rest (``Featuriser.update_node``). This
-avoids ``torch_geometric.utils.from_networkx``, measured 30x slower.
+avoids ``torch_geometric.utils.from_networkx``, which measured much slower
+(docs/benchmarks.md, "Topology (issue 3)").
 
 Features (all float32):
 

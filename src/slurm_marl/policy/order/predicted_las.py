@@ -32,12 +32,13 @@ queue (``tiresias_las``' ``QueueLists``: entry order, a job demoted while runnin
 the jobs already waiting in its new queue); the predicted waiting jobs come after them. So
 a queue without predictions is ordered exactly as ``tiresias_las`` (no starvation
 promotion) orders it. (Running jobs simply ahead of every waiting job of their queue, and
-unpredicted waiting jobs by attained service, was 1.36x tiresias_las' mean JCT on a
-Philly window with every prediction withheld.) A wrong prediction can
-change which waiting job of a queue starts next, never preempt a job that 2D-LAS would let
-run, nor move a job to another queue. (Ranking running jobs by their prediction too let a
-stream of under-predicted arrivals preempt each running job in turn: 1.67x 2D-LAS's
-average JCT on one Philly window with predictions learned in the run.)
+unpredicted waiting jobs by attained service, gave a much worse mean JCT than tiresias_las
+on a Philly window with every prediction withheld: docs/benchmarks.md, "A prediction-skill
+gate".) A wrong prediction can change which waiting job of a queue starts next, never
+preempt a job that 2D-LAS would let run, nor move a job to another queue. (Ranking running
+jobs by their prediction too let a stream of under-predicted arrivals preempt each running
+job in turn, at a far worse average JCT than 2D-LAS's on one Philly window with predictions
+learned in the run: docs/benchmarks.md, "A safety net that holds".)
 
 Keys are discretised into geometric buckets (``bucket_factor``, default 2: [1, 2), [2, 4),
 ... GPU-s; [0, 1) with the first), as Tiresias discretises its queues, so two jobs of
