@@ -89,7 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="fluid", choices=["fluid", "replica"],
                     help="the guard's shadow of Slurm alone ([guard] model)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="another [guard] key for every guarded run (repeat): rewind_s, tick_s")
+                    help="another [guard] key for every guarded run (repeat): rewind_s, tick_s, "
+                    "protect_running=true")
     ap.add_argument("--slacks", help="guard settings SLACK/MIN_S,... (default: "
                     + ",".join(f"{a:g}/{b:g}" for a, b in SLACKS) + ")")
     ap.add_argument("--workers", type=int, default=1)
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
         key, sep, value = item.partition("=")
         if not sep:
             ap.error(f"--set {item!r}: expected KEY=VALUE")
-        keys[key] = float(value)
+        keys[key] = value == "true" if value in ("true", "false") else float(value)
     windows = args.window or WINDOWS
     labels = args.only or list(PROFILES)
     slacks = SLACKS if not args.slacks else [

@@ -72,6 +72,7 @@ class GuardSettings:
     model: str = "fluid"
     tick_s: float = 0.0
     rewind_s: float = 0.0
+    protect_running: bool = False
 
 
 GUARD_KEYS = frozenset(f.name for f in fields(GuardSettings))
@@ -87,6 +88,11 @@ def guard_settings(params: Mapping, where: str = "[guard]") -> GuardSettings:
     for f in fields(GuardSettings):
         key = f.name
         value = params.get(key, f.default)
+        if key == "protect_running":
+            if not isinstance(value, bool):
+                raise ValueError(f"{where}: {key} must be true or false, got {value!r}")
+            out[key] = value
+            continue
         if key == "model":
             if value not in SHADOW_MODELS:
                 raise ValueError(f"{where}: model must be one of {list(SHADOW_MODELS)}, "
@@ -243,8 +249,10 @@ class SlurmAloneShadow:
         self.survival = Survival(self.lengths,
                                  [s.run_s for s in self.seen.values() if not s.ended])
         self._recompute(now_s)
+        running_too = self.settings.protect_running
         for job in jobs:
-            if job.is_pending and job.job_id not in self.protected:
+            if (job.is_pending or running_too and job.is_running) \
+                    and job.job_id not in self.protected:
                 due = self.due_s(job.job_id)
                 if due is not None and now_s >= due:
                     self.protected[job.job_id] = now_s
