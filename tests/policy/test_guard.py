@@ -191,14 +191,16 @@ class Recorder:
         return getattr(self._policy, name)
 
 
-MODELS = pytest.mark.parametrize("model", ["fluid", "replica", "replica+rewind"])
+MODELS = pytest.mark.parametrize("model", ["fluid", "replica", "replica+rewind",
+                                           "replica+rewind+running"])
 
 
 def shadow_keys(model: str) -> dict:
     """The ``[guard]`` keys of a shadow: the fluid one, the replica, the replica revising
-    its past."""
-    name, _, rewind = model.partition("+")
-    return {"model": name, **({"rewind_s": 3600.0} if rewind else {})}
+    its past, and that one protecting running jobs too."""
+    name, *more = model.split("+")
+    return {"model": name, **({"rewind_s": 3600.0} if "rewind" in more else {}),
+            **({"protect_running": True} if "running" in more else {})}
 
 
 @MODELS
@@ -329,7 +331,7 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path, model):
                        'backfill_reserve = false\n[order]\nplugin = "tiresias_las"\n'
                        'thresholds_gpu_s = [600]\n[place]\nconsolidate = 1.0\n'
                        f'[guard]\nslack = 0.1\nslack_min_s = 60\n'
-                       + "".join(f"{k} = {v!r}\n".replace("'", '"')
+                       + "".join(f"{k} = {json.dumps(v)}\n"
                                  for k, v in shadow_keys(model).items()))
     cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1, "grace_s": 30,
                                   "profile": str(profile), "managed_partitions": ["p"],
@@ -364,3 +366,28 @@ def test_a_guarded_policy_watches_ends():
     """The simulator shows each end to a policy that learns from ends: a guarded one."""
     assert build_policy(guarded()).watches_ends is True
     assert build_policy(profile_from_mapping(LAS)).watches_ends is False
+
+
+def test_protect_running_protects_a_running_job_past_its_slurm_alone_start():
+    """With ``protect_running`` a job the agent started before Slurm alone would have is
+    protected once its Slurm-alone start (plus the slack) has passed, while it runs: no
+    pending job may preempt it from then. Without it, only waiting jobs are protected."""
+    for running_too in (False, True):
+        shadow = SlurmAloneShadow(GuardSettings(slack=0.0, slack_min_s=0.0, step_s=0.0,
+                                                protect_running=running_too))
+        shadow.capacity = 4
+        # a run of 1,000 s seen first: the mean run
+        shadow.observe([Job(9, partition="p", gpus_per_node=4, submit_time_s=0.0,
+                            state=JobState.RUNNING, start_time_s=0.0)], 0.0)
+        shadow.observe([], 1000.0)
+        # job 1 (4 GPUs) holds the cluster in the shadow; the agent ran job 2 at once too
+        first = Job(1, partition="p", gpus_per_node=4, submit_time_s=1000.0,
+                    state=JobState.RUNNING, start_time_s=1000.0, attained_gpu_s=4 * 10.0)
+        second = Job(2, partition="p", gpus_per_node=4, submit_time_s=1001.0,
+                     state=JobState.RUNNING, start_time_s=1001.0, attained_gpu_s=4 * 9.0)
+        shadow.observe([first, second], 1010.0)
+        assert shadow.starts[2] > 1010.0 and 2 not in shadow.protected
+        # job 1 seen gone at 3,000 (a run of 2,000 s): job 2's Slurm-alone start is 3,000
+        shadow.observe([second.with_(attained_gpu_s=4 * 1999.0)], 3000.0)
+        assert shadow.starts[2] == 3000.0
+        assert (2 in shadow.protected) is running_too
