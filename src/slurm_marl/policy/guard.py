@@ -36,6 +36,7 @@ Profile::
     tick_s = 0          # (replica) its decisions on this time grid; 0: at each event
     rewind_s = 0        # (replica) how far back it revises its past when a run's length
                         # becomes known; 0: never
+    protect_running = false   # a running job too is protected once past its due time
 
 ``slack = 0`` with ``slack_min_s = 0`` protects a job the moment Slurm alone would have
 started it. No ``[guard]`` table: no guard.
