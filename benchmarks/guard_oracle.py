@@ -29,7 +29,8 @@ from dataclasses import replace
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from guard_tradeoff import CLUSTER, PROFILES, TRACE, WINDOWS  # noqa: E402 (after the thread setting)
+# (imported after the thread setting)
+from guard_tradeoff import CLUSTER, PROFILES, TRACE, WINDOWS  # noqa: E402
 
 
 def run(window: str, label: str, strength: str, rule: str | None, slack: float) -> dict:

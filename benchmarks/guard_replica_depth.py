@@ -19,7 +19,7 @@ from dataclasses import replace
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from guard_tradeoff import CLUSTER, TRACE, WINDOWS  # noqa: E402
+from guard_tradeoff import CLUSTER, TRACE, WINDOWS, window_label  # noqa: E402
 
 from slurm_marl.policy import replica as R  # noqa: E402
 from slurm_marl.policy.profile import _frozen, load_profile  # noqa: E402
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     print("|---|---:|---:|---:|---:|")
     for i in args.window or range(len(WINDOWS)):
         r = measure(WINDOWS[i], args.tick_s, args.rewind_s, args.strength)
-        print(f"| {r['window'].replace('vc=', '').replace(',rows=', ' ')} | {r['steps']:,} | "
+        print(f"| {window_label(r['window'])} | {r['steps']:,} | "
               f"{r['per_step_mean']:.2f} / {r['per_step_p99']:.0f} / {r['per_step_max']} | "
               f"{r['revisions']} | {r['depth_p50_s']:,.0f} / {r['depth_p90_s']:,.0f} / "
               f"{r['depth_max_s']:,.0f} |", flush=True)

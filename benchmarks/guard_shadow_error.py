@@ -46,7 +46,8 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # the same trace, cluster and six windows as the trade-off (run from benchmarks/)
-from guard_tradeoff import CLUSTER, TRACE, WINDOWS  # noqa: E402 (after the thread setting)
+# (imported after the thread setting)
+from guard_tradeoff import CLUSTER, TRACE, WINDOWS, window_label  # noqa: E402
 
 VARIANTS = ("mean", "kmmean", "km50", "km25", "known", "oracle")
 FLOOR_S = 600.0
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
     for r in out:
         for v, m in r["variants"].items():
             a, one_, multi = m["all"], m["1"], m[">1"]
-            print(f"| {r['window'].replace('vc=', '').replace(',rows=', ' ')} | {v} | "
+            print(f"| {window_label(r['window'])} | {v} | "
                   f"{a['p10']} / {a['p50']} / {a['p90']} | {_pct(a['early_share'])} | "
                   f"{_pct(a['late_share'])} | {_pct(one_['early_share'])} / "
                   f"{_pct(one_['late_share'])} | {_pct(multi['early_share'])} / "

@@ -46,6 +46,11 @@ PROFILES = {"las-consolidate": ("las-consolidate", None),
 SLACKS = [(0.1, 60.0), (0.25, 300.0), (0.5, 600.0)]
 
 
+def window_label(window: str) -> str:
+    """A window as tables name it: ``6214e9 5600:6400``."""
+    return window.replace("vc=", "").replace(",rows=", " ")
+
+
 def one(window: str, label: str, profile: str, error: str | None,
         guard: tuple[float, float] | None, strength: str, model: str = "fluid",
         keys: dict | None = None) -> dict:
@@ -151,7 +156,7 @@ def main(argv=None) -> int:
     for r in out:
         c = r["per_job"]
         g = "off" if r["guard"] is None else f"{r['guard'][0]:g}, {r['guard'][1]:g}"
-        print(f"| {r['window'].replace('vc=', '').replace(',rows=', ' ')} | "
+        print(f"| {window_label(r['window'])} | "
               f"{r['interference']} | {r['label']} | {g} | {r['avg_vs_unguarded']:.3f} | "
               f"{r['avg_vs_fifo']:.3f} | {100 * c['share_slower_1_1x']:.1f}% | "
               f"{100 * c['share_slower_2x']:.1f}% | {c['p99_ratio']:.2f} | "
@@ -190,7 +195,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.axvline(2.0, color="grey", linestyle="--", linewidth=0.8)
         ax.axhline(1.1, color="grey", linestyle="--", linewidth=0.8)
         ax.set_yscale("log")
-        ax.set_title(window.replace("vc=", "").replace(",rows=", " "), fontsize=10)
+        ax.set_title(window_label(window), fontsize=10)
         ax.set_xlabel("jobs > 1.1x slower than fifo-backfill (%)", fontsize=8)
         ax.set_ylabel("avg JCT / unguarded (log)", fontsize=8)
         ax.legend(fontsize=6)

@@ -89,7 +89,7 @@ def guard_settings(params: Mapping, where: str = "[guard]") -> GuardSettings:
     for f in fields(GuardSettings):
         key = f.name
         value = params.get(key, f.default)
-        if key == "protect_running":
+        if isinstance(f.default, bool):
             if not isinstance(value, bool):
                 raise ValueError(f"{where}: {key} must be true or false, got {value!r}")
             out[key] = value
@@ -287,10 +287,14 @@ class SlurmAloneShadow:
                 self.protected_start.pop(job_id, None)
                 if s.run_s > 0:          # a job gone before it ran tells no length
                     self.lengths.append(s.run_s)
+                self._gone(job_id)
 
     def _arrived(self, job: Job) -> None:
         """A job seen for the first time (a model that needs more of it than ``_Seen``
         keeps takes it here)."""
+
+    def _gone(self, job_id: int) -> None:
+        """A job seen gone: its whole run time is known now (``seen[job_id].run_s``)."""
 
     def _recompute(self, now_s: float) -> None:
         """The shadow starts from what is known at ``now_s``: the fluid FCFS schedule of

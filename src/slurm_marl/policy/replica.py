@@ -96,7 +96,7 @@ class ReplicaShadow(SlurmAloneShadow):
         self._log: deque[_Done] = deque()            # undo log, oldest first
         self._logged: Counter[int] = Counter()       # log entries by job (kept from _forget)
         self._ended: dict[int, _Done] = {}           # the end entry of runs ended in the log
-        self._checked: set[int] = set()              # known lengths already revised for
+        self._known: list[int] = []                  # lengths known since the last revision
 
     def reset(self) -> None:
         super().reset()
@@ -121,10 +121,14 @@ class ReplicaShadow(SlurmAloneShadow):
             end_time_s=None, attained_gpu_s=0.0, priority=0, pending_reason="",
             reservation=None, restart_count=0)
 
+    def _gone(self, job_id: int) -> None:
+        if self.settings.rewind_s > 0:
+            self._known.append(job_id)
+
     # -- the replica ---------------------------------------------------------------------
     def _recompute(self, now_s: float) -> None:
+        self._revise()
         if self._nodes:
-            self._revise()
             self._advance(now_s)
             self._trim()
         self._forget()
@@ -141,17 +145,18 @@ class ReplicaShadow(SlurmAloneShadow):
     def _revise(self) -> None:
         """Runs whose length became known since the last call: where the replica ended one
         (or must end it) at another time than its start plus that length, undo back to the
-        earlier of the two (at most ``rewind_s``); ``_advance`` then takes the events again."""
-        if self.settings.rewind_s <= 0 or not math.isfinite(self.clock):
+        earlier of the two (at most ``rewind_s``); ``_advance`` then takes the events again.
+        A job still waiting in the replica needs none: it will run there that long."""
+        known, self._known = self._known, []
+        if not math.isfinite(self.clock):
             return
         back = math.inf
-        for job_id in [*self.running, *self._ended]:
-            s = self.seen.get(job_id)
-            if s is None or not s.ended or job_id in self._checked:
-                continue
-            self._checked.add(job_id)
+        for job_id in known:
             run = self.running.get(job_id)
             done = self._ended.get(job_id)
+            if run is None and done is None:
+                continue
+            s = self.seen[job_id]
             start = run.start_s if run is not None else done.what.start_s
             end = self._at(start + s.run_s)
             if run is not None:
@@ -176,13 +181,8 @@ class ReplicaShadow(SlurmAloneShadow):
                 self.queue[job_id] = done.what
                 self.starts.pop(job_id, None)
             else:
-                run = done.what
-                for name, gpus, cpus, mem in run.holds:
-                    self._used.setdefault(name, set()).update(gpus)
-                    self._cpus[name] = self._cpus.get(name, 0) + cpus
-                    self._mem[name] = self._mem.get(name, 0) + mem
-                    self._shown.pop(name, None)
-                self.running[job_id] = run
+                self._hold(done.what)
+                self.running[job_id] = done.what
         self.clock = min(self.clock, t)
 
     def _unlog(self, done: _Done) -> None:
@@ -281,7 +281,7 @@ class ReplicaShadow(SlurmAloneShadow):
             per_node[a.node] = per_node.get(a.node, 0) + a.gpus
         for name, k in per_node.items():
             node = self._nodes[name]
-            used = self._used.setdefault(name, set())
+            used = self._used.get(name, ())
             groups = {g.index: g for g in node.gpu_groups}
             taken: list[int] = []
             for a in place.allocs:
@@ -289,14 +289,10 @@ class ReplicaShadow(SlurmAloneShadow):
                     free = [i for i in groups[a.group].gpu_indices
                             if i not in used and i not in taken]
                     taken.extend(free[:a.gpus])
-            cpus = math.ceil(job.cpus * k / total)
-            mem = math.ceil(job.mem_mib * k / total)
-            used.update(taken)
-            self._cpus[name] = self._cpus.get(name, 0) + cpus
-            self._mem[name] = self._mem.get(name, 0) + mem
-            self._shown.pop(name, None)
-            holds.append((name, tuple(taken), cpus, mem))
-        self.running[job.job_id] = _Run(t, tuple(holds))
+            holds.append((name, tuple(taken), math.ceil(job.cpus * k / total),
+                          math.ceil(job.mem_mib * k / total)))
+        run = self.running[job.job_id] = _Run(t, tuple(holds))
+        self._hold(run)
         self.starts[job.job_id] = t
         self._do(t, "start", job.job_id, job)
 
@@ -304,6 +300,14 @@ class ReplicaShadow(SlurmAloneShadow):
         run = self.running.pop(job_id)
         self._free(run)
         self._do(t, "end", job_id, run)
+
+    def _hold(self, run: _Run) -> None:
+        """The replica's nodes take what the run holds (``_free``'s inverse)."""
+        for name, gpus, cpus, mem in run.holds:
+            self._used.setdefault(name, set()).update(gpus)
+            self._cpus[name] = self._cpus.get(name, 0) + cpus
+            self._mem[name] = self._mem.get(name, 0) + mem
+            self._shown.pop(name, None)
 
     def _free(self, run: _Run) -> None:
         for name, gpus, cpus, mem in run.holds:
@@ -321,4 +325,3 @@ class ReplicaShadow(SlurmAloneShadow):
                        and j not in self._arrivals and j not in self._logged]:
             del self.seen[job_id]
             self.starts.pop(job_id, None)
-            self._checked.discard(job_id)
