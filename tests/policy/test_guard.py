@@ -308,7 +308,8 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path, model):
     """The agent with a guarded profile: an old 8-GPU job whose FCFS turn came while a
     demoted job holds the GPUs is protected, preempts it, and its decision's reason (what
     `slurm-marl explain` shows) names the guard. The replica shadow gets the partition's
-    nodes from the daemon's view before it is brought up to date."""
+    nodes from the daemon's view before it is brought up to date. Restarted, the agent
+    keeps the job protected."""
     from fakes import FakeClusterSource, FakeDecisionSink
 
     from slurm_marl.daemon.config import parse_config
@@ -337,8 +338,14 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path, model):
                                   "profile": str(profile), "managed_partitions": ["p"],
                                   "preempt_partitions": ["p"]}})
     sink = FakeDecisionSink()
-    agent = Agent(cfg, FakeClusterSource(snap), sink, Store(tmp_path / "s.sqlite"),
+    # the agent's first view, at 0: the old job waiting on free nodes (the replica begins
+    # with the cluster as it is, so its Slurm-alone start is 0, not a replay of history)
+    free = tuple(replace(n, used_gpu_indices=frozenset(), alloc_cpus=0) for n in nodes)
+    source = FakeClusterSource(ClusterSnapshot(0.0, free, (old,), snap.partitions))
+    agent = Agent(cfg, source, sink, Store(tmp_path / "s.sqlite"),
                   build_policy(load_profile(profile)))
+    agent.cycle()
+    source.snap = snap
     agent.cycle()
     written = [d for call in sink.calls for d in call]
     assert any(isinstance(d, Preempt) and d.job_id == 1 for d in written), written
@@ -360,6 +367,15 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path, model):
     metrics = Metrics()
     metrics.observe(agent.last_report)
     assert metrics.protected._value.get() == 1
+    # restarted, the agent's shadow begins again at its first view (the replica's would
+    # give the old job no start while the hog runs): the job stays protected from the store
+    again = Agent(cfg, FakeClusterSource(replace(snap, time_s=5060.0)), FakeDecisionSink(),
+                  Store(tmp_path / "s.sqlite"), build_policy(load_profile(profile)))
+    again.cycle()
+    # (protecting running jobs too, the replica has the hog running since its real start,
+    # past due: protected as well)
+    assert set(again.store.protected()) == ({1, 2} if "running" in model else {2})
+    assert again.store.protected()[2]["protected_s"] == 5000.0
 
 
 def test_a_guarded_policy_watches_ends():

@@ -143,10 +143,11 @@ def test_without_nodes_the_replica_starts_nothing_and_ticks_bound_its_cycles():
     shadow = ReplicaShadow(GuardSettings(step_s=0.0), _slurm_alone_cycle())
     shadow.observe([_job(1, 0.0, 1)], 0.0)
     assert shadow.starts == {} and shadow.cycles == 0
-    # 1-GPU arrivals at 1, 2, ..., 9 s on 4 GPUs: with tick_s 5 the replica decides at 5
-    # (jobs 1-5 arrived: 1-4 start) and at 10 (6-9 arrived, no GPU free) only
+    # begun at 0, 1-GPU arrivals at 1, 2, ..., 9 s on 4 GPUs: with tick_s 5 the replica
+    # decides at 5 (jobs 1-5 arrived: 1-4 start) and at 10 (6-9 arrived, no GPU free) only
     ticked = ReplicaShadow(GuardSettings(step_s=0.0, tick_s=5.0), _slurm_alone_cycle())
     ticked.see_cluster(VIEW)
+    ticked.observe([], 0.0)
     ticked.observe([_job(i, float(i), 1) for i in range(1, 10)], 10.0)
     assert ticked.cycles == 2
     assert ticked.starts == {1: 5.0, 2: 5.0, 3: 5.0, 4: 5.0}
@@ -226,3 +227,53 @@ def test_the_undo_log_keeps_rewind_s_and_a_change_older_is_applied_at_its_oldest
     assert shadow.starts[2] == 1500.0 and shadow.rewinds == 1
     assert all(d.t >= 1600.0 for d in shadow._log)
     assert 1 not in shadow.seen      # ended, its end out of the log: forgotten
+
+
+def test_the_replica_begins_with_the_cluster_as_it_is():
+    """First view at 5,000: job 1 has run on GPUs 0-1 since 1,000, job 2 (2 GPUs) waits
+    since 0 and job 3 (4 GPUs) since 10. The replica does not replay history (it would
+    start jobs 2 and 3 at 0 and 10 on GPUs Slurm had busy then): job 1 runs there on its
+    own GPUs from its real start, job 2 starts at 5,000 beside it, job 3 waits for job 1;
+    job 1's end (at 6,000, after 5,000 s) is its replica end too: no revision."""
+    shadow = ReplicaShadow(GuardSettings(step_s=0.0, rewind_s=86_400.0),
+                           _slurm_alone_cycle())
+    shadow.see_cluster(VIEW)
+    one = Job(1, partition="p", gpus_per_node=2, submit_time_s=900.0,
+              state=JobState.RUNNING, start_time_s=1000.0, attained_gpu_s=2 * 4000.0,
+              nodes=("n1",), gpu_alloc=(("n1", (0, 1)),))
+    shadow.observe([one, _job(2, 0.0, 2), _job(3, 10.0)], 5000.0)
+    assert shadow.starts == {1: 1000.0, 2: 5000.0}
+    assert shadow.running[1].holds == (("n1", (0, 1), one.cpus, one.mem_mib),)
+    assert shadow.cycles == 1 and shadow.clock == 5000.0
+    shadow.observe([_job(2, 0.0, 2), _job(3, 10.0)], 6000.0)
+    assert shadow.rewinds == 0 and 3 not in shadow.starts
+    # job 2 never runs in reality: its replica run ends after the mean run seen (job 1's
+    # 5,000 s), and job 3 starts then; the log reaches back no further than the beginning
+    shadow.observe([_job(2, 0.0, 2), _job(3, 10.0)], 11_000.0)
+    assert shadow.starts[3] == 10_000.0 and min(d.t for d in shadow._log) >= 5000.0
+
+
+def test_a_job_running_on_nodes_the_replica_lacks_waits_in_its_queue():
+    """A running job whose nodes the view does not have (it says none) enters the
+    replica's queue at its first view, as a waiting one does."""
+    shadow = ReplicaShadow(GuardSettings(step_s=0.0), _slurm_alone_cycle())
+    shadow.see_cluster(VIEW)
+    shadow.observe([_job(1, 0.0, 4, running=True, attained=4 * 100.0)], 100.0)
+    assert shadow.starts == {1: 100.0}
+
+
+def test_a_revision_never_reaches_back_before_the_replica_began():
+    """Job 1, running at the first view (5,000) since 1,000, has run 1,000 s of that (it
+    was suspended): seen gone at 6,000 after 2,000 s of run, its replica run should have
+    ended at 3,000, before the replica began. The replica revises back to its beginning,
+    not further: nothing is placed before 5,000."""
+    shadow = Watched(GuardSettings(step_s=0.0, rewind_s=86_400.0))
+    shadow.see_cluster(VIEW)
+    one = Job(1, partition="p", gpus_per_node=4, submit_time_s=900.0,
+              state=JobState.RUNNING, start_time_s=1000.0, attained_gpu_s=4 * 1000.0,
+              nodes=("n1",), gpu_alloc=(("n1", (0, 1, 2, 3)),))
+    shadow.observe([one, _job(2, 0.0, 2)], 5000.0)
+    assert 2 not in shadow.starts
+    shadow.observe([_job(2, 0.0, 2)], 6000.0)
+    assert shadow.rewinds == 1 and shadow.starts[2] == 5000.0
+    assert min(shadow.made.values()) == 5000.0

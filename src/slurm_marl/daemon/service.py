@@ -471,11 +471,15 @@ class Agent:
             self._left_logged.clear()
         return out
 
+    def _guards(self) -> list[GuardedOrder]:
+        """The Slurm-alone guards of the policies this agent runs."""
+        return [p.order for p in (self.policy, *self.partition_policies.values())
+                if isinstance(getattr(p, "order", None), GuardedOrder)]
+
     def _record_guard(self, report: CycleReport, snap: ClusterSnapshot) -> None:
         """The jobs a Slurm-alone guard protects now (any policy's, for jobs Slurm still
         lists), for `status`, `queues` and the metrics."""
-        guards = [p.order for p in (self.policy, *self.partition_policies.values())
-                  if isinstance(getattr(p, "order", None), GuardedOrder)]
+        guards = self._guards()
         if not guards:
             return
         live = {j.job_id for j in snap.jobs if j.is_pending or j.is_running}
@@ -751,6 +755,10 @@ class Agent:
 
     # ---- start-up -----------------------------------------------------------------------
     def _on_start(self, snap: ClusterSnapshot) -> None:
+        guarded = {job_id: (r["protected_s"], r["shadow_start_s"])
+                   for job_id, r in self.store.protected().items()}
+        for g in self._guards():
+            g.shadow.restore(guarded)
         if self.predictor is not None:
             try:
                 self.predictor.restore(

@@ -222,6 +222,15 @@ class SlurmAloneShadow:
         self._step: float | None = None
         self.survival = Survival()
         self._now = -math.inf
+        self._restored: dict[int, tuple[float, float | None]] = {}
+
+    def restore(self, protected: Mapping[int, tuple[float, float | None]]) -> None:
+        """The jobs a guard protected before a restart (job id -> (protected since, its
+        Slurm-alone start)): the shadow begins at its first view (a replica does not replay
+        what it did before), so a job it had found past its Slurm-alone start would lose
+        its protection with the restart. Each stays protected if the first view has it
+        waiting or running; the others are another view's, or gone."""
+        self._restored = dict(protected)
 
     def reset(self) -> None:
         self.seen.clear()
@@ -241,6 +250,14 @@ class SlurmAloneShadow:
             return
         self._now = now_s
         self._see(jobs, now_s)
+        if self._restored:
+            for job in jobs:
+                back = self._restored.get(job.job_id)
+                if back is not None and (job.is_pending or job.is_running):
+                    self.protected[job.job_id] = back[0]
+                    self.protected_start[job.job_id] = back[1] if back[1] is not None \
+                        else back[0]
+            self._restored = {}
         step = self.step_of(now_s)
         if step == self._step:
             return

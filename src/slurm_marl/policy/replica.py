@@ -36,6 +36,13 @@ known now (``_revise``). A change older than the log is applied at its oldest ti
 job's shadow start is the time the replica started it; one the replica has not started
 has none, and is not due.
 
+The replica begins at its first view of the cluster, with the cluster as it is (``_begin``):
+a job running then runs in the replica on its own GPUs from its real start, a job waiting
+then enters its queue then. What Slurm alone would have done before is not known (the
+replica does not see the jobs that ended before it began, so a replay of the waiting jobs'
+history would start them on GPUs that were busy then). A daemon restarted keeps the jobs
+its guard had protected from the store (``SlurmAloneShadow.restore``).
+
 A job cancelled while it waits counts as a run as short as the time since it was last seen
 (``SlurmAloneShadow._see``): the replica runs it that long.
 """
@@ -81,6 +88,8 @@ class ReplicaShadow(SlurmAloneShadow):
 
     def _clear_replica(self) -> None:
         self.clock = -math.inf
+        self.origin = -math.inf                      # when the replica began (_begin)
+        self._at_start: dict[int, Job] = {}          # running when first seen, before it
         self._nodes: dict[str, Node] = {}            # the latest real node, by name
         self._partitions: dict[str, Partition] = {}
         self._switches: dict[str, Switch] = {}
@@ -116,6 +125,15 @@ class ReplicaShadow(SlurmAloneShadow):
     def _arrived(self, job: Job) -> None:
         if not math.isfinite(job.submit_time_s):
             return           # no time to arrive at: it never enters the replica
+        if not math.isfinite(self.clock) and job.is_running \
+                and math.isfinite(job.start_time_s if job.start_time_s is not None
+                                  else math.nan):
+            self._at_start[job.job_id] = job     # taken as it runs (_begin)
+        else:
+            self._enqueue(job)
+
+    def _enqueue(self, job: Job) -> None:
+        """The job, as submitted, among the arrivals the replica takes in time order."""
         self._arrivals[job.job_id] = replace(
             job, state=JobState.PENDING, nodes=(), gpu_alloc=(), start_time_s=None,
             end_time_s=None, attained_gpu_s=0.0, priority=0, pending_reason="",
@@ -129,9 +147,50 @@ class ReplicaShadow(SlurmAloneShadow):
     def _recompute(self, now_s: float) -> None:
         self._revise()
         if self._nodes:
+            if not math.isfinite(self.clock):
+                self._begin(now_s)
             self._advance(now_s)
             self._trim()
         self._forget()
+
+    def _begin(self, now_s: float) -> None:
+        """The replica begins at its first view of the cluster, as the cluster is: what
+        Slurm alone would have done before is not known (Slurm itself, or an agent not
+        remembered, ran the cluster then). A job running then runs in the replica on the
+        GPUs it holds, from its real start (its end is known when reality ends it: no
+        revision); a job waiting then enters the replica's queue then, in submit order.
+        Neither a day of history replayed at start, nor revisions of runs the replica
+        would have placed otherwise."""
+        self.clock = self.origin = now_s
+        for job_id, job in self._at_start.items():
+            holds = self._holds_of(job)
+            if holds:
+                run = self.running[job_id] = _Run(job.start_time_s, holds)
+                self._hold(run)
+                self.starts[job_id] = job.start_time_s
+            else:        # on no node the replica has: it runs there when it can
+                self._enqueue(job)
+        self._at_start.clear()
+
+    def _holds_of(self, job: Job) -> tuple[tuple[str, tuple[int, ...], int, int], ...]:
+        """What a running job holds on the replica's nodes: the GPUs Slurm gave it (or,
+        where the job does not say which, as many free ones of the node), CPUs and memory
+        split by its GPUs as ``_start`` splits them."""
+        alloc: dict[str, tuple[int, ...] | None] = dict(job.gpu_alloc) or dict.fromkeys(
+            job.nodes)
+        per_node = []
+        for name, gpus in alloc.items():
+            if name not in self._nodes:
+                continue
+            used = self._used.get(name, set())
+            if gpus is None:
+                gpus = tuple(i for g in self._nodes[name].gpu_groups for i in g.gpu_indices
+                             if i not in used)[:job.gpus_per_node]
+            per_node.append((name, tuple(i for i in gpus if i not in used)))
+        total = max(1, sum(len(g) for _, g in per_node))
+        return tuple((name, gpus, math.ceil(job.cpus * len(gpus) / total),
+                      math.ceil(job.mem_mib * len(gpus) / total))
+                     for name, gpus in per_node if gpus)
 
     # -- revising the past ---------------------------------------------------------------
     def _do(self, t: float, kind: str, job_id: int, what: Job | _Run | None = None) -> None:
@@ -165,7 +224,7 @@ class ReplicaShadow(SlurmAloneShadow):
             elif abs(end - done.t) > 1e-9:
                 back = min(back, end, done.t)
         if back < self.clock:
-            self._rewind(max(back, self.clock - self.settings.rewind_s))
+            self._rewind(max(back, self.clock - self.settings.rewind_s, self.origin))
 
     def _rewind(self, t: float) -> None:
         """Undo what the replica did at ``t`` or later; its clock back to ``t``."""
