@@ -12,7 +12,9 @@ a site would live it:
 2. **Three runs of the window:** Slurm alone (its backfill), Tiresias (the agent with
    2D-LAS and consolidated placement, ``las-consolidate``) and the full agent
    (``learned-order``: 2D-LAS queues ordered inside by the predicted GPU-time, the
-   predictor trained in step 1, least-interference placement).
+   predictor trained in step 1, least-interference placement). Both agent runs have the
+   daemon's default Slurm-alone guard (``agent.guard``, ``policy/guard.py``), as a site
+   runs them.
 
 3. **Per job** (issue 33): every job of Tiresias' and the full agent's runs against its own
    JCT with Slurm alone, and (``--noise-floor``, on by default) a second Slurm-alone run
@@ -154,9 +156,10 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
                   f"{model_dir}")
     # 2. the window, three ways
     runs = [ReplayRun("slurm", "Slurm alone", "slurm"),
-            ReplayRun("tiresias", "Tiresias (las-consolidate)", "agent", "las-consolidate"),
-            ReplayRun("learned", "full agent (learned-order)", "agent", "learned-order",
-                      gpu_time_model=model_dir, history=history_csv)]
+            ReplayRun("tiresias", "Tiresias (las-consolidate) + guard", "agent",
+                      "las-consolidate"),
+            ReplayRun("learned", "full agent (learned-order) + guard", "agent",
+                      "learned-order", gpu_time_model=model_dir, history=history_csv)]
     report = compare_replay(trace, window, speedup, nodes=8, gpus_per_socket=4, runs=runs,
                             interference=interference, out=out, seed=0, console=console,
                             timeout_s=900, slurm_version=version, noise_floor=noise_floor)

@@ -407,3 +407,30 @@ def test_protect_running_protects_a_running_job_past_its_slurm_alone_start():
         shadow.observe([second.with_(attained_gpu_s=4 * 1999.0)], 3000.0)
         assert shadow.starts[2] == 3000.0
         assert (2 in shadow.protected) is running_too
+
+
+def test_the_daemon_guards_a_profile_without_a_guard_unless_told_not_to(caplog):
+    """``agent.guard`` (on by default) puts the default guard in front of a profile that has
+    none; a profile's own ``[guard]`` is kept; ``guard = false`` runs profiles as written,
+    with a warning in the log. The default is a valid guard: the replica, revising a day."""
+    import logging
+
+    from slurm_marl.daemon.config import parse_config
+    from slurm_marl.daemon.service import _agent_profile
+    from slurm_marl.policy.guard import DEFAULT_GUARD, guard_settings
+    from slurm_marl.policy.profile import with_default_guard
+
+    assert guard_settings(DEFAULT_GUARD) == GuardSettings(
+        model="replica", tick_s=60.0, rewind_s=86_400.0, protect_running=True)
+    on = parse_config({})
+    off = parse_config({"agent": {"guard": False}})
+    assert on.agent.guard is True
+    assert dict(_agent_profile(on, "las-consolidate").guard) == dict(DEFAULT_GUARD)
+    assert isinstance(build_policy(_agent_profile(on, "las-consolidate")).order, GuardedOrder)
+    with caplog.at_level(logging.WARNING):
+        assert not _agent_profile(off, "las-consolidate").guard
+    assert "no Slurm-alone guard" in caplog.text
+    own = guarded(slack=0.5)
+    assert with_default_guard(own) is own
+    with pytest.raises(Exception, match="guard"):
+        parse_config({"agent": {"guard": "yes"}})

@@ -105,6 +105,7 @@ def test_payload_follows_the_speed_file_and_resumes_after_requeue(tmp_path):
 
 
 def test_time_scaled_profile_divides_service_thresholds(tmp_path):
+    from slurm_marl.policy.guard import DEFAULT_GUARD
     from slurm_marl.policy.profile import load_profile
     from slurm_marl.replay.timescale import time_scaled_profile
 
@@ -112,6 +113,27 @@ def test_time_scaled_profile_divides_service_thresholds(tmp_path):
     assert prof.order_params["thresholds_gpu_s"] == (65.0, 144.0, 360.0)
     assert prof.place_params["least_interference"]["defer_below"] == 0.8  # not a time
     assert prof.preemption and prof.name == "las-lif-x50"
+    # the daemon's default guard, its times scaled with the rest (the daemon would add it
+    # unscaled); without it, the profile as written
+    assert dict(prof.guard) == {**DEFAULT_GUARD, "slack_min_s": 60 / 50, "step_s": 60 / 50,
+                                "tick_s": 60 / 50, "rewind_s": 86_400 / 50}
+    assert not load_profile(time_scaled_profile("las-lif", 50, tmp_path, guard=False)).guard
+
+
+def test_a_replay_without_the_guard_tells_the_daemon(tmp_path):
+    from slurm_marl.daemon.config import load_config
+    from slurm_marl.replay.runner import _agent_config
+
+    class Cluster:
+        slurm_conf = tmp_path / "slurm.conf"
+
+        class spec:
+            partition = "gpu"
+
+    for guard in (True, False):
+        cfg = load_config(_agent_config(Cluster, tmp_path, tmp_path, "las-lif", 2, True, 3.0,
+                                        guard=guard))
+        assert cfg.agent.guard is guard
 
 
 def test_payload_checkpoints_its_progress_when_slurm_stops_it(tmp_path):

@@ -78,6 +78,11 @@ class AgentSection:
     site_factor_max: int = 1_000_000
     # reuse the last cycle's placements while their inputs are unchanged (policy/framework.py)
     reuse_decisions: bool = True
+    # the Slurm-alone guard (policy/guard.py) in front of every profile that has no [guard]
+    # table of its own, at its default (guard.DEFAULT_GUARD): a job waiting (or running)
+    # past the start Slurm alone would have given it ranks first and is never preempted;
+    # false: profiles as written
+    guard: bool = True
     # a profile of its own for some managed partitions (TOML table [agent.partition_profiles],
     # partition = built-in name or profile file, e.g. knobs from `slurm-marl train
     # thresholds`); the others use `profile`. Kept as (partition, profile) pairs.

@@ -784,6 +784,24 @@ class Agent:
                                            snap.time_s)
 
 
+def _agent_profile(config: Config, name: str):
+    """The profile the daemon runs: with the default Slurm-alone guard where it has none
+    of its own (``agent.guard``, on by default), said in the log."""
+    from slurm_marl.policy.profile import load_profile, with_default_guard
+
+    profile = load_profile(name)
+    if profile.guard:
+        log.info("profile %s: its own Slurm-alone guard %s", name, dict(profile.guard))
+    elif config.agent.guard:
+        profile = with_default_guard(profile)
+        log.info("profile %s: the default Slurm-alone guard %s (agent.guard)", name,
+                 dict(profile.guard))
+    else:
+        log.warning("profile %s: no Slurm-alone guard (agent.guard = false): jobs may "
+                    "finish later than with Slurm alone", name)
+    return profile
+
+
 def build_agent(config: Config, metrics=None,
                 acquire: Callable[[], bool] | None = None) -> Agent | None:
     """The agent wired to real Slurm, its store and the configured policy profile.
@@ -792,7 +810,7 @@ def build_agent(config: Config, metrics=None,
     and before the store opens: it takes the agent's locks, waiting as a standby while
     another agent holds them; None if it was stopped before (no agent then)."""
     from slurm_marl.policy.framework import build_policy
-    from slurm_marl.policy.profile import ProfileError, load_profile
+    from slurm_marl.policy.profile import ProfileError
     from slurm_marl.slurm_integration.runner import SlurmRunner
     from slurm_marl.slurm_integration.sink import CliDecisionSink
     from slurm_marl.slurm_integration.source import CliClusterSource
@@ -803,11 +821,11 @@ def build_agent(config: Config, metrics=None,
     sink = CliDecisionSink(runner, retries=config.slurm.write_retries,
                            on_write=source.invalidate,
                            on_admin_comment=source.admin_comment_written)
-    policy = build_policy(load_profile(config.agent.profile))
+    policy = build_policy(_agent_profile(config, config.agent.profile))
     partition_policies = {}
     for part, name in config.agent.partition_profiles:
         try:
-            partition_policies[part] = build_policy(load_profile(name))
+            partition_policies[part] = build_policy(_agent_profile(config, name))
         except ProfileError as exc:
             raise ProfileError(f"agent.partition_profiles.{part}: {exc}") from None
         log.info("partition %s: profile %s", part, name)

@@ -50,6 +50,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 
 from slurm_marl.domain import ClusterSnapshot, Job
 from slurm_marl.policy.plugins import CycleAwareOrder, OrderPlugin
@@ -77,6 +78,14 @@ class GuardSettings:
 
 
 GUARD_KEYS = frozenset(f.name for f in fields(GuardSettings))
+
+# The guard the daemon puts in front of a profile that has no ``[guard]`` table of its own
+# (``[agent] guard``, on by default; ``with_default_guard``): the point measured best per
+# job on six Philly windows (docs/benchmarks.md "The replica revises its past, and protects
+# running jobs"), with the replica's decisions on a 60 s grid (its cost on a large cluster).
+DEFAULT_GUARD: Mapping = MappingProxyType({
+    "model": "replica", "slack": 0.1, "slack_min_s": 60.0, "step_s": 60.0, "tick_s": 60.0,
+    "rewind_s": 86_400.0, "protect_running": True})
 
 
 def guard_settings(params: Mapping, where: str = "[guard]") -> GuardSettings:

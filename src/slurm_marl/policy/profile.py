@@ -26,11 +26,11 @@ from __future__ import annotations
 import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from slurm_marl.policy.guard import guard_settings
+from slurm_marl.policy.guard import DEFAULT_GUARD, guard_settings
 from slurm_marl.policy.plugins import registered_keys, validate_plugin
 
 PROFILES_DIR = Path(__file__).with_name("profiles")
@@ -215,3 +215,11 @@ def profile_from_mapping(data: Mapping, source: str = "<profile>",
     except (TypeError, ValueError) as exc:
         raise ProfileError(f"{source}: {exc}") from None
     return profile
+
+
+def with_default_guard(profile: Profile) -> Profile:
+    """The profile with the daemon's default Slurm-alone guard (``guard.DEFAULT_GUARD``)
+    where it has no ``[guard]`` table of its own; a profile with one keeps it."""
+    if profile.guard:
+        return profile
+    return replace(profile, guard=_frozen(DEFAULT_GUARD))

@@ -47,7 +47,8 @@ def _fmt(v, digits=0):
 class ReplayRun:
     """One run of a comparison: Slurm alone (``mode`` "slurm"; the simulator stands it in
     with ``fifo-backfill``) or the agent with ``profile`` and, for orders that read
-    predictions, its GPU-time model and history."""
+    predictions, its GPU-time model and history; ``guard``: the daemon's ``agent.guard``
+    (the default Slurm-alone guard where the profile has none)."""
 
     key: str
     label: str
@@ -55,13 +56,25 @@ class ReplayRun:
     profile: str = "fifo-backfill"
     gpu_time_model: Path | None = None
     history: Path | None = None
+    guard: bool = True
+
+    def sim_profile(self):
+        """The profile the simulator predicts this run with: the agent's as the daemon
+        runs it (with the default guard where ``guard``), ``fifo-backfill`` for Slurm
+        alone."""
+        from slurm_marl.policy.profile import load_profile, with_default_guard
+
+        if self.mode != "agent":
+            return load_profile("fifo-backfill")
+        profile = load_profile(self.profile)
+        return with_default_guard(profile) if self.guard else profile
 
 
 def default_runs(modes: tuple[str, ...], profile: str, gpu_time_model: Path | None = None,
-                 history: Path | None = None) -> list[ReplayRun]:
+                 history: Path | None = None, guard: bool = True) -> list[ReplayRun]:
     runs = {"slurm": ReplayRun("slurm", "Slurm alone", "slurm"),
-            "agent": ReplayRun("agent", f"agent ({profile})", "agent", profile,
-                               gpu_time_model, history)}
+            "agent": ReplayRun("agent", f"agent ({profile}{'' if guard else ', no guard'})",
+                               "agent", profile, gpu_time_model, history, guard)}
     return [runs[m] for m in modes]
 
 
@@ -125,7 +138,7 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
                                       timeout_s=timeout_s,
                                       interference_model=interference_model,
                                       gpu_time_model=run.gpu_time_model,
-                                      history=run.history))
+                                      history=run.history, guard=run.guard))
         results[run.key] = res.summary()
         series[run.label] = res.jct_trace_s()
         times[run.key] = trace_job_times(plan, res.jobs)
@@ -144,8 +157,7 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
             continue
         # orders that read predictions learn them in the simulated run, from the window's
         # own history before it where the trace has one (sim.run.simulate)
-        sim = simulate(list(plan.sim_trace), cluster,
-                       run.profile if run.mode == "agent" else "fifo-backfill",
+        sim = simulate(list(plan.sim_trace), cluster, run.sim_profile(),
                        interference=interference, seed=seed,
                        estimator=estimator if run.mode == "agent" else None,
                        trace_source=(trace, window))
@@ -280,6 +292,10 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
                help=VERSION_HELP),
            noise_floor: bool = typer.Option(False, "--noise-floor/--no-noise-floor",
                                             help=NOISE_HELP + " Costs one more run."),
+           guard: bool = typer.Option(True, "--guard/--no-guard",
+                                      help="the daemon's agent.guard: the default Slurm-alone "
+                                      "guard where the profile has none (--no-guard: the "
+                                      "profile as written)"),
            json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a trace window on a fresh local Slurm cluster: Slurm alone vs the agent, and
     every job against its own JCT with Slurm alone."""
@@ -309,7 +325,7 @@ def replay(trace: Annotated[Optional[Path], typer.Option(
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     report = compare_replay(trace, window, speedup, nodes, gpus_per_socket,
-                            default_runs(modes, profile, gpu_time_model, history),
+                            default_runs(modes, profile, gpu_time_model, history, guard),
                             interference, out, seed, console,
                             interference_model=interference_model, slurm_version=version,
                             noise_floor=noise_floor)

@@ -149,13 +149,15 @@ def _save_history(cluster: LocalCluster, job_ids: set[int], t0: float, path: Pat
 
 def _agent_config(cluster: LocalCluster, out: Path, xdir: Path, profile: str, grace_s: int,
                   preempt: bool, sample_min_s: float, gpu_time_model: Path | None = None,
-                  history: Path | None = None, prediction_gate: bool = True) -> Path:
+                  history: Path | None = None, prediction_gate: bool = True,
+                  guard: bool = True) -> Path:
     cfg = out / "agent.toml"
     preempt_line = f'preempt_partitions = ["{cluster.spec.partition}"]' if preempt else ""
     predictor_lines = "\n".join(
         f'{key} = "{Path(value).resolve()}"'
         for key, value in (("gpu_time_model", gpu_time_model), ("history", history))
-        if value is not None) + ("" if prediction_gate else "\nprediction_gate = false")
+        if value is not None) + ("" if prediction_gate else "\nprediction_gate = false") \
+        + ("" if guard else "\nguard = false")
     cfg.write_text(f"""
 [slurm]
 slurm_conf = "{cluster.slurm_conf}"
@@ -205,14 +207,16 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
                progress: Callable[[str, int, int], None] | None = None,
                history_out: Path | None = None,
                gpu_time_model: Path | None = None, history: Path | None = None,
-               prediction_gate: bool = True) -> ReplayResult:
+               prediction_gate: bool = True, guard: bool = True) -> ReplayResult:
     """Replay ``plan`` on a fresh cluster of ``spec`` in ``mode`` and collect every job's
     times. ``history_out``: the cluster also runs slurmdbd, and the replay's jobs as
     ``sacct`` reports them once all ended are written there (a history CSV, as
     ``slurm-marl history import`` writes). ``gpu_time_model`` / ``history``: the agent's
     GPU-time predictor and the history it continues from (``agent.gpu_time_model``,
     ``agent.history``), for profiles whose order reads predictions; ``prediction_gate``:
-    ``agent.prediction_gate`` (false: every prediction is used)."""
+    ``agent.prediction_gate`` (false: every prediction is used); ``guard``:
+    ``agent.guard`` (the default Slurm-alone guard where the profile has none; false: the
+    profile as written)."""
     if mode not in ("slurm", "agent"):
         raise ValueError("mode is 'slurm' or 'agent'")
     out = Path(out).resolve()  # job payloads run in another working directory
@@ -249,9 +253,10 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
             extra = ({"least_interference": {"model_path": str(Path(interference_model)
                                                                 .resolve())}}
                      if interference_model else None)
-            scaled = time_scaled_profile(profile, plan.speedup, out, extra)
+            scaled = time_scaled_profile(profile, plan.speedup, out, extra, guard=guard)
             cfg = _agent_config(cluster, out, xdir, str(scaled), grace_s, preempt,
-                                sample_min_s, gpu_time_model, history, prediction_gate)
+                                sample_min_s, gpu_time_model, history, prediction_gate,
+                                guard)
             daemon = subprocess.Popen([sys.executable, "-m", "slurm_marl.cli", "run",
                                        "--config", str(cfg)], env=cluster.env,
                                       stdout=(out / "daemon.log").open("w"),

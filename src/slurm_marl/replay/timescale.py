@@ -12,6 +12,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from slurm_marl.policy.guard import DEFAULT_GUARD
 from slurm_marl.policy.profile import PROFILES_DIR
 
 
@@ -58,10 +59,12 @@ def dump_toml(data: dict) -> str:
 
 
 def time_scaled_profile(name_or_path: str, speedup: float, out_dir: Path,
-                        place_params: dict | None = None) -> Path:
+                        place_params: dict | None = None, guard: bool = True) -> Path:
     """The profile with its ``*_s`` parameters divided by ``speedup``, written to
     ``out_dir``; ``place_params`` (plugin -> {key: value}) are merged in unscaled (e.g. a
-    least_interference ``model_path``)."""
+    least_interference ``model_path``). ``guard``: a profile without a ``[guard]`` table
+    gets the daemon's default one (``agent.guard``), scaled with the rest (the daemon would
+    add it unscaled)."""
     path = Path(name_or_path)
     if not path.is_file():
         path = PROFILES_DIR / f"{name_or_path}.toml"
@@ -71,6 +74,10 @@ def time_scaled_profile(name_or_path: str, speedup: float, out_dir: Path,
                            f"{speedup:g} for a time-compressed replay)").strip()
     if isinstance(data.get("order"), dict):
         data["order"] = _scale_params(data["order"], speedup)
+    if guard and not data.get("guard"):
+        data["guard"] = dict(DEFAULT_GUARD)
+    if isinstance(data.get("guard"), dict):
+        data["guard"] = _scale_params(data["guard"], speedup)
     if isinstance(data.get("place_params"), dict):
         data["place_params"] = {k: _scale_params(v, speedup) if isinstance(v, dict) else v
                                 for k, v in data["place_params"].items()}
