@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
         [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
         [--max-agent-jobs N] [--busy-fraction F] [--saturated] [--cprofile FILE]
-        [--churn N [--step-s 60]]
+        [--churn N [--step-s 60] [--closed-loop]] [--guard]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -23,6 +23,12 @@ With ``--churn N`` the cluster moves as a busy one does: the clock advances ``--
 (60: a guard step) per cycle, N running jobs end (their GPUs freed) and N new jobs arrive;
 running jobs started at random in the last day, submitted up to an hour before. Every cycle
 then has ends and arrivals, and each is a guard step boundary (``[guard]``'s shadow moves).
+The agent's decisions are not carried out (shadow mode): reality never leaves the order the
+guard's replica begins with, so it never revises its past. ``--closed-loop`` carries them
+out (``LoopSource``; the agent may preempt in every partition): starts, preemptions, runs
+ending after hidden lengths; the replica
+then revises its past as on a live cluster. ``--guard``: the daemon's default guard
+(``agent.guard``) in front of the profile.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import math
 import random
 import statistics
 import tempfile
@@ -43,9 +50,9 @@ import torch
 from slurm_marl.daemon.config import parse_config
 from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
-from slurm_marl.domain import ClusterSnapshot, Job, JobState
+from slurm_marl.domain import ClusterSnapshot, Job, JobState, Place, Preempt
 from slurm_marl.policy.framework import build_policy
-from slurm_marl.policy.profile import load_profile
+from slurm_marl.policy.profile import load_profile, with_default_guard
 from slurm_marl.topology.synthetic import synthetic_snapshot
 
 
@@ -153,6 +160,88 @@ class ChurnSource:
                        jobs=tuple(self.jobs.values()))
 
 
+class LoopSource(ChurnSource):
+    """A churning cluster that carries out the agent's decisions (``--closed-loop``): each
+    job has a hidden run length (log-normal, median 15 min, up to 2 days; a job running at
+    the start has that much left); a cycle's starts take the GPUs its placements name and a
+    preemption puts the job back to waiting with what it has run; a run ends when its length
+    has run. So reality moves away from Slurm alone's order as the agent's policy does, and
+    the guard's replica revises its past as it would on a live cluster."""
+
+    def __init__(self, snap: ClusterSnapshot, n: int, step_s: float, seed: int = 3) -> None:
+        super().__init__(snap, n, step_s, seed)
+        self.left = {j.job_id: self._length() for j in self.jobs.values()}
+
+    def _length(self) -> float:
+        return min(2 * 86_400.0, self.rng.lognormvariate(math.log(900.0), 1.5))
+
+    def snapshot(self) -> ClusterSnapshot:
+        self.now += self.step_s
+        for j in [j for j in self.jobs.values() if j.is_running]:
+            ran = min(self.step_s, self.left[j.job_id])
+            self.left[j.job_id] -= ran
+            if self.left[j.job_id] <= 0:
+                self._free(j)
+                del self.jobs[j.job_id], self.left[j.job_id]
+            else:
+                self.jobs[j.job_id] = j.with_(attained_gpu_s=j.attained_gpu_s
+                                              + ran * j.num_gpus)
+        for j in pending_jobs(self.n, self.partitions, self.now, seed=100 + self.arrived):
+            j = j.with_(job_id=2_000_000 + self.arrived,
+                        submit_time_s=self.now - self.rng.uniform(0, self.step_s))
+            self.jobs[j.job_id] = j
+            self.left[j.job_id] = self._length()
+            self.arrived += 1
+        return replace(self.snap, time_s=self.now, nodes=tuple(self.nodes.values()),
+                       jobs=tuple(self.jobs.values()))
+
+    def _free(self, j: Job) -> None:
+        for name, gpus in j.gpu_alloc:
+            node = self.nodes[name]
+            self.nodes[name] = replace(
+                node, used_gpu_indices=node.used_gpu_indices - frozenset(gpus),
+                alloc_cpus=max(0, node.alloc_cpus - 4 * len(gpus)),
+                alloc_memory_mib=max(0, node.alloc_memory_mib - 16_000 * len(gpus)))
+
+    def apply(self, decisions) -> tuple[int, int]:
+        """The cycle's preemptions, then its starts (a placement on GPUs taken meanwhile is
+        not carried out); how many of each."""
+        preempted = started = 0
+        for d in decisions:
+            j = self.jobs.get(d.job_id)
+            if isinstance(d, Preempt) and j is not None and j.is_running:
+                self._free(j)
+                self.jobs[j.job_id] = j.with_(state=JobState.PENDING, nodes=(), gpu_alloc=(),
+                                              start_time_s=None)
+                preempted += 1
+        for d in decisions:
+            j = self.jobs.get(d.job_id)
+            if not (isinstance(d, Place) and d.start_now and j is not None and j.is_pending):
+                continue
+            taken: dict[str, list[int]] = {}
+            for a in d.allocs:
+                node = self.nodes[a.node]
+                group = next(g for g in node.gpu_groups if g.index == a.group)
+                free = [i for i in group.gpu_indices if i not in node.used_gpu_indices
+                        and i not in taken.get(a.node, ())]
+                if len(free) < a.gpus:
+                    break
+                taken.setdefault(a.node, []).extend(free[:a.gpus])
+            else:
+                for name, gpus in taken.items():
+                    node = self.nodes[name]
+                    self.nodes[name] = replace(
+                        node, used_gpu_indices=node.used_gpu_indices | frozenset(gpus),
+                        alloc_cpus=min(node.cpus, node.alloc_cpus + 4 * len(gpus)),
+                        alloc_memory_mib=min(node.real_memory_mib,
+                                             node.alloc_memory_mib + 16_000 * len(gpus)))
+                self.jobs[j.job_id] = j.with_(
+                    state=JobState.RUNNING, start_time_s=self.now, nodes=tuple(taken),
+                    gpu_alloc=tuple((n, tuple(g)) for n, g in taken.items()))
+                started += 1
+        return preempted, started
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=2000)
@@ -179,6 +268,12 @@ def main() -> None:
                     help="each cycle N running jobs end and N new jobs arrive (module doc)")
     ap.add_argument("--step-s", type=float, default=60.0,
                     help="with --churn: the clock's advance per cycle")
+    ap.add_argument("--closed-loop", action="store_true",
+                    help="with --churn: the agent's starts and preemptions are carried out "
+                         "and runs end after hidden lengths (LoopSource)")
+    ap.add_argument("--guard", action="store_true",
+                    help="the daemon's default Slurm-alone guard in front of the profile "
+                         "where it has none (agent.guard)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -199,16 +294,25 @@ def main() -> None:
     snap = replace(base, time_s=now,
                    jobs=base.jobs + tuple(pending_jobs(args.pending, partitions, now)))
     profile = load_profile(args.profile)
+    if args.guard:
+        profile = with_default_guard(profile)
     if args.max_agent_jobs is not None:
         params = {k: dict(v) for k, v in profile.place_params.items()}
         params.setdefault("learned", {})["max_agent_jobs"] = args.max_agent_jobs
         profile = replace(profile, place_params=params)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": partitions,
+                                      # (closed loop: the agent's preemptions carried out)
+                                      "preempt_partitions": partitions if args.closed_loop
+                                      else [],
                                       "profile": args.profile, "state_dir": tmp,
                                       "reuse_decisions": not args.no_reuse}})
-        source = (ChurnSource(snap, args.churn, args.step_s) if args.churn
-                  else FixedSource(snap, args.fresh_jobs))
+        if args.closed_loop and not args.churn:
+            ap.error("--closed-loop needs --churn N")
+        source = ((LoopSource if args.closed_loop else ChurnSource)(
+            snap, args.churn, args.step_s) if args.churn
+            else FixedSource(snap, args.fresh_jobs))
+        carried = [0, 0]
         agent = Agent(cfg, source, sink=None,
                       store=Store(Path(tmp) / "s.sqlite"),
                       policy=build_policy(profile, **context))
@@ -221,6 +325,9 @@ def main() -> None:
             report = agent.cycle()
             times.append(time.perf_counter() - t0)
             assert report.error is None, report.error
+            if args.closed_loop:
+                done = source.apply(report.decisions)
+                carried = [carried[0] + done[0], carried[1] + done[1]]
         if prof is not None:
             prof.disable()
             prof.dump_stats(args.cprofile)
@@ -238,6 +345,10 @@ def main() -> None:
         "reuse_decisions": not args.no_reuse,
         "fresh_jobs": args.fresh_jobs,
         "churn": args.churn, "step_s": args.step_s if args.churn else None,
+        "closed_loop": args.closed_loop, "guard_default": args.guard,
+        # (closed loop) the agent's preemptions and starts carried out, all cycles
+        "carried_preemptions_starts": carried,
+        "guard_protected_last_cycle": report.protected,
         "reused_partition_cycles": agent.policy.reused_cycles,
         "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
         # the cycles after the first: their spread (the shared VM's noise shows here)
