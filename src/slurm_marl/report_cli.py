@@ -22,7 +22,9 @@ from slurm_marl.console import output_console
 from slurm_marl.history import fetch as F
 from slurm_marl.history.records import FIELDS, HistoryError, HistoryJob, read_history
 from slurm_marl.history_cli import _fail, _when, fetch_with_progress, read_file
-from slurm_marl.policy.profile import Profile, ProfileError, load_profile
+from slurm_marl.policy.guard import DEFAULT_GUARD
+from slurm_marl.policy.profile import (Profile, ProfileError, load_profile,
+                                       with_default_guard)
 from slurm_marl.sim import report as R
 from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.perf import STRENGTHS
@@ -72,12 +74,15 @@ def read_sacct(slurm_conf: Path, start_s: float, end_s: float, tune_from_s: floa
     return got.jobs, len(got.bad), since
 
 
-def _profiles(text: str) -> list[Profile]:
+def _profiles(text: str, guard: bool = True) -> list[Profile]:
+    """The profiles named, as the daemon runs them: with ``guard``, the default Slurm-alone
+    guard in front of each one without a ``[guard]`` table (``agent.guard``)."""
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
         _fail("--profiles is empty", 2)
     try:
-        return [load_profile(n) for n in names]
+        return [with_default_guard(load_profile(n)) if guard else load_profile(n)
+                for n in names]
     except ProfileError as exc:
         _fail(f"--profiles: {exc}", 2)
         raise  # unreachable
@@ -183,6 +188,10 @@ def report(
     profiles_out: Annotated[Path, typer.Option(
         "--profiles-out", help="With --tune: folder for the kept partitions' profile "
         "files.")] = Path("tuned-profiles"),
+    guard: Annotated[bool, typer.Option(
+        "--guard/--no-guard", help="Each profile as the daemon runs it (agent.guard, on by "
+        "default): the default Slurm-alone guard in front of a profile without a [guard] "
+        "table, the tuned ones too; --no-guard: profiles as written.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
     = False,
     backend: Annotated[str, typer.Option(
@@ -209,7 +218,7 @@ def report(
     simulator first replays Slurm alone (fifo-backfill) on the history and says how close
     its starts come to the recorded ones (calibration), then runs each profile at each
     interference strength and compares every job with Slurm alone (what-if)."""
-    profs = _profiles(profiles)
+    profs = _profiles(profiles, guard)
     strength_list = _strengths(strengths)
     mapper = _mapper(backend, workers, slurm_folder, slurm_conf, slurm_partition, slurm_mem,
                      slurm_time)
@@ -269,6 +278,8 @@ def report(
                 _fail(str(exc), 2)
             except OSError as exc:
                 _fail(f"--profiles-out {profiles_out}: cannot write ({exc.strerror or exc})", 2)
+            if guard:       # the daemon runs the written profiles with its default guard
+                recommended = {part: with_default_guard(p) for part, p in recommended.items()}
         try:
             runs = R.run_all(trace, site.cluster, profs, strength_list, seed=seed,
                              restart_delay_s=restart_delay, prior=prior,
@@ -296,6 +307,7 @@ def report(
         "prior_history": {"ended_before": start, "jobs": len(prior)},
         "calibration": R.calibration(runs.calibration, trace),
         "what_if": {"baseline": R.BASELINE, "strengths": strength_list,
+                    "guard": dict(DEFAULT_GUARD) if guard else None,
                     "results": R.what_if(runs, trace)},
         "waits_by": {field: R.waits_by(runs, trace, field) for field in ("user", "account")},
         "tuning": tuning,

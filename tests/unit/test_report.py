@@ -237,6 +237,13 @@ def test_report_reads_sacct_text_and_prints_json_with_the_documented_keys(tmp_pa
                           "per_job", "by_partition", "ratio_percentiles"}
     assert set(entry["all"]) == {"jobs", "finished", "avg_jct_s", "p95_jct_s", "avg_wait_s",
                                  "p95_wait_s", "preemptions", "gpu_utilisation"}
+    # each profile as the daemon runs it: with its default Slurm-alone guard
+    from slurm_marl.policy.guard import DEFAULT_GUARD
+    assert doc["what_if"]["guard"] == dict(DEFAULT_GUARD)
+    r = invoke("--history", str(tmp_path / "sacct.txt"), "--slurm-conf", str(conf),
+               "--to", "2024-05-03", *FAST, "--json", "--no-guard")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["what_if"]["guard"] is None
 
 
 def test_report_prints_tables_from_a_history_csv_with_the_default_profiles(tmp_path):

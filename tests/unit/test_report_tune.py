@@ -123,9 +123,12 @@ def test_report_tune_writes_profiles_config_lines_json_and_html(tmp_path):
                "--from", "2024-05-03T08:00", "--to", "2024-05-04T08:00",
                "--profiles", "fifo-backfill,las-consolidate", "--strengths", "none",
                "--tune", "--profiles-out", str(out), "--json", "--html",
-               str(tmp_path / "r.html"))
+               str(tmp_path / "r.html"), "--no-guard")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
+    # (the search simulates profiles as written; --no-guard makes the what-if do the same,
+    # so its rows and the tuning's evaluation are the same runs)
+    assert doc["what_if"]["guard"] is None
     t = doc["tuning"]
     assert set(t) == {"split", "learn", "evaluate", "interference", "start", "min_gain",
                       "min_jobs", "search", "partitions", "profiles_out", "config_lines",
