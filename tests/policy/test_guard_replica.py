@@ -277,3 +277,16 @@ def test_a_revision_never_reaches_back_before_the_replica_began():
     shadow.observe([_job(2, 0.0, 2)], 6000.0)
     assert shadow.rewinds == 1 and shadow.starts[2] == 5000.0
     assert min(shadow.made.values()) == 5000.0
+
+
+def test_a_running_job_gone_before_the_replica_has_nodes_is_not_lost():
+    """Seen running before any view's nodes, and gone before them: when the nodes come the
+    replica begins with it ended (its GPUs free), without losing track of it."""
+    shadow = ReplicaShadow(GuardSettings(step_s=0.0), _slurm_alone_cycle())
+    one = Job(1, partition="p", gpus_per_node=4, submit_time_s=0.0, state=JobState.RUNNING,
+              start_time_s=0.0, attained_gpu_s=4 * 50.0, nodes=("n1",))
+    shadow.observe([one], 50.0)
+    shadow.observe([], 100.0)
+    shadow.see_cluster(VIEW)
+    shadow.observe([_job(2, 150.0)], 150.0)
+    assert shadow.starts.get(2) == 150.0 and not shadow.running.keys() - {2}

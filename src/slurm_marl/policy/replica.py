@@ -381,6 +381,7 @@ class ReplicaShadow(SlurmAloneShadow):
         follows the live jobs (and the log's seconds)."""
         for job_id in [j for j, s in self.seen.items() if s.ended
                        and j not in self.running and j not in self.queue
-                       and j not in self._arrivals and j not in self._logged]:
+                       and j not in self._arrivals and j not in self._logged
+                       and j not in self._at_start]:
             del self.seen[job_id]
             self.starts.pop(job_id, None)
