@@ -111,7 +111,10 @@ def main(argv=None) -> int:
         key, sep, value = item.partition("=")
         if not sep:
             ap.error(f"--set {item!r}: expected KEY=VALUE")
-        keys[key] = value == "true" if value in ("true", "false") else float(value)
+        try:
+            keys[key] = value == "true" if value in ("true", "false") else float(value)
+        except ValueError:
+            keys[key] = value            # a word: model-like keys (slack_on=jct)
     windows = args.window or WINDOWS
     labels = args.only or list(PROFILES)
     slacks = SLACKS if not args.slacks else [

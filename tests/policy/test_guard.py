@@ -434,3 +434,22 @@ def test_the_daemon_guards_a_profile_without_a_guard_unless_told_not_to(caplog):
     assert with_default_guard(own) is own
     with pytest.raises(Exception, match="guard"):
         parse_config({"agent": {"guard": "yes"}})
+
+
+def test_the_slack_may_be_a_share_of_the_slurm_alone_jct():
+    """``slack_on = "jct"``: a job is due at its shadow start plus the slack's share of its
+    shadow wait and the run it is expected to need (the mean run seen), so a
+    job may start later by a share of its Slurm-alone JCT; ``"wait"``: of the wait only."""
+    due = {}
+    for basis in ("wait", "jct"):
+        shadow = SlurmAloneShadow(GuardSettings(slack=0.5, slack_min_s=0.0, step_s=0.0,
+                                                slack_on=basis))
+        shadow.capacity = 4
+        shadow.observe([Job(9, partition="p", gpus_per_node=4, submit_time_s=0.0,
+                            state=JobState.RUNNING, attained_gpu_s=4 * 1000.0)], 1000.0)
+        shadow.observe([Job(1, partition="p", gpus_per_node=4, submit_time_s=500.0)], 1000.0 + 1)
+        due[basis] = shadow.due_s(1) - shadow.starts[1]
+    # (job 9 seen gone at 1,001: a run of 1,001 s, the mean)
+    assert due == {"wait": pytest.approx(0.5 * 501.0), "jct": pytest.approx(0.5 * 1502.0)}
+    with pytest.raises(ValueError, match="slack_on"):
+        guard_settings({"slack_on": "run"})

@@ -37,6 +37,8 @@ Profile::
     rewind_s = 0        # (replica) how far back it revises its past when a run's length
                         # becomes known; 0: never
     protect_running = false   # a running job too is protected once past its due time
+    slack_on = "wait"   # the slack is a share of its shadow wait; "jct": of its shadow
+                        # wait plus the run it is expected to need (its Slurm-alone JCT)
 
 ``slack = 0`` with ``slack_min_s = 0`` protects a job the moment Slurm alone would have
 started it. No ``[guard]`` table: no guard.
@@ -64,6 +66,10 @@ LENGTHS_KEPT = 20_000
 # or a replica of the cluster scheduled by the framework's own ``fifo-backfill``
 # (``policy/replica.py``).
 SHADOW_MODELS = ("fluid", "replica")
+# What the slack is a share of: the job's Slurm-alone wait, or its Slurm-alone JCT (that
+# wait plus the run it is expected to need, ``expected_length``): the per-job bound is on
+# JCT, and a long job may start later by a share of its JCT and still finish within it.
+SLACK_BASES = ("wait", "jct")
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ class GuardSettings:
     tick_s: float = 0.0
     rewind_s: float = 0.0
     protect_running: bool = False
+    slack_on: str = "wait"
 
 
 GUARD_KEYS = frozenset(f.name for f in fields(GuardSettings))
@@ -103,9 +110,10 @@ def guard_settings(params: Mapping, where: str = "[guard]") -> GuardSettings:
                 raise ValueError(f"{where}: {key} must be true or false, got {value!r}")
             out[key] = value
             continue
-        if key == "model":
-            if value not in SHADOW_MODELS:
-                raise ValueError(f"{where}: model must be one of {list(SHADOW_MODELS)}, "
+        choices = {"model": SHADOW_MODELS, "slack_on": SLACK_BASES}.get(key)
+        if choices is not None:
+            if value not in choices:
+                raise ValueError(f"{where}: {key} must be one of {list(choices)}, "
                                  f"got {value!r}")
             out[key] = value
             continue
@@ -379,7 +387,10 @@ class SlurmAloneShadow:
         if start is None or s is None:
             return None
         cfg = self.settings
-        return start + max(cfg.slack_min_s, cfg.slack * max(0.0, start - s.submit_s))
+        basis = max(0.0, start - s.submit_s)
+        if cfg.slack_on == "jct":
+            basis += s.run_s if s.ended else self.expected_length(s.run_s)
+        return start + max(cfg.slack_min_s, cfg.slack * basis)
 
     def next_change_s(self, job: Job, now_s: float) -> float | None:
         """When a pending unprotected job may become protected: the step boundary at or
