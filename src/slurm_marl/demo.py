@@ -14,7 +14,7 @@ a site would live it:
    (``learned-order``: 2D-LAS queues ordered inside by the predicted GPU-time, the
    predictor trained in step 1, least-interference placement). Both agent runs have the
    daemon's default Slurm-alone guard (``agent.guard``, ``policy/guard.py``), as a site
-   runs them.
+   runs them (``--no-guard``: the profiles as written).
 
 3. **Per job** (issue 33): every job of Tiresias' and the full agent's runs against its own
    JCT with Slurm alone, and (``--noise-floor``, on by default) a second Slurm-alone run
@@ -116,6 +116,11 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
          noise_floor: bool = typer.Option(True, "--noise-floor/--no-noise-floor",
                                           help=NOISE_HELP + " On by default; costs "
                                           "one more run of the window."),
+         guard: bool = typer.Option(True, "--guard/--no-guard",
+                                    help="the agent runs with the daemon's default "
+                                    "Slurm-alone guard (agent.guard), as a site runs it; "
+                                    "--no-guard: the profiles as written (Tiresias' own "
+                                    "policy)"),
          json_output: bool = typer.Option(False, "--json")) -> None:
     """Replay a short Philly window on a real local Slurm cluster: Slurm alone vs Tiresias
     vs the full agent, whose GPU-time predictor learned from the cluster's own sacct."""
@@ -155,11 +160,13 @@ def demo(window: str = typer.Option(DEMO_WINDOW, help="Philly window (vc=, rows=
     console.print(f"predictor: LightGBM trained on {trained_on} jobs of that history -> "
                   f"{model_dir}")
     # 2. the window, three ways
+    plus = " + guard" if guard else ""
     runs = [ReplayRun("slurm", "Slurm alone", "slurm"),
-            ReplayRun("tiresias", "Tiresias (las-consolidate) + guard", "agent",
-                      "las-consolidate"),
-            ReplayRun("learned", "full agent (learned-order) + guard", "agent",
-                      "learned-order", gpu_time_model=model_dir, history=history_csv)]
+            ReplayRun("tiresias", f"Tiresias (las-consolidate){plus}", "agent",
+                      "las-consolidate", guard=guard),
+            ReplayRun("learned", f"full agent (learned-order){plus}", "agent",
+                      "learned-order", gpu_time_model=model_dir, history=history_csv,
+                      guard=guard)]
     report = compare_replay(trace, window, speedup, nodes=8, gpus_per_socket=4, runs=runs,
                             interference=interference, out=out, seed=0, console=console,
                             timeout_s=900, slurm_version=version, noise_floor=noise_floor)
