@@ -204,8 +204,12 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(windows):]:
         ax.set_visible(False)
-    fig.suptitle("Slurm-alone guard: each line runs off -> slack 0.5 -> 0.25 -> 0.1 "
-                 "(label: slack); the bound is left of 2% and below 1.1x")
+    slacks = sorted({r["guard"][0] for r in rows if r["guard"] is not None}, reverse=True)
+    keys = next((r.get("guard_keys") for r in rows if r.get("guard_keys")), None) or {}
+    fig.suptitle("Slurm-alone guard: each line runs off -> slack "
+                 + " -> ".join(f"{x:g}" for x in slacks)
+                 + (f" (slack on the {keys['slack_on']})" if "slack_on" in keys else "")
+                 + " (label: slack); the bound is left of 2% and below 1.1x")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
