@@ -141,23 +141,34 @@ class ChurnSource:
 
     def snapshot(self) -> ClusterSnapshot:
         self.now += self.step_s
-        running = [j for j in self.jobs.values() if j.is_running]
-        for j in self.rng.sample(running, min(self.n, len(running))):
-            del self.jobs[j.job_id]
-            for name, gpus in j.gpu_alloc:
-                node = self.nodes[name]
-                used = node.used_gpu_indices - frozenset(gpus)
-                self.nodes[name] = replace(
-                    node, used_gpu_indices=used,
-                    alloc_cpus=max(0, node.alloc_cpus - 4 * len(gpus)),
-                    alloc_memory_mib=max(0, node.alloc_memory_mib - 16_000 * len(gpus)))
+        self._end_runs()
         for j in pending_jobs(self.n, self.partitions, self.now, seed=100 + self.arrived):
             j = j.with_(job_id=2_000_000 + self.arrived,
                         submit_time_s=self.now - self.rng.uniform(0, self.step_s))
             self.jobs[j.job_id] = j
+            self._arrived(j)
             self.arrived += 1
         return replace(self.snap, time_s=self.now, nodes=tuple(self.nodes.values()),
                        jobs=tuple(self.jobs.values()))
+
+    def _end_runs(self) -> None:
+        """``n`` running jobs, drawn at random, end."""
+        running = [j for j in self.jobs.values() if j.is_running]
+        for j in self.rng.sample(running, min(self.n, len(running))):
+            del self.jobs[j.job_id]
+            self._free(j)
+
+    def _arrived(self, job: Job) -> None:
+        """A new job has arrived (a subclass that gives jobs more takes it here)."""
+
+    def _free(self, j: Job) -> None:
+        """The GPUs, CPUs and memory ``j`` holds, freed on its nodes."""
+        for name, gpus in j.gpu_alloc:
+            node = self.nodes[name]
+            self.nodes[name] = replace(
+                node, used_gpu_indices=node.used_gpu_indices - frozenset(gpus),
+                alloc_cpus=max(0, node.alloc_cpus - 4 * len(gpus)),
+                alloc_memory_mib=max(0, node.alloc_memory_mib - 16_000 * len(gpus)))
 
 
 class LoopSource(ChurnSource):
@@ -175,8 +186,8 @@ class LoopSource(ChurnSource):
     def _length(self) -> float:
         return min(2 * 86_400.0, self.rng.lognormvariate(math.log(900.0), 1.5))
 
-    def snapshot(self) -> ClusterSnapshot:
-        self.now += self.step_s
+    def _end_runs(self) -> None:
+        """Each running job runs a step more; those whose length has run end."""
         for j in [j for j in self.jobs.values() if j.is_running]:
             ran = min(self.step_s, self.left[j.job_id])
             self.left[j.job_id] -= ran
@@ -186,22 +197,9 @@ class LoopSource(ChurnSource):
             else:
                 self.jobs[j.job_id] = j.with_(attained_gpu_s=j.attained_gpu_s
                                               + ran * j.num_gpus)
-        for j in pending_jobs(self.n, self.partitions, self.now, seed=100 + self.arrived):
-            j = j.with_(job_id=2_000_000 + self.arrived,
-                        submit_time_s=self.now - self.rng.uniform(0, self.step_s))
-            self.jobs[j.job_id] = j
-            self.left[j.job_id] = self._length()
-            self.arrived += 1
-        return replace(self.snap, time_s=self.now, nodes=tuple(self.nodes.values()),
-                       jobs=tuple(self.jobs.values()))
 
-    def _free(self, j: Job) -> None:
-        for name, gpus in j.gpu_alloc:
-            node = self.nodes[name]
-            self.nodes[name] = replace(
-                node, used_gpu_indices=node.used_gpu_indices - frozenset(gpus),
-                alloc_cpus=max(0, node.alloc_cpus - 4 * len(gpus)),
-                alloc_memory_mib=max(0, node.alloc_memory_mib - 16_000 * len(gpus)))
+    def _arrived(self, job: Job) -> None:
+        self.left[job.job_id] = self._length()
 
     def apply(self, decisions) -> tuple[int, int]:
         """The cycle's preemptions, then its starts (a placement on GPUs taken meanwhile is

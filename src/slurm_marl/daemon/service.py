@@ -755,10 +755,12 @@ class Agent:
 
     # ---- start-up -----------------------------------------------------------------------
     def _on_start(self, snap: ClusterSnapshot) -> None:
-        guarded = {job_id: (r["protected_s"], r["shadow_start_s"])
-                   for job_id, r in self.store.protected().items()}
-        for g in self._guards():
-            g.shadow.restore(guarded)
+        guards = self._guards()
+        if guards:       # the jobs they protected before a restart
+            guarded = {job_id: (r["protected_s"], r["shadow_start_s"])
+                       for job_id, r in self.store.protected().items()}
+            for g in guards:
+                g.shadow.restore(guarded)
         if self.predictor is not None:
             try:
                 self.predictor.restore(

@@ -126,8 +126,7 @@ class ReplicaShadow(SlurmAloneShadow):
         if not math.isfinite(job.submit_time_s):
             return           # no time to arrive at: it never enters the replica
         if not math.isfinite(self.clock) and job.is_running \
-                and math.isfinite(job.start_time_s if job.start_time_s is not None
-                                  else math.nan):
+                and job.start_time_s is not None and math.isfinite(job.start_time_s):
             self._at_start[job.job_id] = job     # taken as it runs (_begin)
         else:
             self._enqueue(job)
