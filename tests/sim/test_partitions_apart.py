@@ -210,7 +210,7 @@ def test_a_cycle_over_the_cluster_decides_each_partition_as_the_daemon_does(prof
     """The daemon decides each managed partition on its own view (``partition_view``); the
     simulator decides every partition in one cycle. Over a 3-partition run's snapshots,
     with jobs blocked in one partition while another has room, the two decide the same."""
-    from slurm_marl.daemon.service import partition_views
+    from slurm_marl.slurm_integration.admission import partition_views
 
     recorder = Recorder(build_policy(load_profile(profile)))
     from slurm_marl.sim.engine import Simulator

@@ -328,7 +328,7 @@ def test_partition_views_keep_their_topology_and_hear_the_other_agents(tiny_clus
     """The daemon runs one cycle per partition on that partition's view: the plugin keeps
     one topology per view (no rebuild as it alternates) and each agent hears the others'
     latest summaries, as in training where every snapshot shows all partitions."""
-    from slurm_marl.daemon.service import partition_view
+    from slurm_marl.slurm_integration.admission import partition_view
     policy = build_policy(learned_profile(checkpoint, allow_defer=False))
     plugin = policy.place[0][0]
     snap = snapshot_with_pending(tiny_cluster, [pending(1, 1, "a"), pending(2, 1, "b")])

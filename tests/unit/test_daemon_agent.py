@@ -98,7 +98,7 @@ def test_user_begin_time_and_held_jobs_are_left_alone(tmp_path):
     seen = []
     a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (user_begin, held, requeued, by_slurm),
                                            PARTS), [])
-    a._preempted.add(3)
+    a.memory.preempted.add(3)
     a.policy = type("P", (), {"run_cycle": lambda self, s: seen.append(s) or []})()
     a.cycle()
     assert [j.job_id for j in seen[0].pending] == [3]
@@ -173,7 +173,7 @@ def test_requeued_job_placed_again_where_it_was_is_restarted(tmp_path):
     place = Place(1, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),))
     a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (pending(1, now, eligible_in=0),),
                                               PARTS), [place])
-    a._preempted.update({1})  # requeued by the agent itself
+    a.memory.preempted.update({1})  # requeued by the agent itself
     a.cycle()
     assert any(isinstance(d, Place) for d in sink.calls[-1])
     requeued = pending(1, now + 60, eligible_in=121, restart_count=1)
@@ -208,7 +208,7 @@ def test_a_requeued_job_is_free_to_resume_elsewhere_unless_the_user_pinned_it(tm
                       admin_comment="slurm-marl:v1;tpn=gres:gpu:1;tpj=")
     a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (own, users, unknown), PARTS), [])
     a.policy = RecordingPolicy()
-    a._preempted.update({1, 2, 3})  # requeued by the agent itself
+    a.memory.preempted.update({1, 2, 3})  # requeued by the agent itself
     a.cycle()
     seen = a.policy.seen[-1]
     assert seen.job(1).required_nodes == ()
@@ -220,7 +220,7 @@ def test_fifo_inside_a_queue_keeps_the_first_submit_time_across_a_requeue(tmp_pa
     now = 1000.0
     a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (pending(1, now),), PARTS), [])
     a.policy = RecordingPolicy()
-    a._preempted.update({1})  # requeued by the agent itself
+    a.memory.preempted.update({1})  # requeued by the agent itself
     a.cycle()
     requeued = replace(pending(1, now + 100, eligible_in=121, restart_count=1),
                        submit_time_s=now + 99)

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_marl.daemon.service import partition_views
+from slurm_marl.slurm_integration.admission import partition_views
 from slurm_marl.domain import ClusterSnapshot, Job, JobState, Node
 from slurm_marl.topology.synthetic import synthetic_snapshot
 

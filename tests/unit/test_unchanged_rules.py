@@ -175,7 +175,7 @@ def test_a_narrowed_job_is_read_as_its_users_per_node_request(tmp_path):
                   admin_comment="slurm-marl:v1;tpn=gres:gpu:2;tpj=;req=")
     policy = SeeingPolicy()
     a, _ = agent(tmp_path, ClusterSnapshot(NOW, NODES, (job,), PARTS), policy)
-    a._preempted.add(1)
+    a.memory.preempted.add(1)
     a.cycle()
     seen = policy.seen[0].job(1)
     assert (seen.gpus_per_node, seen.gpus_per_job, seen.node_count) == (2, 0, 1)
@@ -218,7 +218,7 @@ def test_a_refused_write_is_not_repeated_every_cycle(tmp_path):
     for i in range(8, 40):
         a.source = FakeClusterSource(ClusterSnapshot(NOW + i, NODES, (job,), PARTS))
         a.cycle()
-    assert 1 not in a._refused   # accepted again: the pause is forgotten
+    assert 1 not in a.memory.refused   # accepted again: the pause is forgotten
 
 
 # ---- a narrowing that left a job never runnable is undone ------------------------------

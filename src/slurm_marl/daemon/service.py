@@ -1,17 +1,27 @@
 """The agent: every few seconds snapshot Slurm, decide per partition, write what changed.
 
-One cycle:
-1. snapshot (4 Slurm client calls); on the first cycle after a start, repair half-done GPU
-   re-pins and reconcile the reservations the store says the agent owns;
-2. fold it into the store's job records (attained service survives requeue and restarts);
-3. ``run_cycle`` per managed partition on that partition's nodes and jobs;
-4. translate (``daemon/writes.py``): priorities and placements only where they changed; a
-   waiting multi-node job gets a reservation on its chosen nodes; preemption only in
-   opted-in partitions; the "lease": jobs the agent keeps waiting get their begin time
-   pushed by the grace again shortly before it ends, so if the agent dies they become
+One cycle is a pipeline of stages, each a function or object of its own module:
+
+1. **read** (``ClusterSource.snapshot``: 4 Slurm client calls); on the first cycle after a
+   start, the guard's protected jobs and the predictor's state come back from the store,
+   half-done GPU re-pins are repaired and the agent's reservations reconciled;
+2. **enrich** (``daemon/enrich.py``): accounting into the store's job records (attained
+   service survives requeue and restarts), model signatures, observed speeds, GPU-time
+   predictions;
+3. **admit** (``slurm_integration/admission.py``): which jobs each managed partition's
+   policy may decide, and why not the others (left to Slurm, held, a user's begin time,
+   an in-flight start);
+4. **decide** (``daemon/decide.py``): ``run_cycle`` per managed partition;
+5. **plan writes** (``daemon/writes.py``): priorities and placements only where they
+   changed; a waiting multi-node job gets a reservation on its chosen nodes; preemption
+   only in opted-in partitions; the "lease": jobs the agent keeps waiting get their begin
+   time pushed by the grace again shortly before it ends, so if the agent dies they become
    eligible within one grace (fail-open) and while it lives Slurm does not start them
    behind its back;
-5. write through the DecisionSink (nothing in shadow mode), record decisions and answers.
+6. **apply** through the DecisionSink (nothing in shadow mode), remembering what was
+   written (``daemon/write_memory.py``);
+7. **record** (``daemon/recording.py``): decisions, Slurm's answers and why jobs were left
+   alone, for ``explain``.
 
 Nothing here raises out of a cycle: a failed cycle is logged, recorded and retried at the
 next tick; the loop keeps running while slurmctld restarts.
@@ -20,31 +30,27 @@ next tick; the loop keeps running while slurmctld restarts.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
-from operator import attrgetter
+from dataclasses import dataclass, field
 
-from slurm_marl.daemon.accounting import AccountMemo, account
 from slurm_marl.daemon.config import Config
+from slurm_marl.daemon.decide import Decided, decide
+from slurm_marl.daemon.enrich import (Accounting, Enriched, Enricher, Predictions,
+                                      Signatures, SpeedSamples)
 from slurm_marl.daemon.health import HealthFile, health_path
-from slurm_marl.daemon.signature import infer_signatures
+from slurm_marl.daemon.recording import Recorder
 from slurm_marl.daemon.store import Store
-from slurm_marl.daemon.writes import (ordered_writes, place_key, plan_writes,
-                                      site_factor_writes)
-from slurm_marl.domain import (ACTIVE_STATES, ClusterSnapshot, Decision, EndReservation, Job,
-                               JobState, Place, Preempt, Release, Reserve, SetPriority)
+from slurm_marl.daemon.write_memory import WriteMemory
+from slurm_marl.daemon.writes import translate
+from slurm_marl.domain import ClusterSnapshot, Decision, Place, SetPriority
 from slurm_marl.policy.guard import GuardedOrder
-from slurm_marl.slurm_integration.marker import (marker_gpus_per_node, parse_marker,
-                                                 requested_gpu_fields, user_begin,
-                                                 user_gpu_request)
+from slurm_marl.slurm_integration.admission import Admission, AdmissionRules, Admitted
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, SlurmError,
                                                 WriteResult, WriteStatus)
-from slurm_marl.slurm_integration.vocabulary import (NEVER_RUNNABLE, is_agent_reservation,
-                                                    unschedulable)
+from slurm_marl.slurm_integration.vocabulary import is_agent_reservation
 
 log = logging.getLogger(__name__)
 
@@ -79,59 +85,6 @@ class CycleReport:
                                                             WriteStatus.VANISHED))
 
 
-def partition_view(snap: ClusterSnapshot, partition: str) -> ClusterSnapshot:
-    """The part of the cluster one agent decides for: its nodes and the jobs that may run
-    there (a job submitted to several partitions is seen by each)."""
-    return partition_views(snap, [partition])[partition]
-
-
-def partition_views(snap: ClusterSnapshot, partitions: list[str]
-                    ) -> dict[str, ClusterSnapshot]:
-    """``partition_view`` of each partition, in one pass over the jobs: a running job is in
-    the partitions of its nodes, any other job in those it was submitted to."""
-    wanted = set(partitions)
-    nodes: dict[str, list] = {p: [] for p in partitions}
-    parts_of_node: dict[str, tuple[str, ...]] = {}
-    for n in snap.nodes:
-        parts_of_node[n.name] = n.partitions
-        for p in n.partitions:
-            if p in wanted:
-                nodes[p].append(n)
-    jobs: dict[str, list] = {p: [] for p in partitions}
-    by_nodes: dict[tuple[str, ...], tuple[str, ...]] = {}     # memo: alike jobs abound
-    by_request: dict[str, tuple[str, ...]] = {}
-    active = ACTIVE_STATES
-    for j in snap.jobs:
-        if j.state in active:
-            parts = by_nodes.get(j.nodes)
-            if parts is None:
-                parts = by_nodes[j.nodes] = tuple(sorted(
-                    {p for n in j.nodes for p in parts_of_node.get(n, ()) if p in wanted}))
-        else:
-            parts = by_request.get(j.partition)
-            if parts is None:
-                parts = by_request[j.partition] = tuple(
-                    p for p in dict.fromkeys(j.partition.split(",")) if p in wanted)
-        for p in parts:
-            jobs[p].append(j)
-    return {p: ClusterSnapshot(time_s=snap.time_s, nodes=tuple(nodes[p]), jobs=tuple(jobs[p]),
-                               partitions=tuple(x for x in snap.partitions if x.name == p),
-                               switches=snap.switches)
-            for p in partitions}
-
-
-_FIELDS_BUT_REASON: dict[type, attrgetter] = {}
-
-
-def _without_reason(d: Decision) -> tuple:
-    """A decision's fields but its reason (which may name the time or service attained)."""
-    get = _FIELDS_BUT_REASON.get(type(d))
-    if get is None:
-        get = _FIELDS_BUT_REASON[type(d)] = attrgetter(
-            *(f.name for f in fields(d) if f.name != "reason"))
-    return get(d)
-
-
 class Agent:
     def __init__(self, config: Config, source: ClusterSource, sink: DecisionSink,
                  store: Store, policy, metrics=None, clock=time.time,
@@ -152,39 +105,28 @@ class Agent:
         self.metrics = metrics
         self.clock = clock
         self._started = False
-        self._colocated: dict[int, dict] = {}
-        self._account_memo = AccountMemo()
-        self._history: dict[tuple[str, str], str] | None = None
-        # Jobs told to start that Slurm has not started yet: job id -> (placement, when).
-        self._inflight: dict[int, tuple[Place, float]] = {}
-        # shadow mode: the last decision recorded per (job, kind), but for its reason
-        self._shadow_last: dict[tuple[int, type], tuple] = {}
-        # Jobs this agent requeued itself (it may restart them at once; a requeue by Slurm
-        # keeps Slurm's own delay), reservations by when they were last extended, and jobs
-        # already logged as left to Slurm.
-        self._preempted: set[int] = set()
-        self._resv_renewed: dict[str, float] = {}
-        self._left_logged: set[int] = set()
-        # Jobs whose last write Slurm refused: job id -> (no write before, refusals in a
-        # row). A refusal that will not change (a job Slurm holds, a request it will not
-        # take) is retried with a doubling pause, not every cycle, and logged once.
-        self._refused: dict[int, tuple[float, int]] = {}
-        # Why a pending job is left alone this cycle (held, its user's begin time), and
-        # what was last recorded of that per job: recorded once per change for `explain`.
-        self._alone: dict[int, str] = {}
-        self._alone_recorded: dict[int, str] = {}
+        agent = config.agent
+        self.admission = Admission(AdmissionRules(
+            grace_s=agent.grace_s, interval_s=agent.interval_s,
+            preempt_partitions=agent.preempt_partitions))
+        self.memory = WriteMemory(agent.interval_s)
+        self.recorder = Recorder(store)
+        self.sampler = None
+        if agent.progress_dir:
+            from slurm_marl.daemon.progress import ProgressSampler, usable_dir
+            usable_dir(agent.progress_dir)  # warns now if it is not there yet
+            self.sampler = ProgressSampler(agent.progress_dir, agent.sample_min_s)
+        self.enrichers: list[Enricher] = [Accounting(store), Signatures(store)]
+        if self.sampler is not None:
+            self.enrichers.append(SpeedSamples(store, self.sampler))
+        if predictor is not None:
+            self.enrichers.append(Predictions(store, predictor))
         self._cycle_no = 0   # the cycle under way (repairs are recorded under it)
         self._cycle_started = time.monotonic()  # when it began (``report.starts_s``)
         self.last_report: CycleReport | None = None
         self._unknown_logged: str | None = None  # unknown partitions, as last logged
         # the last cycle's outcome beside the store, for `status` when the store fails
         self.health = HealthFile(health_path(store.path), config.agent.interval_s)
-        self.sampler = None
-        if config.agent.progress_dir:
-            from slurm_marl.daemon.progress import ProgressSampler, usable_dir
-            usable_dir(config.agent.progress_dir)  # warns now if it is not there yet
-            self.sampler = ProgressSampler(config.agent.progress_dir,
-                                           config.agent.sample_min_s)
 
     # ---- one cycle ----------------------------------------------------------------------
     def probe(self) -> str | None:
@@ -253,96 +195,81 @@ class Agent:
         return report
 
     def _cycle(self, report: CycleReport) -> None:
+        """One cycle's stages, in order (the module's docstring)."""
         self._cycle_no = report.cycle
         raw = self.source.snapshot()
         report.time_s = raw.time_s
+        self._catch_up(raw)
+        enriched = self._enrich(raw)
+        self.recorder.accounting(enriched.records, enriched.finished_runs)
+        snap = enriched.snapshot
+        managed = [p for p in self.config.agent.managed_partitions if snap.partition(p)]
+        if self._unknown_partitions(report, snap, managed):
+            return
+        admitted = self.admission.admit(snap, managed, self.memory.inflight,
+                                        self.memory.preempted)
+        self.recorder.rows(report.cycle, snap.time_s, admitted.logged)
+        decided = decide(admitted.views, self._policy_for, self.admission.may_requeue, snap,
+                         admitted.held.time_s)
+        report.pending, report.running = decided.pending, decided.running
+        report.decisions = decided.decisions
+        self.recorder.alone(report.cycle, snap.time_s, admitted.alone)
+        report.protected = self.recorder.guard(self._guards(), snap)
+        # each ordered job's queue of the last cycle, before this cycle's are stored
+        records = {r.job_id: r for r in enriched.records}
+        last_queue = {d.job_id: records[d.job_id].queue for d in decided.decisions
+                      if isinstance(d, SetPriority) and d.job_id in records}
+        self.store.set_queues((d.job_id, d.queue) for d in decided.decisions
+                              if isinstance(d, SetPriority))
+        writes, advice = self._plan(snap, decided, admitted)
+        if self.config.agent.shadow:
+            self.recorder.shadow(report.cycle, snap, writes + advice)
+            return
+        results = self._apply(report, writes, snap)
+        self.recorder.applied(report.cycle, snap, results, self.memory.remember(results, snap),
+                              advice, decided.decisions, last_queue)
+
+    def _catch_up(self, raw: ClusterSnapshot) -> None:
+        """On the first cycle the agent takes back what it kept (``_on_start``); on later
+        ones the sink repairs half-done writes first."""
         if not self._started:
             self._on_start(raw)
             self._started = True
         elif not self.config.agent.shadow:
-            self._record_repairs(raw, self.sink.repair_half_done(raw))
-        records = self.store.live_records(j.job_id for j in raw.jobs)
-        acc = account(raw, records, self._colocated, self._account_memo)
-        snap = self._with_signatures(acc)
-        self.store.save_jobs(acc.records)
-        self._sample_speeds(snap)
-        if self.predictor is not None:
-            snap = self._predicted(snap, acc.finished_runs)
-        for run in acc.finished_runs:
-            self.store.record_outcome(run.job_id, run.run, user=run.user, name=run.name,
-                                      model_type=run.model_type,
-                                      num_gpus=run.num_gpus, nodes=run.nodes,
-                                      gpu_alloc=run.gpu_alloc,
-                                      colocated=json.dumps(run.colocated),
-                                      start_s=run.start_s, end_s=run.end_s, state=run.state)
-        managed = [p for p in self.config.agent.managed_partitions if snap.partition(p)]
-        if self._unknown_partitions(report, snap, managed):
-            return
-        decisions: list[Decision] = []
-        decided_jobs: set[int] = set()
-        left = self._left_to_slurm(snap, managed, report.cycle)
-        held = self._hold_inflight(snap)  # for deciding only; writes see the real state
-        # each partition's order, planned apart
-        orders: list[tuple[str, list[SetPriority]]] = []
-        views = partition_views(held, managed)
-        decidable = {part: self._decidable(views[part], part) for part in managed}
-        self._settle_orders(decidable, held.time_s)
-        for part in managed:
-            view = decidable[part]
-            report.pending += len(view.pending)
-            report.running += len(view.running)
-            order: list[SetPriority] = []
-            policy = self.partition_policies.get(part, self.policy)
-            for d in policy.run_cycle(view):
-                if d.job_id in decided_jobs and not isinstance(d, Preempt):
-                    continue  # a multi-partition job is decided by its first partition
-                if isinstance(d, Preempt) and not self._may_requeue(part, snap.job(d.job_id)):
-                    continue  # the policy was told (Job.preemptible); kept as a last guard
-                decisions.append(d)
-                if isinstance(d, SetPriority):
-                    order.append(d)
-            orders.append((part, order))
-            decided_jobs |= {d.job_id for d in decisions}
-        report.decisions = decisions
-        self._record_alone(report.cycle, snap)
-        self._record_guard(report, snap)
-        # each ordered job's queue of the last cycle, before this cycle's are stored
-        last_queue = {d.job_id: records[d.job_id].queue for d in decisions
-                      if isinstance(d, SetPriority) and d.job_id in records}
-        self.store.set_queues((d.job_id, d.queue) for d in decisions
-                              if isinstance(d, SetPriority))
-        writes, advice = self._translate(snap, decisions, orders)
-        writes += left
-        writes = self._past_backoff(writes, snap.time_s)
-        if self.config.agent.shadow:
-            # What the agent would write, recorded when it changes (a decision equal but for
-            # its reason to the last one recorded for its job is not recorded again): an
-            # unchanged queue of 5,000 jobs is not 10,000 rows a cycle.
-            self.store.record_decisions(report.cycle, snap.time_s,
-                                        [(d, "shadow", "") for d in self._shadow_changes(
-                                            writes + advice, snap)])
-            return
+            self.recorder.repairs(self._cycle_no, raw, self.sink.repair_half_done(raw))
+
+    def _enrich(self, raw: ClusterSnapshot) -> Enriched:
+        cycle = Enriched(raw)
+        for enricher in self.enrichers:
+            cycle = enricher.enrich(cycle)
+        return cycle
+
+    def _policy_for(self, part: str):
+        return self.partition_policies.get(part, self.policy)
+
+    def _plan(self, snap: ClusterSnapshot, decided: Decided, admitted: Admitted
+              ) -> tuple[list[Decision], list[Place]]:
+        """(writes for Slurm, changed plans that need no write): the decisions translated
+        (``writes.translate``), the releases of jobs left to Slurm, and none to a job
+        whose refusal pause is not over."""
+        writes, advice = translate(
+            snap, decided.decisions, decided.orders, self.config.agent,
+            written=self.store.written({d.job_id for d in decided.decisions}),
+            reservations=self.store.active_reservations(),
+            left=self.admission.left_waiting(snap),
+            inflight_nodes=self.memory.inflight_nodes(),
+            resv_renewed=self.memory.resv_renewed)
+        writes += admitted.released
+        return self.memory.past_backoff(writes, snap.time_s), advice
+
+    def _apply(self, report: CycleReport, writes: list[Decision], snap: ClusterSnapshot
+               ) -> list[WriteResult]:
         results = self.sink.apply(writes, snap) if writes else []
         done = self.sink.starts_done() if writes else None
         if done is not None:
             report.starts_s = max(0.0, done - self._cycle_started)
         report.results = results
-        self._remember(results, snap)
-        # Plans that need no write (a job waits for GPUs) are recorded once per change,
-        # so `slurm-marl explain` can say what a waiting job waits for.
-        self.store.mark_written([(d.job_id, "place", place_key(d)) for d in advice],
-                                snap.time_s)
-        # An order that needed no write (Slurm's order already agrees) is recorded when the
-        # job's queue changes, so `explain` still says why a job sits where it does (its
-        # queue, the service attained, a prediction).
-        written = {r.decision.job_id for r in results if isinstance(r.decision, SetPriority)}
-        kept = [d for d in decisions if isinstance(d, SetPriority) and d.job_id not in written
-                and last_queue.get(d.job_id) != d.queue]
-        self.store.record_decisions(
-            report.cycle, snap.time_s,
-            [(r.decision, r.status.value, r.message) for r in results]
-            + [(d, "planned", "waits; nothing written") for d in advice]
-            + [(d, "planned", "order kept; no write needed") for d in kept])
+        return results
 
     def _unknown_partitions(self, report: CycleReport, snap: ClusterSnapshot,
                             managed: list[str]) -> bool:
@@ -371,387 +298,10 @@ class Agent:
             self._unknown_logged = text
         return not managed
 
-    def _settle_orders(self, views: dict[str, ClusterSnapshot], now_s: float) -> None:
-        """Each policy's order state (Tiresias' queue lists) settled once a cycle over the
-        jobs of all the partitions it decides, as the simulator settles its one snapshot
-        (``Policy.settle_order``); a policy without such state is left alone."""
-        groups: dict[int, tuple[object, dict[int, Job], list[ClusterSnapshot]]] = {}
-        for part, view in views.items():
-            policy = self.partition_policies.get(part, self.policy)
-            _, jobs, seen = groups.setdefault(id(policy), (policy, {}, []))
-            seen.append(view)
-            for job in view.jobs:
-                jobs.setdefault(job.job_id, job)
-        for policy, jobs, seen in groups.values():
-            settle = getattr(policy, "settle_order", None)
-            if settle is not None:
-                settle(tuple(jobs.values()), now_s, seen)
-
-    def _shadow_changes(self, decisions: list[Decision], snap: ClusterSnapshot
-                        ) -> list[Decision]:
-        last = self._shadow_last
-        present = {j.job_id for j in snap.jobs}
-        for key in [k for k in last if k[0] not in present]:
-            del last[key]  # jobs gone from Slurm
-        changed = []
-        for d in decisions:
-            key = (d.job_id, type(d))
-            value = _without_reason(d)
-            if last.get(key) != value:
-                last[key] = value
-                changed.append(d)
-        return changed
-
-    def _predicted(self, snap: ClusterSnapshot, finished_runs) -> ClusterSnapshot:
-        """The snapshot with GPU-time predictions; a predictor failure costs this cycle its
-        predictions (orders then rank by attained service), never the cycle. On the first
-        cycle the predictor gets back what the store kept of it (the predictions of jobs
-        still alive, the gate's scored pairs and the history rows of the jobs it saw end);
-        each cycle the store gets what changed
-        (this store object is its one writer; ``_on_start`` restores)."""
-        try:
-            for run in finished_runs:
-                self.predictor.run_ended(run.job_id, run.num_gpus, run.start_s, run.end_s,
-                                         run.state, now_s=snap.time_s)
-            out = self.predictor.annotate(snap)
-        except Exception:
-            log.exception("GPU-time predictions failed this cycle; ordering without them")
-            out = snap
-        try:
-            made, scored, dropped, bad, history, bad_history = self.predictor.unsaved()
-            self.store.save_predictions(made, scored, dropped, self.predictor.window, bad,
-                                        history, bad_history,
-                                        keep_recent=self.predictor.keep_recent)
-            self.predictor.saved()
-        except Exception:
-            log.exception("could not store the GPU-time predictions; tried again next cycle")
-        return out
-
-    def _left_to_slurm(self, snap: ClusterSnapshot, managed: list[str], cycle: int
-                       ) -> list[Release]:
-        """Pending jobs whose request the agent cannot model (arrays, --gpus-per-task,
-        several partitions, ...): never decided, never leased. One the gate delayed gets
-        its start released at once (a user's own later --begin is kept); each is logged
-        once and recorded, so ``explain`` says why Slurm alone schedules it."""
-        out = []
-        grace = self.config.agent.grace_s
-        for job in snap.pending:
-            if not job.left_to_slurm:
-                continue
-            if not any(p in managed for p in job.partition.split(",")):
-                continue
-            marker = parse_marker(job.admin_comment)
-            if job.held:
-                # held by a user, an admin or Slurm itself: no write at all (a start time
-                # written to it would be refused, or outlive the hold)
-                continue
-            if marker is not None and not job.num_gpus and requested_gpu_fields(marker):
-                # a GPU request emptied by an older agent's half-done re-pin: repaired by
-                # repair_half_done, never released without its GPUs
-                continue
-            gated = (marker is not None
-                     and job.eligible_time_s is not None
-                     and job.eligible_time_s > snap.time_s + 1
-                     and job.eligible_time_s <= job.submit_time_s + grace + 5
-                     and job.restart_count == 0)
-            if job.job_id not in self._left_logged:
-                self._left_logged.add(job.job_id)
-                log.info("job %s: left to Slurm (%s)%s", job.job_id, job.left_to_slurm,
-                         "; its gate delay is released" if gated else "")
-                if not gated:
-                    self.store.record_decisions(
-                        cycle, snap.time_s,
-                        [(Release(job.job_id, "left-to-slurm",
-                                  f"left to Slurm: {job.left_to_slurm}"),
-                          "skipped", "nothing to write")])
-            if gated:
-                out.append(Release(job.job_id, "left-to-slurm",
-                                   f"left to Slurm: {job.left_to_slurm}"))
-        if len(self._left_logged) > 100_000:
-            self._left_logged.clear()
-        return out
-
     def _guards(self) -> list[GuardedOrder]:
         """The Slurm-alone guards of the policies this agent runs."""
         return [p.order for p in (self.policy, *self.partition_policies.values())
                 if isinstance(getattr(p, "order", None), GuardedOrder)]
-
-    def _record_guard(self, report: CycleReport, snap: ClusterSnapshot) -> None:
-        """The jobs a Slurm-alone guard protects now (any policy's, for jobs Slurm still
-        lists), for `status`, `queues` and the metrics."""
-        guards = self._guards()
-        if not guards:
-            return
-        live = {j.job_id for j in snap.jobs if j.is_pending or j.is_running}
-        protected = {}
-        for g in guards:
-            for job_id, since in g.shadow.protected.items():
-                if job_id in live:
-                    protected[job_id] = (since, g.shadow.starts.get(job_id))
-        report.protected = len(protected)
-        self.store.set_protected(protected)
-
-    def _record_repairs(self, snap: ClusterSnapshot, job_ids: list[int]) -> None:
-        """Say in ``explain`` why the agent rewrote a job's GPU request outside a decision:
-        a narrowing Slurm turned down (never runnable) widened back, or a half-done re-pin
-        of an older agent restored."""
-        rows = []
-        for job_id in job_ids:
-            job = snap.job(job_id)
-            if job is not None and job.pending_reason in NEVER_RUNNABLE:
-                why = (f"{job.pending_reason} after the agent narrowed its GPU request: "
-                       "its user's request given back (Slurm 22.05, which takes a typed "
-                       "request no longer back to untyped: widened over its node's GPU "
-                       "groups instead); never narrowed again")
-            else:
-                why = "GPU request emptied by an older agent's half-done re-pin: restored"
-            rows.append((Release(job_id, "repair", why), "ok", ""))
-        if rows:
-            try:
-                self.store.record_decisions(self._cycle_no, snap.time_s, rows)
-            except Exception:
-                log.exception("could not record the repairs of jobs %s", job_ids)
-
-    def _record_alone(self, cycle: int, snap: ClusterSnapshot) -> None:
-        """Record, once per change, why pending jobs were left alone this cycle (held, a
-        user's begin time), so ``explain`` says it; forget jobs no longer left alone."""
-        alone, self._alone = self._alone, {}
-        rows = []
-        for job_id, why in alone.items():
-            if self._alone_recorded.get(job_id) != why:
-                rows.append((Release(job_id, "slurm", why), "skipped", "nothing written"))
-                log.info("job %s: %s", job_id, why)
-        self._alone_recorded = alone
-        if rows:
-            self.store.record_decisions(cycle, snap.time_s, rows)
-
-    def _sample_speeds(self, snap: ClusterSnapshot) -> None:
-        """Observed speeds from jobs' progress reports (``agent.progress_dir``); a failure
-        here costs samples, never the cycle."""
-        if self.sampler is None:
-            return
-        try:
-            samples = self.sampler.observe(snap)
-            if samples:
-                self.store.add_speed_samples(samples)
-        except Exception:
-            log.exception("speed sampling failed this cycle; samples in progress dropped")
-            self.sampler.forget()
-
-    def _hold_inflight(self, snap: ClusterSnapshot) -> ClusterSnapshot:
-        """Slurm starts a released job a moment after ``StartTime=now``. Until it does (or
-        ``inflight_s`` passes), the job is not re-decided, and its planned GPUs count as
-        taken, so the next cycle neither moves it nor gives its GPUs to another job."""
-        ttl = max(5.0, 6 * self.config.agent.interval_s)
-        held: dict[str, set[int]] = {}
-        skip: set[int] = set()
-        for job_id, (place, when) in list(self._inflight.items()):
-            job = snap.job(job_id)
-            if job is None or not job.is_pending or snap.time_s - when > ttl:
-                del self._inflight[job_id]
-                continue
-            skip.add(job_id)
-            for a in place.allocs:
-                node = snap.node(a.node)
-                if node is None or a.group >= len(node.gpu_groups):
-                    continue
-                taken = held.setdefault(a.node, set())
-                free = [i for i in node.free_in_group(node.gpu_groups[a.group])
-                        if i not in taken]
-                taken.update(free[:a.gpus])
-        if not skip:
-            return snap
-        nodes = tuple(replace(n, used_gpu_indices=n.used_gpu_indices | held[n.name])
-                      if n.name in held else n for n in snap.nodes)
-        return replace(snap, nodes=nodes, jobs=tuple(j for j in snap.jobs
-                                                     if j.job_id not in skip))
-
-    def _with_signatures(self, acc) -> ClusterSnapshot:
-        """Fill in model types the jobs do not declare (name, then user history)."""
-        if self._history is None:
-            self._history = self.store.signature_history()
-        sigs = infer_signatures(acc.snapshot.jobs, self._history)
-        by_id = {r.job_id: r for r in acc.records}
-        for job_id, model in sigs.items():
-            rec = by_id.get(job_id)
-            if rec is not None and not rec.model_type:
-                rec.model_type = model
-                self._history[(rec.user, rec.name)] = model
-        if not sigs:
-            return acc.snapshot
-        return replace(acc.snapshot, jobs=tuple(
-            j.with_(model_type=sigs[j.job_id]) if j.job_id in sigs else j
-            for j in acc.snapshot.jobs))
-
-    def _may_requeue(self, part: str, victim: Job | None) -> bool:
-        """Whether the agent may requeue ``victim`` for a job of ``part``: both partitions
-        are among ``preempt_partitions``, wherever the victim runs (a job of an unmanaged
-        partition on shared nodes is never requeued)."""
-        allowed = self.config.agent.preempt_partitions
-        return (victim is not None and part in allowed
-                and bool(victim.partition) and victim.partition in allowed)
-
-    def _decidable(self, view: ClusterSnapshot, part: str = "") -> ClusterSnapshot:
-        """Leave out pending jobs the agent must not touch: held (by anyone, Slurm
-        included), waiting on a dependency, before the begin time their user asked for (the
-        gate's marker keeps it), or with a begin time set beyond the gate's grace. Running
-        jobs outside ``preempt_partitions`` (or all, if ``part`` is not one) are marked
-        not preemptible. A job the agent narrowed to one GPU group (moving its request to
-        the per-job field) is read as the per-node request its user made (the marker)."""
-        horizon = self._horizon(view.time_s)
-        keep = []
-        pending = JobState.PENDING
-        for j in view.jobs:
-            if j.state is pending:
-                if j.left_to_slurm:
-                    continue
-                if j.held or unschedulable(j.pending_reason):
-                    self._alone[j.job_id] = (
-                        f"held by Slurm ({j.pending_reason or 'priority 0'}): nothing written "
-                        "until it is released" if j.held else
-                        f"cannot run now ({j.pending_reason}): nothing written")
-                    continue
-                marker = parse_marker(j.admin_comment)
-                begin = user_begin(j, marker)
-                if begin is not None and begin > view.time_s:
-                    # the user's --begin: Slurm alone would not start it yet
-                    self._alone[j.job_id] = (
-                        "waits for its user's begin time "
-                        f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(begin))}"
-                        ": the agent starts it no earlier")
-                    continue
-                if j.required_nodes:
-                    # Slurm keeps the agent's ReqNodeList across a requeue; unless the user
-                    # named nodes at submission, it is the agent's own pin, not a constraint
-                    # (else a preempted job could only ever resume where it ran before).
-                    if marker is not None and marker.user_gave_no_nodes:
-                        j = j.with_(required_nodes=())
-                if j.gpu_type is not None and marker is not None \
-                        and user_gpu_request(j)[1] is None:
-                    j = j.with_(gpu_type=None)  # the agent's own earlier pin, not the user's
-                if (j.gpus_per_job and not j.gpus_per_node and marker is not None
-                        and marker.per_node_request):
-                    # the agent's own narrowing (TresPerJob, NumNodes=1-1): still the user's
-                    # per-node request, not a per-job one free to spread over nodes
-                    per_node = marker_gpus_per_node(marker)
-                    j = j.with_(gpus_per_node=per_node, gpus_per_job=0,
-                                node_count=max(1, j.gpus_per_job // per_node))
-                if (j.restart_count > 0 and j.job_id not in self._preempted
-                        and j.eligible_time_s and j.eligible_time_s > view.time_s + 1):
-                    continue  # requeued by Slurm (node failure...): Slurm's delay stands
-                # a user's later --begin is theirs; Slurm's own delay after a requeue
-                # (cred_expire + 1 s) is not, and the agent restarts such jobs in turn
-                if (j.eligible_time_s and j.eligible_time_s > horizon
-                        and j.restart_count == 0):
-                    continue
-            elif j.preemptible and not self._may_requeue(part, j):
-                j = j.with_(preemptible=False)
-            keep.append(j)
-        return ClusterSnapshot(time_s=view.time_s, nodes=view.nodes, jobs=tuple(keep),
-                               partitions=view.partitions, switches=view.switches)
-
-    # ---- decisions -> writes ------------------------------------------------------------
-    def _priority_writes(self, snap: ClusterSnapshot, part: str, order: list[SetPriority],
-                         written: dict, eligible: set[int], left: list[Job]
-                         ) -> list[SetPriority]:
-        """The partition's priority writes; adds to ``eligible`` the jobs that must not
-        wait behind the lease because a job left to Slurm would jump them
-        (``writes.ordered_writes``; not for SiteFactor partitions, whose order only
-        nudges Slurm's own)."""
-        agent = self.config.agent
-        if part in agent.site_factor_partitions:
-            return site_factor_writes(snap, order, agent.site_factor_max, written)
-        writes, head = ordered_writes(snap, order, agent.priority_base,
-                                      [j for j in left if part in j.partition.split(",")],
-                                      agent.eligible_ahead_gpus)
-        eligible.update(head)
-        return writes
-
-    def _horizon(self, now_s: float) -> float:
-        """How far ahead a begin time still counts as the gate's grace (a job whose begin
-        is later is the user's or Slurm's, not the agent's to decide or to count)."""
-        return now_s + self.config.agent.grace_s + 2 * self.config.agent.interval_s
-
-    def _left_waiting(self, snap: ClusterSnapshot) -> list[Job]:
-        """Pending GPU jobs left to Slurm that Slurm may start now or within one grace
-        (not held, no unmet dependency, no later begin time of their own)."""
-        horizon = self._horizon(snap.time_s)
-        return [j for j in snap.pending
-                if j.left_to_slurm and j.num_gpus and not j.held
-                and not unschedulable(j.pending_reason)
-                and (j.eligible_time_s is None or j.eligible_time_s <= horizon)]
-
-    def _translate(self, snap: ClusterSnapshot, decisions: list[Decision],
-                   orders: list[tuple[str, list[SetPriority]]]
-                   ) -> tuple[list[Decision], list[Place]]:
-        """(writes for Slurm, changed plans that need no write); ``orders``: each
-        partition's SetPriority decisions, planned apart (``daemon/writes.py``)."""
-        written = self.store.written({d.job_id for d in decisions})
-        eligible: set[int] = set()
-        left = self._left_waiting(snap)   # once a cycle, for every partition
-        priorities = [w for part, order in orders
-                      for w in self._priority_writes(snap, part, order, written, eligible,
-                                                     left)]
-        return plan_writes(
-            snap, decisions, priorities, self.config.agent, written=written,
-            reservations=self.store.active_reservations(),
-            inflight_nodes={n for place, _ in self._inflight.values() for n in place.nodes},
-            resv_renewed=self._resv_renewed, eligible=eligible)
-
-    REFUSED_PAUSE_MAX_S = 600.0
-
-    def _past_backoff(self, writes: list[Decision], now_s: float) -> list[Decision]:
-        """``writes`` but those to jobs whose last write was refused and whose pause is not
-        over (reservations are always ended)."""
-        if not self._refused:
-            return writes
-        for job_id in [j for j, (until, _) in self._refused.items()
-                       if until < now_s - self.REFUSED_PAUSE_MAX_S]:
-            del self._refused[job_id]   # long past: forgotten
-        return [d for d in writes if isinstance(d, EndReservation)
-                or self._refused.get(d.job_id, (0.0, 0))[0] <= now_s]
-
-    def _note_refusals(self, results: list[WriteResult], now_s: float) -> None:
-        ok = {r.decision.job_id for r in results if r.ok}
-        for job_id in ok:
-            self._refused.pop(job_id, None)
-        for r in results:
-            d = r.decision
-            if r.status is not WriteStatus.REFUSED or d.job_id in ok \
-                    or isinstance(d, (Reserve, EndReservation)):
-                continue
-            _, count = self._refused.get(d.job_id, (0.0, 0))
-            pause = min(self.REFUSED_PAUSE_MAX_S,
-                        max(1.0, self.config.agent.interval_s) * 2 ** count)
-            self._refused[d.job_id] = (now_s + pause, count + 1)
-            (log.warning if count == 0 else log.debug)(
-                "job %s: Slurm refused the agent's %s (%s); no write to it for %.0f s%s",
-                d.job_id, type(d).__name__, r.message, pause,
-                "" if count == 0 else f" (refusal {count + 1} in a row)")
-
-    def _remember(self, results: list[WriteResult], snap: ClusterSnapshot) -> None:
-        self._note_refusals(results, snap.time_s)
-        marks = []
-        for r in results:
-            d = r.decision
-            if isinstance(d, Reserve):
-                if r.ok:
-                    self.store.add_reservation(d.name, d.job_id, ",".join(d.nodes), snap.time_s)
-                    self._resv_renewed[d.name] = snap.time_s
-            elif isinstance(d, EndReservation):
-                if r.ok or r.status is WriteStatus.VANISHED:
-                    self.store.end_reservation(d.name, snap.time_s)
-                    self._resv_renewed.pop(d.name, None)
-            elif isinstance(d, Preempt) and r.ok:
-                self._preempted.add(d.job_id)
-            elif isinstance(d, SetPriority) and d.site_factor and r.ok:
-                marks.append((d.job_id, "site_factor", str(d.priority)))
-            elif isinstance(d, Place) and r.ok:
-                marks.append((d.job_id, "place", place_key(d)))
-                if d.start_now:
-                    self._inflight[d.job_id] = (d, snap.time_s)
-        if marks:
-            self.store.mark_written(marks, snap.time_s)
 
     # ---- start-up -----------------------------------------------------------------------
     def _on_start(self, snap: ClusterSnapshot) -> None:
@@ -775,7 +325,7 @@ class Agent:
         repaired = self.sink.repair_half_done(snap)
         if repaired:
             log.info("repaired GPU requests of jobs %s", repaired)
-            self._record_repairs(snap, repaired)
+            self.recorder.repairs(self._cycle_no, snap, repaired)
         # Reservations named like ours that the store does not know (a crash right after
         # creating one) are adopted, so they are ended like any other.
         known = self.store.active_reservations()

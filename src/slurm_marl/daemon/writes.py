@@ -10,6 +10,7 @@ within one grace). Pure: the agent passes in what its store and memory say was w
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 from slurm_marl.daemon.config import AgentSection
 from slurm_marl.daemon.priorities import plan_priorities
@@ -143,6 +144,48 @@ def site_factor_writes(snap: ClusterSnapshot, order: list[SetPriority], site_fac
             for (d, _), p, c in zip(ranked, planned, current) if p != c]
 
 
+def translate(snap: ClusterSnapshot, decisions: list[Decision],
+              orders: list[tuple[str, list[SetPriority]]], cfg: AgentSection, *,
+              written: dict, reservations: dict, left: list[Job], inflight_nodes: set[str],
+              resv_renewed: dict[str, float]) -> tuple[list[Decision], list[Place]]:
+    """The pipeline's plan-writes stage: (writes for Slurm, changed plans that need no
+    write). ``orders``: each partition's SetPriority decisions, planned apart; ``left``:
+    the jobs left to Slurm that Slurm may start soon (admission's ``left_waiting``); the
+    rest as ``plan_writes`` takes them."""
+    eligible: set[int] = set()
+    priorities = [w for part, order in orders
+                  for w in _partition_priorities(snap, part, order, cfg, written, eligible,
+                                                 left)]
+    return plan_writes(snap, decisions, priorities, cfg, written=written,
+                       reservations=reservations, inflight_nodes=inflight_nodes,
+                       resv_renewed=resv_renewed, eligible=eligible)
+
+
+def _partition_priorities(snap: ClusterSnapshot, part: str, order: list[SetPriority],
+                          cfg: AgentSection, written: dict, eligible: set[int],
+                          left: list[Job]) -> list[SetPriority]:
+    """The partition's priority writes; adds to ``eligible`` the jobs that must not wait
+    behind the lease because a job left to Slurm would jump them (``ordered_writes``; not
+    for SiteFactor partitions, whose order only nudges Slurm's own)."""
+    if part in cfg.site_factor_partitions:
+        return site_factor_writes(snap, order, cfg.site_factor_max, written)
+    writes, head = ordered_writes(snap, order, cfg.priority_base,
+                                  [j for j in left if part in j.partition.split(",")],
+                                  cfg.eligible_ahead_gpus)
+    eligible.update(head)
+    return writes
+
+
+@dataclass
+class _Plan:
+    """``plan_writes``' work in progress."""
+
+    out: list[Decision]
+    advice: list[Place] = field(default_factory=list)
+    ending: set[str] = field(default_factory=set)     # reservations ended this cycle
+    placed_now: set[int] = field(default_factory=set)  # jobs started this cycle
+
+
 def plan_writes(snap: ClusterSnapshot, decisions: list[Decision],
                 priorities: list[SetPriority], cfg: AgentSection, *, written: dict,
                 reservations: dict, inflight_nodes: set[str], resv_renewed: dict[str, float],
@@ -154,10 +197,7 @@ def plan_writes(snap: ClusterSnapshot, decisions: list[Decision],
     nodes of jobs told to start and not yet running; ``resv_renewed``: when each
     reservation was last written; ``eligible``: waiting jobs to make eligible now rather
     than lease (``ordered_writes``: ahead of a job left to Slurm)."""
-    advice: list[Place] = []
-    out: list[Decision] = list(priorities)
-    ending: set[str] = set()
-    placed_now: set[int] = set()
+    plan = _Plan(out=list(priorities))
     # Nodes a job is being started on (this cycle, or told to start and not yet
     # running): a reservation there would keep that very job off them (a Slurm
     # reservation blocks every pending job not inside it), so none is made or kept.
@@ -169,66 +209,82 @@ def plan_writes(snap: ClusterSnapshot, decisions: list[Decision],
         if job is None:
             continue
         if isinstance(d, Place):
-            if not job.is_pending:
-                continue
-            name = reservation_name(job.job_id)
-            if not d.start_now and written.get((job.job_id, "place")) != place_key(d):
-                advice.append(d)
-            if d.start_now:
-                placed_now.add(job.job_id)
-                if name in reservations:   # ended first (the sink does), then started
-                    out.append(EndReservation(job.job_id, "agent",
-                                              "its job starts now", name=name))
-                    ending.add(name)
-                # Written before and the job is eligible: nothing to do. A job that is
-                # not eligible (requeued since, or its gate) needs StartTime=now again.
-                gated = (job.eligible_time_s is not None
-                         and job.eligible_time_s > snap.time_s + 1)
-                if gated or written.get((job.job_id, "place")) != place_key(d):
-                    out.append(d)
-            elif len(d.nodes) > 1:
-                nodes = ",".join(d.nodes)
-                if starting & set(d.nodes):
-                    if name in reservations:
-                        out.append(EndReservation(job.job_id, "agent", "another job "
-                                                  "starts on its nodes first", name=name))
-                        ending.add(name)
-                    continue
-                # Lasts one grace and is extended while the job waits, so a dead
-                # agent's reservation blocks its nodes for at most one grace.
-                stale = snap.time_s - resv_renewed.get(name, -1e18) \
-                    > cfg.grace_s / 3.0
-                if reservations.get(name, {}).get("nodes") != nodes or stale:
-                    out.append(Reserve(job.job_id, d.plugin, d.reason, name=name,
-                                       nodes=d.nodes, duration_s=float(cfg.grace_s)))
+            if job.is_pending:
+                _place(plan, snap, job, d, cfg, written, reservations, starting,
+                       resv_renewed)
         elif isinstance(d, Preempt):
             if job.is_running:
-                out.append(d)
-    # The lease: keep waiting jobs from becoming eligible behind the agent's back; but
-    # never let a job left to Slurm jump ahead of them (``eligible``).
+                plan.out.append(d)
+    _lease(plan, snap, decisions, cfg, eligible)
+    _end_stale_reservations(plan, snap, reservations)
+    return plan.out, plan.advice
+
+
+def _place(plan: _Plan, snap: ClusterSnapshot, job: Job, d: Place, cfg: AgentSection,
+           written: dict, reservations: dict, starting: set[str],
+           resv_renewed: dict[str, float]) -> None:
+    """A pending job's placement: started now (its reservation ended first), or, for a
+    multi-node job that waits, a reservation on its chosen nodes."""
+    out = plan.out
+    name = reservation_name(job.job_id)
+    if not d.start_now and written.get((job.job_id, "place")) != place_key(d):
+        plan.advice.append(d)
+    if d.start_now:
+        plan.placed_now.add(job.job_id)
+        if name in reservations:   # ended first (the sink does), then started
+            out.append(EndReservation(job.job_id, "agent", "its job starts now", name=name))
+            plan.ending.add(name)
+        # Written before and the job is eligible: nothing to do. A job that is
+        # not eligible (requeued since, or its gate) needs StartTime=now again.
+        gated = (job.eligible_time_s is not None
+                 and job.eligible_time_s > snap.time_s + 1)
+        if gated or written.get((job.job_id, "place")) != place_key(d):
+            out.append(d)
+    elif len(d.nodes) > 1:
+        nodes = ",".join(d.nodes)
+        if starting & set(d.nodes):
+            if name in reservations:
+                out.append(EndReservation(job.job_id, "agent", "another job "
+                                          "starts on its nodes first", name=name))
+                plan.ending.add(name)
+            return
+        # Lasts one grace and is extended while the job waits, so a dead
+        # agent's reservation blocks its nodes for at most one grace.
+        stale = snap.time_s - resv_renewed.get(name, -1e18) > cfg.grace_s / 3.0
+        if reservations.get(name, {}).get("nodes") != nodes or stale:
+            out.append(Reserve(job.job_id, d.plugin, d.reason, name=name,
+                               nodes=d.nodes, duration_s=float(cfg.grace_s)))
+
+
+def _lease(plan: _Plan, snap: ClusterSnapshot, decisions: list[Decision], cfg: AgentSection,
+           eligible: frozenset[int] | set[int]) -> None:
+    """The lease: keep waiting jobs from becoming eligible behind the agent's back; but
+    never let a job left to Slurm jump ahead of them (``eligible``)."""
     renew_before = snap.time_s + 2 * cfg.interval_s + 1
     decided = {d.job_id for d in decisions}
     for job in snap.pending:
-        if job.job_id in placed_now or job.job_id not in decided:
+        if job.job_id in plan.placed_now or job.job_id not in decided:
             continue
         if job.job_id in eligible:
             if job.eligible_time_s is not None and job.eligible_time_s > snap.time_s + 1:
-                out.append(Release(job.job_id, "queue", "eligible now: a job left to "
-                                   "Slurm, submitted after it, waits too; Slurm starts "
-                                   "this one first, in the agent's order"))
+                plan.out.append(Release(job.job_id, "queue", "eligible now: a job left to "
+                                        "Slurm, submitted after it, waits too; Slurm starts "
+                                        "this one first, in the agent's order"))
             continue
         if cfg.lease:
             if job.eligible_time_s is not None and job.eligible_time_s <= renew_before:
-                out.append(Defer(job.job_id, "lease", f"waits; eligible on its own in "
-                                 f"{cfg.grace_s} s unless the agent renews",
-                                 seconds=float(cfg.grace_s)))
-    # Reservations the agent owns whose job no longer waits (it runs inside it, ended,
-    # or vanished). A pending job keeps its reservation until it starts in it.
+                plan.out.append(Defer(job.job_id, "lease", f"waits; eligible on its own in "
+                                      f"{cfg.grace_s} s unless the agent renews",
+                                      seconds=float(cfg.grace_s)))
+
+
+def _end_stale_reservations(plan: _Plan, snap: ClusterSnapshot, reservations: dict) -> None:
+    """Reservations the agent owns whose job no longer waits (it runs inside it, ended,
+    or vanished). A pending job keeps its reservation until it starts in it."""
     for name, row in reservations.items():
         job = snap.job(row["job_id"]) if row["job_id"] else None
-        if name in ending:
+        if name in plan.ending:
             continue
         if job is None or not job.is_pending:
-            out.append(EndReservation(row["job_id"] or 0, "agent",
-                                      "its job started or is gone", name=name))
-    return out, advice
+            plan.out.append(EndReservation(row["job_id"] or 0, "agent",
+                                           "its job started or is gone", name=name))

@@ -1,0 +1,98 @@
+"""What the agent remembers of its own writes between cycles.
+
+Jobs told to start that Slurm has not started yet (in flight: admission holds them), jobs
+it requeued itself (it may restart them at once; a requeue by Slurm keeps Slurm's own
+delay), when each of its reservations was last written, and jobs whose last write Slurm
+refused. A refusal that will not change (a job Slurm holds, a request it will not take) is
+retried with a doubling pause, not every cycle, and logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from slurm_marl.daemon.writes import place_key
+from slurm_marl.domain import (ClusterSnapshot, Decision, EndReservation, Place, Preempt,
+                               Reserve, SetPriority)
+from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Written:
+    """What a cycle's accepted writes change in the store."""
+
+    reservations_added: list[tuple[str, int, str]] = field(default_factory=list)
+    reservations_ended: list[str] = field(default_factory=list)
+    # (job id, kind, value): what was written, for the next cycle's ``written``
+    marks: list[tuple[int, str, str]] = field(default_factory=list)
+
+
+class WriteMemory:
+    REFUSED_PAUSE_MAX_S = 600.0
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        # job id -> (placement, when it was told to start)
+        self.inflight: dict[int, tuple[Place, float]] = {}
+        self.preempted: set[int] = set()
+        self.resv_renewed: dict[str, float] = {}
+        # job id -> (no write before, refusals in a row)
+        self.refused: dict[int, tuple[float, int]] = {}
+
+    def inflight_nodes(self) -> set[str]:
+        return {n for place, _ in self.inflight.values() for n in place.nodes}
+
+    def past_backoff(self, writes: list[Decision], now_s: float) -> list[Decision]:
+        """``writes`` but those to jobs whose last write was refused and whose pause is not
+        over (reservations are always ended)."""
+        if not self.refused:
+            return writes
+        for job_id in [j for j, (until, _) in self.refused.items()
+                       if until < now_s - self.REFUSED_PAUSE_MAX_S]:
+            del self.refused[job_id]   # long past: forgotten
+        return [d for d in writes if isinstance(d, EndReservation)
+                or self.refused.get(d.job_id, (0.0, 0))[0] <= now_s]
+
+    def remember(self, results: list[WriteResult], snap: ClusterSnapshot) -> Written:
+        """Take in a cycle's write results; what they change in the store."""
+        self._note_refusals(results, snap.time_s)
+        out = Written()
+        for r in results:
+            d = r.decision
+            if isinstance(d, Reserve):
+                if r.ok:
+                    out.reservations_added.append((d.name, d.job_id, ",".join(d.nodes)))
+                    self.resv_renewed[d.name] = snap.time_s
+            elif isinstance(d, EndReservation):
+                if r.ok or r.status is WriteStatus.VANISHED:
+                    out.reservations_ended.append(d.name)
+                    self.resv_renewed.pop(d.name, None)
+            elif isinstance(d, Preempt) and r.ok:
+                self.preempted.add(d.job_id)
+            elif isinstance(d, SetPriority) and d.site_factor and r.ok:
+                out.marks.append((d.job_id, "site_factor", str(d.priority)))
+            elif isinstance(d, Place) and r.ok:
+                out.marks.append((d.job_id, "place", place_key(d)))
+                if d.start_now:
+                    self.inflight[d.job_id] = (d, snap.time_s)
+        return out
+
+    def _note_refusals(self, results: list[WriteResult], now_s: float) -> None:
+        ok = {r.decision.job_id for r in results if r.ok}
+        for job_id in ok:
+            self.refused.pop(job_id, None)
+        for r in results:
+            d = r.decision
+            if r.status is not WriteStatus.REFUSED or d.job_id in ok \
+                    or isinstance(d, (Reserve, EndReservation)):
+                continue
+            _, count = self.refused.get(d.job_id, (0.0, 0))
+            pause = min(self.REFUSED_PAUSE_MAX_S, max(1.0, self.interval_s) * 2 ** count)
+            self.refused[d.job_id] = (now_s + pause, count + 1)
+            (log.warning if count == 0 else log.debug)(
+                "job %s: Slurm refused the agent's %s (%s); no write to it for %.0f s%s",
+                d.job_id, type(d).__name__, r.message, pause,
+                "" if count == 0 else f" (refusal {count + 1} in a row)")

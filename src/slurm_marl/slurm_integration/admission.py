@@ -1,0 +1,299 @@
+"""Admission: which of Slurm's jobs the agent may decide this cycle, and why not.
+
+The one place that answers it, at the Slurm door (the daemon's pipeline asks it once a
+cycle, between reading Slurm and deciding). A job is not the agent's to decide when:
+
+- its request cannot be modelled (``Job.left_to_slurm``, set when Slurm's record is read:
+  arrays, ``--gpus-per-task``, several partitions, ...): Slurm alone schedules it; one the
+  gate delayed gets its start released at once (a user's own later ``--begin`` is kept);
+- it is held (by a user, an admin or Slurm itself) or cannot run now (a dependency, ...):
+  nothing is written to it;
+- its user's ``--begin`` has not come (the gate's marker keeps it): the agent starts it no
+  earlier;
+- Slurm requeued it (a node failure) and its delay stands, or its begin time lies beyond
+  the gate's grace (the user's or Slurm's, not the agent's lease);
+- it was told to start and Slurm has not started it yet (an in-flight start): not decided
+  again, its planned GPUs count as taken.
+
+A running job outside ``preempt_partitions`` is admitted as not preemptible. A job the
+agent itself narrowed or pinned earlier is read back as its user's request (the marker).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
+
+from slurm_marl.domain import (ACTIVE_STATES, ClusterSnapshot, Decision, Job, JobState, Place,
+                               Release)
+from slurm_marl.slurm_integration.marker import (marker_gpus_per_node, parse_marker,
+                                                 requested_gpu_fields, user_begin,
+                                                 user_gpu_request)
+from slurm_marl.slurm_integration.vocabulary import unschedulable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdmissionRules:
+    """What of the agent's configuration admission reads."""
+
+    grace_s: float                          # the gate's delay (``agent.grace_s``)
+    interval_s: float                       # the cycle's interval (``agent.interval_s``)
+    preempt_partitions: Collection[str] = ()  # where the agent may requeue jobs
+
+
+@dataclass
+class Admitted:
+    """One cycle's admission."""
+
+    # the snapshot with in-flight starts held: their jobs gone, their planned GPUs taken
+    held: ClusterSnapshot
+    # each managed partition's jobs the agent may decide (``decidable``), by partition
+    views: dict[str, ClusterSnapshot]
+    # jobs left to Slurm whose gate delay is released now (written with the cycle's writes)
+    released: list[Release] = field(default_factory=list)
+    # (decision, status, message) rows for the decision log: jobs left to Slurm, first seen
+    logged: list[tuple[Decision, str, str]] = field(default_factory=list)
+    # why a pending job is left alone this cycle (held, its user's begin time), by job
+    alone: dict[int, str] = field(default_factory=dict)
+
+
+def partition_view(snap: ClusterSnapshot, partition: str) -> ClusterSnapshot:
+    """The part of the cluster one agent decides for: its nodes and the jobs that may run
+    there (a job submitted to several partitions is seen by each)."""
+    return partition_views(snap, [partition])[partition]
+
+
+def partition_views(snap: ClusterSnapshot, partitions: list[str]
+                    ) -> dict[str, ClusterSnapshot]:
+    """``partition_view`` of each partition, in one pass over the jobs: a running job is in
+    the partitions of its nodes, any other job in those it was submitted to."""
+    wanted = set(partitions)
+    nodes: dict[str, list] = {p: [] for p in partitions}
+    parts_of_node: dict[str, tuple[str, ...]] = {}
+    for n in snap.nodes:
+        parts_of_node[n.name] = n.partitions
+        for p in n.partitions:
+            if p in wanted:
+                nodes[p].append(n)
+    jobs: dict[str, list] = {p: [] for p in partitions}
+    by_nodes: dict[tuple[str, ...], tuple[str, ...]] = {}     # memo: alike jobs abound
+    by_request: dict[str, tuple[str, ...]] = {}
+    active = ACTIVE_STATES
+    for j in snap.jobs:
+        if j.state in active:
+            parts = by_nodes.get(j.nodes)
+            if parts is None:
+                parts = by_nodes[j.nodes] = tuple(sorted(
+                    {p for n in j.nodes for p in parts_of_node.get(n, ()) if p in wanted}))
+        else:
+            parts = by_request.get(j.partition)
+            if parts is None:
+                parts = by_request[j.partition] = tuple(
+                    p for p in dict.fromkeys(j.partition.split(",")) if p in wanted)
+        for p in parts:
+            jobs[p].append(j)
+    return {p: ClusterSnapshot(time_s=snap.time_s, nodes=tuple(nodes[p]), jobs=tuple(jobs[p]),
+                               partitions=tuple(x for x in snap.partitions if x.name == p),
+                               switches=snap.switches)
+            for p in partitions}
+
+
+class Admission:
+    """Admits jobs cycle after cycle; remembers only which jobs left to Slurm it has
+    logged (each is logged and recorded once)."""
+
+    def __init__(self, rules: AdmissionRules) -> None:
+        self.rules = rules
+        self._left_logged: set[int] = set()
+
+    def admit(self, snap: ClusterSnapshot, managed: list[str],
+              inflight: dict[int, tuple[Place, float]], preempted: Collection[int]
+              ) -> Admitted:
+        """The cycle's admission of ``snap`` for the ``managed`` partitions Slurm lists.
+        ``inflight``: jobs told to start, with their placement and when (those gone,
+        running or past their time are removed from it); ``preempted``: jobs this agent
+        requeued itself (it may restart them at once; Slurm's own requeue delay stands)."""
+        released, logged = self._left_to_slurm(snap, managed)
+        held = self.hold_inflight(snap, inflight)
+        alone: dict[int, str] = {}
+        views = partition_views(held, managed)
+        decidable = {part: self.decidable(views[part], part, preempted, alone)
+                     for part in managed}
+        return Admitted(held, decidable, released, logged, alone)
+
+    def horizon(self, now_s: float) -> float:
+        """How far ahead a begin time still counts as the gate's grace (a job whose begin
+        is later is the user's or Slurm's, not the agent's to decide or to count)."""
+        return now_s + self.rules.grace_s + 2 * self.rules.interval_s
+
+    def may_requeue(self, part: str, victim: Job | None) -> bool:
+        """Whether the agent may requeue ``victim`` for a job of ``part``: both partitions
+        are among ``preempt_partitions``, wherever the victim runs (a job of an unmanaged
+        partition on shared nodes is never requeued)."""
+        allowed = self.rules.preempt_partitions
+        return (victim is not None and part in allowed
+                and bool(victim.partition) and victim.partition in allowed)
+
+    def left_waiting(self, snap: ClusterSnapshot) -> list[Job]:
+        """Pending GPU jobs left to Slurm that Slurm may start now or within one grace
+        (not held, no unmet dependency, no later begin time of their own)."""
+        horizon = self.horizon(snap.time_s)
+        return [j for j in snap.pending
+                if j.left_to_slurm and j.num_gpus and not j.held
+                and not unschedulable(j.pending_reason)
+                and (j.eligible_time_s is None or j.eligible_time_s <= horizon)]
+
+    # ---- jobs left to Slurm -------------------------------------------------------------
+    def _left_to_slurm(self, snap: ClusterSnapshot, managed: list[str]
+                       ) -> tuple[list[Release], list[tuple[Decision, str, str]]]:
+        """Pending jobs whose request the agent cannot model: never decided, never leased.
+        (releases of those the gate delayed, decision-log rows of those first seen)."""
+        released: list[Release] = []
+        logged: list[tuple[Decision, str, str]] = []
+        for job in snap.pending:
+            if not job.left_to_slurm or not any(p in managed
+                                                for p in job.partition.split(",")):
+                continue
+            marker = parse_marker(job.admin_comment)
+            if job.held:
+                # held by a user, an admin or Slurm itself: no write at all (a start time
+                # written to it would be refused, or outlive the hold)
+                continue
+            if marker is not None and not job.num_gpus and requested_gpu_fields(marker):
+                # a GPU request emptied by an older agent's half-done re-pin: repaired by
+                # repair_half_done, never released without its GPUs
+                continue
+            gated = self._gate_delayed(job, marker is not None, snap.time_s)
+            release = Release(job.job_id, "left-to-slurm", f"left to Slurm: {job.left_to_slurm}")
+            if job.job_id not in self._left_logged:
+                self._left_logged.add(job.job_id)
+                log.info("job %s: left to Slurm (%s)%s", job.job_id, job.left_to_slurm,
+                         "; its gate delay is released" if gated else "")
+                if not gated:
+                    logged.append((release, "skipped", "nothing to write"))
+            if gated:
+                released.append(release)
+        if len(self._left_logged) > 100_000:
+            self._left_logged.clear()
+        return released, logged
+
+    def _gate_delayed(self, job: Job, marked: bool, now_s: float) -> bool:
+        """Whether the job's begin time is the gate's delay (not its user's, not Slurm's
+        after a requeue)."""
+        return (marked and job.eligible_time_s is not None
+                and job.eligible_time_s > now_s + 1
+                and job.eligible_time_s <= job.submit_time_s + self.rules.grace_s + 5
+                and job.restart_count == 0)
+
+    # ---- in-flight starts ---------------------------------------------------------------
+    def hold_inflight(self, snap: ClusterSnapshot, inflight: dict[int, tuple[Place, float]]
+                      ) -> ClusterSnapshot:
+        """Slurm starts a released job a moment after ``StartTime=now``. Until it does (or
+        six intervals pass), the job is not re-decided, and its planned GPUs count as
+        taken, so the next cycle neither moves it nor gives its GPUs to another job. For
+        deciding only: writes see the real state."""
+        ttl = max(5.0, 6 * self.rules.interval_s)
+        held: dict[str, set[int]] = {}
+        skip: set[int] = set()
+        for job_id, (place, when) in list(inflight.items()):
+            job = snap.job(job_id)
+            if job is None or not job.is_pending or snap.time_s - when > ttl:
+                del inflight[job_id]
+                continue
+            skip.add(job_id)
+            _take_planned(snap, place, held)
+        if not skip:
+            return snap
+        nodes = tuple(replace(n, used_gpu_indices=n.used_gpu_indices | held[n.name])
+                      if n.name in held else n for n in snap.nodes)
+        return replace(snap, nodes=nodes, jobs=tuple(j for j in snap.jobs
+                                                     if j.job_id not in skip))
+
+    # ---- the jobs of one partition ------------------------------------------------------
+    def decidable(self, view: ClusterSnapshot, part: str = "",
+                  preempted: Collection[int] = (), alone: dict[int, str] | None = None
+                  ) -> ClusterSnapshot:
+        """``view`` without the pending jobs the agent must not touch (the module's list);
+        why a held or not-yet-begun job is left alone goes into ``alone``. Running jobs
+        outside ``preempt_partitions`` (or all, if ``part`` is not one) are marked not
+        preemptible. A job the agent narrowed to one GPU group (moving its request to the
+        per-job field) is read as the per-node request its user made (the marker)."""
+        alone = alone if alone is not None else {}
+        horizon = self.horizon(view.time_s)
+        keep = []
+        pending = JobState.PENDING
+        for j in view.jobs:
+            if j.state is pending:
+                j = self._pending_admitted(j, view.time_s, horizon, preempted, alone)
+                if j is None:
+                    continue
+            elif j.preemptible and not self.may_requeue(part, j):
+                j = j.with_(preemptible=False)
+            keep.append(j)
+        return ClusterSnapshot(time_s=view.time_s, nodes=view.nodes, jobs=tuple(keep),
+                               partitions=view.partitions, switches=view.switches)
+
+    def _pending_admitted(self, j: Job, now_s: float, horizon: float,
+                          preempted: Collection[int], alone: dict[int, str]) -> Job | None:
+        """A pending job as the agent decides it, or None if it is not the agent's."""
+        if j.left_to_slurm:
+            return None
+        if j.held or unschedulable(j.pending_reason):
+            alone[j.job_id] = (
+                f"held by Slurm ({j.pending_reason or 'priority 0'}): nothing written "
+                "until it is released" if j.held else
+                f"cannot run now ({j.pending_reason}): nothing written")
+            return None
+        marker = parse_marker(j.admin_comment)
+        begin = user_begin(j, marker)
+        if begin is not None and begin > now_s:
+            # the user's --begin: Slurm alone would not start it yet
+            alone[j.job_id] = (
+                "waits for its user's begin time "
+                f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(begin))}"
+                ": the agent starts it no earlier")
+            return None
+        if marker is not None:
+            j = _as_user_asked(j, marker)
+        if (j.restart_count > 0 and j.job_id not in preempted
+                and j.eligible_time_s and j.eligible_time_s > now_s + 1):
+            return None  # requeued by Slurm (node failure...): Slurm's delay stands
+        # a user's later --begin is theirs; Slurm's own delay after a requeue
+        # (cred_expire + 1 s) is not, and the agent restarts such jobs in turn
+        if j.eligible_time_s and j.eligible_time_s > horizon and j.restart_count == 0:
+            return None
+        return j
+
+
+def _as_user_asked(j: Job, marker) -> Job:
+    """A marked job with the agent's own earlier pins taken off: read as its user asked."""
+    if j.required_nodes and marker.user_gave_no_nodes:
+        # Slurm keeps the agent's ReqNodeList across a requeue; unless the user named
+        # nodes at submission, it is the agent's own pin, not a constraint (else a
+        # preempted job could only ever resume where it ran before).
+        j = j.with_(required_nodes=())
+    if j.gpu_type is not None and user_gpu_request(j)[1] is None:
+        j = j.with_(gpu_type=None)  # the agent's own earlier pin, not the user's
+    if j.gpus_per_job and not j.gpus_per_node and marker.per_node_request:
+        # the agent's own narrowing (TresPerJob, NumNodes=1-1): still the user's
+        # per-node request, not a per-job one free to spread over nodes
+        per_node = marker_gpus_per_node(marker)
+        j = j.with_(gpus_per_node=per_node, gpus_per_job=0,
+                    node_count=max(1, j.gpus_per_job // per_node))
+    return j
+
+
+def _take_planned(snap: ClusterSnapshot, place: Place, held: dict[str, set[int]]) -> None:
+    """The GPUs an in-flight placement will take, added to ``held`` (by node)."""
+    for a in place.allocs:
+        node = snap.node(a.node)
+        if node is None or a.group >= len(node.gpu_groups):
+            continue
+        taken = held.setdefault(a.node, set())
+        free = [i for i in node.free_in_group(node.gpu_groups[a.group]) if i not in taken]
+        taken.update(free[:a.gpus])
+
