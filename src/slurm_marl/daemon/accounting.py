@@ -114,82 +114,114 @@ def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
     """Fold ``snapshot`` into ``records`` (mutated and returned) and enrich its jobs.
     ``memo`` (kept by the caller from cycle to cycle) only saves work: the result is the
     same without it."""
-    now = snapshot.time_s
-    colo_now = colocation(snapshot)
-    colocated_seen = colocated_seen if colocated_seen is not None else {}
-    runs: list[FinishedRun] = []
-    enriched: list[Job] = []
-    seen: set[int] = set()
-    last_merged = memo.merged if memo is not None else {}
-    last_enriched = memo.enriched if memo is not None else {}
-    merged: dict[int, dict] = {}
-    kept: dict[int, tuple] = {}
-    running_state, pending_state = JobState.RUNNING, JobState.PENDING
-    for job in snapshot.jobs:
+    fold = _Fold(snapshot.time_s, colocation(snapshot),
+                 colocated_seen if colocated_seen is not None else {}, memo)
+    enriched = [fold.job(job, records) for job in snapshot.jobs]
+    if memo is not None:
+        memo.merged, memo.enriched = fold.merged, fold.kept
+    fold.vanished(records)
+    snap = ClusterSnapshot(time_s=snapshot.time_s, nodes=snapshot.nodes,
+                           jobs=tuple(enriched), partitions=snapshot.partitions,
+                           switches=snapshot.switches)
+    return AccountingResult(snap, list(records.values()), fold.runs)
+
+
+class _Fold:
+    """One snapshot folded into the job records, job by job."""
+
+    def __init__(self, now: float, colo_now: dict, colocated_seen: dict[int, dict],
+                 memo: AccountMemo | None) -> None:
+        self.now = now
+        self.colo_now = colo_now
+        self.colocated_seen = colocated_seen
+        self.runs: list[FinishedRun] = []
+        self.seen: set[int] = set()
+        self.last_merged = memo.merged if memo is not None else {}
+        self.last_enriched = memo.enriched if memo is not None else {}
+        self.merged: dict[int, dict] = {}
+        self.kept: dict[int, tuple] = {}
+
+    def job(self, job: Job, records: dict[int, JobRecord]) -> Job:
+        """Fold one job into its record (made if new); the job enriched."""
         job_id = job.job_id
         state = job.state
-        running = state is running_state    # holds GPUs (not COMPLETING / SUSPENDED)
-        pending = state is pending_state
-        seen.add(job_id)
+        running = state is JobState.RUNNING    # holds GPUs (not COMPLETING / SUSPENDED)
+        pending = state is JobState.PENDING
+        self.seen.add(job_id)
         rec = records.get(job_id)
         if rec is None:
-            rec = JobRecord(job_id=job_id, user=job.user, name=job.name,
-                            partition=job.partition, num_gpus=job.num_gpus,
-                            submit_time_s=job.submit_time_s,
-                            queue_since_s=job.submit_time_s, restart_count=job.restart_count)
-            records[job_id] = rec
+            rec = records[job_id] = JobRecord(
+                job_id=job_id, user=job.user, name=job.name, partition=job.partition,
+                num_gpus=job.num_gpus, submit_time_s=job.submit_time_s,
+                queue_since_s=job.submit_time_s, restart_count=job.restart_count)
         if rec.finished_s is not None and (pending or state in ACTIVE_STATES):
             # Gone from Slurm's list and back (its partition renamed and restored across
             # slurmctld restarts): live again, its record and attained service kept
             rec.finished_s = None
         if running:
-            # GPUs actually held (a COMPLETING job reports only the nodes still cleaning up)
-            alloc_text, held = _alloc(job.gpu_alloc)
-            rec.num_gpus = held or job.num_gpus
-            if rec.run_start_s is not None and job.restart_count > rec.restart_count:
-                # requeued and restarted between two cycles: close the earlier run
-                _fold_run(rec, _run_end(rec, now), "REQUEUED",
-                          colocated_seen.pop(job_id, {}), runs)
-                rec.preemptions += 1
-            if rec.run_start_s is None:
-                rec.run_start_s = job.start_time_s or now
-            rec.last_running_s = now
-            rec.nodes = _joined(job.nodes)
-            rec.gpu_alloc = alloc_text
-            entry = colo_now.get(job_id, {})
-            if job_id not in colocated_seen or last_merged.get(job_id) is not entry:
-                seen_levels = colocated_seen.setdefault(job_id, {})
-                for lvl, names in entry.items():
-                    seen_levels[lvl] = sorted(set(seen_levels.get(lvl, [])) | set(names))
-            merged[job_id] = entry
+            self._running(job, rec)
         elif pending:
-            rec.num_gpus = job.num_gpus or rec.num_gpus
-            if rec.run_start_s is not None:  # it ran and came back: requeued / preempted
-                _fold_run(rec, _run_end(rec, now), "REQUEUED",
-                          colocated_seen.pop(job_id, {}), runs)
-                rec.preemptions += 1
-                rec.queue_since_s = now
-        elif state.is_active:
-            pass  # COMPLETING / SUSPENDED: the run is closed when the job moves on
-        else:  # finished
-            if rec.run_start_s is not None:
-                end = job.end_time_s if job.end_time_s and job.end_time_s <= now else \
-                    _run_end(rec, now)
-                _fold_run(rec, end, _STATE_TEXT[state], colocated_seen.pop(job_id, {}), runs)
-            if rec.finished_s is None:
-                rec.finished_s = job.end_time_s or now
+            self._pending(job, rec)
+        elif not state.is_active:
+            self._finished(job, rec)
+        # (COMPLETING / SUSPENDED: the run is closed when the job moves on)
         rec.restart_count = job.restart_count
         rec.last_state = _STATE_TEXT[state]
-        rec.last_seen_s = now
+        rec.last_seen_s = self.now
+        return self._enriched(job, rec, running)
 
+    def _close_run(self, rec: JobRecord, state: str, end_s: float | None = None) -> None:
+        _fold_run(rec, _run_end(rec, self.now) if end_s is None else end_s, state,
+                  self.colocated_seen.pop(rec.job_id, {}), self.runs)
+
+    def _running(self, job: Job, rec: JobRecord) -> None:
+        job_id = job.job_id
+        # GPUs actually held (a COMPLETING job reports only the nodes still cleaning up)
+        alloc_text, held = _alloc(job.gpu_alloc)
+        rec.num_gpus = held or job.num_gpus
+        if rec.run_start_s is not None and job.restart_count > rec.restart_count:
+            # requeued and restarted between two cycles: close the earlier run
+            self._close_run(rec, "REQUEUED")
+            rec.preemptions += 1
+        if rec.run_start_s is None:
+            rec.run_start_s = job.start_time_s or self.now
+        rec.last_running_s = self.now
+        rec.nodes = _joined(job.nodes)
+        rec.gpu_alloc = alloc_text
+        entry = self.colo_now.get(job_id, {})
+        seen = self.colocated_seen
+        if job_id not in seen or self.last_merged.get(job_id) is not entry:
+            seen_levels = seen.setdefault(job_id, {})
+            for lvl, names in entry.items():
+                seen_levels[lvl] = sorted(set(seen_levels.get(lvl, [])) | set(names))
+        self.merged[job_id] = entry
+
+    def _pending(self, job: Job, rec: JobRecord) -> None:
+        rec.num_gpus = job.num_gpus or rec.num_gpus
+        if rec.run_start_s is not None:  # it ran and came back: requeued / preempted
+            self._close_run(rec, "REQUEUED")
+            rec.preemptions += 1
+            rec.queue_since_s = self.now
+
+    def _finished(self, job: Job, rec: JobRecord) -> None:
+        now = self.now
+        if rec.run_start_s is not None:
+            end = job.end_time_s if job.end_time_s and job.end_time_s <= now else None
+            self._close_run(rec, _STATE_TEXT[job.state], end)
+        if rec.finished_s is None:
+            rec.finished_s = job.end_time_s or now
+
+    def _enriched(self, job: Job, rec: JobRecord, running: bool) -> Job:
+        """The job with what its record knows; a job not running whose inputs did not
+        change is the same object as last cycle (``AccountMemo``)."""
         attained = rec.attained_gpu_s
         if running and rec.run_start_s is not None:
-            attained += rec.num_gpus * max(0.0, now - rec.run_start_s)
+            attained += rec.num_gpus * max(0.0, self.now - rec.run_start_s)
         # Slurm resets SubmitTime when it requeues a job; Tiresias' FIFO inside a queue is
         # by arrival, so the first submit time seen is kept.
         values = (attained, rec.last_run_s, rec.submit_time_s or job.submit_time_s,
                   rec.queue_since_s, rec.preemptions, job.model_type or rec.model_type)
-        last = last_enriched.get(job_id)
+        last = self.last_enriched.get(job.job_id)
         if last is not None and last[0] is job and last[1] == values:
             out = last[2]
         else:
@@ -197,18 +229,15 @@ def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
                             submit_time_s=values[2], queue_since_s=values[3],
                             preemptions=values[4], model_type=values[5])
         if not running:     # a running job's service moves every cycle: not kept
-            kept[job_id] = (job, values, out)
-        enriched.append(out)
-    if memo is not None:
-        memo.merged, memo.enriched = merged, kept
-    # Jobs that left squeue while we thought they ran (MinJobAge passed, slurmctld restart).
-    for job_id, rec in records.items():
-        if job_id in seen or rec.finished_s is not None:
-            continue
-        if rec.run_start_s is not None:
-            _fold_run(rec, _run_end(rec, now), "GONE", colocated_seen.pop(job_id, {}),
-                      runs)
-        rec.finished_s = rec.last_seen_s or now
-    snap = ClusterSnapshot(time_s=now, nodes=snapshot.nodes, jobs=tuple(enriched),
-                           partitions=snapshot.partitions, switches=snapshot.switches)
-    return AccountingResult(snap, list(records.values()), runs)
+            self.kept[job.job_id] = (job, values, out)
+        return out
+
+    def vanished(self, records: dict[int, JobRecord]) -> None:
+        """Jobs that left squeue while we thought they ran (MinJobAge passed, slurmctld
+        restart)."""
+        for job_id, rec in records.items():
+            if job_id in self.seen or rec.finished_s is not None:
+                continue
+            if rec.run_start_s is not None:
+                self._close_run(rec, "GONE")
+            rec.finished_s = rec.last_seen_s or self.now

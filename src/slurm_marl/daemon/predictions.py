@@ -161,28 +161,48 @@ class DaemonPredictor:
         finite, negative, not a number) are skipped with a warning and deleted at the next
         save."""
         now = snap.time_s
-        jobs = {j.job_id: j for j in snap.jobs}
         skipped: list[str] = []
         n_history, stored_subs = self._restore_history(history, now, skipped)
+        n_scored = self._restore_scored(scored, now, skipped)
+        restored = self._valid_predictions(predictions, now, skipped)
+        jobs = {j.job_id: j for j in snap.jobs}
+        for arrival, job_id, part, pred, made, done in sorted(restored):
+            self._take_back(job_id, part, pred, made, done, arrival,
+                            stored_subs.get(job_id, (None, None)), jobs.get(job_id))
+        if skipped:
+            log.warning("GPU-time predictions: %d stored rows skipped: %s%s", len(skipped),
+                        "; ".join(skipped[:5]), "; ..." if len(skipped) > 5 else "")
+        log.info("GPU-time predictor: %d predictions, %d scored pairs and %d history rows "
+                 "restored from the store", len(restored), n_scored, n_history)
+
+    def _restore_scored(self, scored: list[tuple], now: float, skipped: list[str]) -> int:
+        """The gate scores the stored pairs again, in their order; how many."""
+        if self.gate is None:
+            return 0
         n_scored = 0
-        if self.gate is not None:
-            for row in scored:
-                row_id, job_id, part, pred, truth, made, finished, scored_s, arrival = row
-                pred, truth = _number(pred), _number(truth)
-                made, finished, scored_s = (_number(t, -math.inf)
-                                            for t in (made, finished, scored_s))
-                problem = (
-                    "not a number" if None in (pred, truth, made, finished, scored_s)
-                    or not isinstance(part, str) or not isinstance(arrival, int)
-                    or arrival < 0
-                    else "finished after the restart" if max(finished, scored_s) > now
-                    else "predicted after it was scored" if made > scored_s else "")
-                if problem:
-                    skipped.append(f"scored pair of job {job_id} ({problem})")
-                    self._unsaved_bad_scored.append(row_id)
-                    continue
-                self.gate.score(part, pred, truth, arrival)
-                n_scored += 1
+        for row in scored:
+            row_id, job_id, part, pred, truth, made, finished, scored_s, arrival = row
+            pred, truth = _number(pred), _number(truth)
+            made, finished, scored_s = (_number(t, -math.inf)
+                                        for t in (made, finished, scored_s))
+            problem = (
+                "not a number" if None in (pred, truth, made, finished, scored_s)
+                or not isinstance(part, str) or not isinstance(arrival, int)
+                or arrival < 0
+                else "finished after the restart" if max(finished, scored_s) > now
+                else "predicted after it was scored" if made > scored_s else "")
+            if problem:
+                skipped.append(f"scored pair of job {job_id} ({problem})")
+                self._unsaved_bad_scored.append(row_id)
+                continue
+            self.gate.score(part, pred, truth, arrival)
+            n_scored += 1
+        return n_scored
+
+    def _valid_predictions(self, predictions: list[tuple], now: float, skipped: list[str]
+                           ) -> list[tuple]:
+        """The stored predictions that can be taken back, as (arrival or -1, job id,
+        partition, prediction, when made, GPU-seconds done); the others skipped."""
         restored = []
         for row in predictions:
             job_id, part, pred, made, arrival, done = row
@@ -199,30 +219,29 @@ class DaemonPredictor:
                 continue
             restored.append((arrival if arrival is not None else -1, job_id, part, pred,
                              made, done))
-        for arrival, job_id, part, pred, made, done in sorted(restored):
-            self.predicted[job_id] = pred
-            if done:
-                self._gpu_s[job_id] = done
-            # the request it was predicted from (in the features already), or for a store
-            # without it, the request Slurm lists now
-            sub, stored_id = stored_subs.get(job_id, (None, None))
-            job = jobs.get(job_id)
-            if sub is not None:
-                self._subs[job_id] = sub
-            elif job is not None:
-                sub = self._subs[job_id] = submission(job)
-                self.state.submitted(sub)
-            if stored_id is not None:      # a listed array job's is updated each cycle
-                self._sacct_ids[job_id] = stored_id
-            if self.gate is not None:
-                arrival = self.gate.record(job_id, part, pred,
-                                           arrival if arrival >= 0 else None)
-            self._made[job_id] = (part, made, arrival if arrival >= 0 else None)
-        if skipped:
-            log.warning("GPU-time predictions: %d stored rows skipped: %s%s", len(skipped),
-                        "; ".join(skipped[:5]), "; ..." if len(skipped) > 5 else "")
-        log.info("GPU-time predictor: %d predictions, %d scored pairs and %d history rows "
-                 "restored from the store", len(restored), n_scored, n_history)
+        return restored
+
+    def _take_back(self, job_id: int, part: str, pred: float, made: float, done: float,
+                   arrival: int, stored: tuple, job) -> None:
+        """One stored prediction kept as it was made (``stored``: its submission and
+        ``sacct_id`` from the history rows, if any; ``job``: Slurm's listing now, if
+        any)."""
+        self.predicted[job_id] = pred
+        if done:
+            self._gpu_s[job_id] = done
+        # the request it was predicted from (in the features already), or for a store
+        # without it, the request Slurm lists now
+        sub, stored_id = stored
+        if sub is not None:
+            self._subs[job_id] = sub
+        elif job is not None:
+            sub = self._subs[job_id] = submission(job)
+            self.state.submitted(sub)
+        if stored_id is not None:      # a listed array job's is updated each cycle
+            self._sacct_ids[job_id] = stored_id
+        if self.gate is not None:
+            arrival = self.gate.record(job_id, part, pred, arrival if arrival >= 0 else None)
+        self._made[job_id] = (part, made, arrival if arrival >= 0 else None)
 
     def _restore_history(self, rows: list[tuple], now: float, skipped: list[str]
                          ) -> tuple[int, dict[int, tuple[Submission, str | None]]]:
