@@ -416,7 +416,7 @@ def test_the_daemon_guards_a_profile_without_a_guard_unless_told_not_to(caplog):
     import logging
 
     from slurm_marl.daemon.config import parse_config
-    from slurm_marl.daemon.service import _agent_profile
+    from slurm_marl.daemon.wiring import _agent_profile
     from slurm_marl.policy.guard import DEFAULT_GUARD, guard_settings
     from slurm_marl.policy.profile import with_default_guard
 

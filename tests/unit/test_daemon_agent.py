@@ -275,7 +275,7 @@ def test_a_partition_with_its_own_profile_is_decided_by_its_own_policy(tmp_path)
 def test_build_agent_loads_each_partitions_profile_and_names_a_bad_one(tmp_path):
     import pytest
 
-    from slurm_marl.daemon.service import build_agent
+    from slurm_marl.daemon.wiring import build_agent
     from slurm_marl.policy.profile import ProfileError
 
     knobs = tmp_path / "knobs.toml"     # as `slurm-marl train thresholds` writes one

@@ -15,7 +15,8 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from slurm_marl.daemon.config import Config
 from slurm_marl.daemon.leader import AgentLocks, holder_text
 from slurm_marl.daemon.metrics import Metrics
-from slurm_marl.daemon.service import Agent, build_agent
+from slurm_marl.daemon.service import Agent
+from slurm_marl.daemon.wiring import build_agent
 from slurm_marl.daemon.systemd import Notifier
 
 log = logging.getLogger("slurm_marl.daemon")
