@@ -116,7 +116,7 @@ def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
     same without it."""
     fold = _Fold(snapshot.time_s, colocation(snapshot),
                  colocated_seen if colocated_seen is not None else {}, memo)
-    enriched = [fold.job(job, records) for job in snapshot.jobs]
+    enriched = fold.jobs(snapshot.jobs, records)
     if memo is not None:
         memo.merged, memo.enriched = fold.merged, fold.kept
     fold.vanished(records)
@@ -124,6 +124,13 @@ def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
                            jobs=tuple(enriched), partitions=snapshot.partitions,
                            switches=snapshot.switches)
     return AccountingResult(snap, list(records.values()), fold.runs)
+
+
+def _new_record(job: Job) -> JobRecord:
+    return JobRecord(job_id=job.job_id, user=job.user, name=job.name,
+                     partition=job.partition, num_gpus=job.num_gpus,
+                     submit_time_s=job.submit_time_s, queue_since_s=job.submit_time_s,
+                     restart_count=job.restart_count)
 
 
 class _Fold:
@@ -141,34 +148,61 @@ class _Fold:
         self.merged: dict[int, dict] = {}
         self.kept: dict[int, tuple] = {}
 
-    def job(self, job: Job, records: dict[int, JobRecord]) -> Job:
-        """Fold one job into its record (made if new); the job enriched."""
-        job_id = job.job_id
-        state = job.state
-        running = state is JobState.RUNNING    # holds GPUs (not COMPLETING / SUSPENDED)
-        pending = state is JobState.PENDING
-        self.seen.add(job_id)
-        rec = records.get(job_id)
-        if rec is None:
-            rec = records[job_id] = JobRecord(
-                job_id=job_id, user=job.user, name=job.name, partition=job.partition,
-                num_gpus=job.num_gpus, submit_time_s=job.submit_time_s,
-                queue_since_s=job.submit_time_s, restart_count=job.restart_count)
-        if rec.finished_s is not None and (pending or state in ACTIVE_STATES):
-            # Gone from Slurm's list and back (its partition renamed and restored across
-            # slurmctld restarts): live again, its record and attained service kept
-            rec.finished_s = None
-        if running:
-            self._running(job, rec)
-        elif pending:
-            self._pending(job, rec)
-        elif not state.is_active:
-            self._finished(job, rec)
-        # (COMPLETING / SUSPENDED: the run is closed when the job moves on)
-        rec.restart_count = job.restart_count
-        rec.last_state = _STATE_TEXT[state]
-        rec.last_seen_s = self.now
-        return self._enriched(job, rec, running)
+    def jobs(self, jobs: tuple[Job, ...], records: dict[int, JobRecord]) -> list[Job]:
+        """Fold each job into its record (made if new); the jobs enriched. One loop with
+        its state in locals: it runs for every job Slurm lists, every cycle."""
+        now = self.now
+        seen, kept, last_enriched = self.seen, self.kept, self.last_enriched
+        running_state, pending_state = JobState.RUNNING, JobState.PENDING
+        enriched = []
+        for job in jobs:
+            job_id = job.job_id
+            state = job.state
+            running = state is running_state    # holds GPUs (not COMPLETING / SUSPENDED)
+            pending = state is pending_state
+            seen.add(job_id)
+            rec = records.get(job_id)
+            if rec is None:
+                rec = records[job_id] = _new_record(job)
+            if rec.finished_s is not None and (pending or state in ACTIVE_STATES):
+                # Gone from Slurm's list and back (its partition renamed and restored
+                # across slurmctld restarts): live again, its record and service kept
+                rec.finished_s = None
+            if running:
+                self._running(job, rec)
+            elif pending:
+                rec.num_gpus = job.num_gpus or rec.num_gpus
+                if rec.run_start_s is not None:  # it ran and came back: requeued
+                    self._close_run(rec, "REQUEUED")
+                    rec.preemptions += 1
+                    rec.queue_since_s = now
+            elif not state.is_active:
+                self._finished(job, rec)
+            # (COMPLETING / SUSPENDED: the run is closed when the job moves on)
+            rec.restart_count = job.restart_count
+            rec.last_state = _STATE_TEXT[state]
+            rec.last_seen_s = now
+            # The job with what its record knows. Slurm resets SubmitTime when it
+            # requeues a job; Tiresias' FIFO inside a queue is by arrival, so the first
+            # submit time seen is kept.
+            attained = rec.attained_gpu_s
+            if running and rec.run_start_s is not None:
+                attained += rec.num_gpus * max(0.0, now - rec.run_start_s)
+            values = (attained, rec.last_run_s, rec.submit_time_s or job.submit_time_s,
+                      rec.queue_since_s, rec.preemptions, job.model_type or rec.model_type)
+            # a job not running whose inputs did not change: last cycle's copy
+            # (``AccountMemo``); a running job's service moves every cycle: not kept
+            last = last_enriched.get(job_id)
+            if last is not None and last[0] is job and last[1] == values:
+                out = last[2]
+            else:
+                out = job.with_(attained_gpu_s=values[0], last_run_s=values[1],
+                                submit_time_s=values[2], queue_since_s=values[3],
+                                preemptions=values[4], model_type=values[5])
+            if not running:
+                kept[job_id] = (job, values, out)
+            enriched.append(out)
+        return enriched
 
     def _close_run(self, rec: JobRecord, state: str, end_s: float | None = None) -> None:
         _fold_run(rec, _run_end(rec, self.now) if end_s is None else end_s, state,
@@ -196,13 +230,6 @@ class _Fold:
                 seen_levels[lvl] = sorted(set(seen_levels.get(lvl, [])) | set(names))
         self.merged[job_id] = entry
 
-    def _pending(self, job: Job, rec: JobRecord) -> None:
-        rec.num_gpus = job.num_gpus or rec.num_gpus
-        if rec.run_start_s is not None:  # it ran and came back: requeued / preempted
-            self._close_run(rec, "REQUEUED")
-            rec.preemptions += 1
-            rec.queue_since_s = self.now
-
     def _finished(self, job: Job, rec: JobRecord) -> None:
         now = self.now
         if rec.run_start_s is not None:
@@ -210,27 +237,6 @@ class _Fold:
             self._close_run(rec, _STATE_TEXT[job.state], end)
         if rec.finished_s is None:
             rec.finished_s = job.end_time_s or now
-
-    def _enriched(self, job: Job, rec: JobRecord, running: bool) -> Job:
-        """The job with what its record knows; a job not running whose inputs did not
-        change is the same object as last cycle (``AccountMemo``)."""
-        attained = rec.attained_gpu_s
-        if running and rec.run_start_s is not None:
-            attained += rec.num_gpus * max(0.0, self.now - rec.run_start_s)
-        # Slurm resets SubmitTime when it requeues a job; Tiresias' FIFO inside a queue is
-        # by arrival, so the first submit time seen is kept.
-        values = (attained, rec.last_run_s, rec.submit_time_s or job.submit_time_s,
-                  rec.queue_since_s, rec.preemptions, job.model_type or rec.model_type)
-        last = self.last_enriched.get(job.job_id)
-        if last is not None and last[0] is job and last[1] == values:
-            out = last[2]
-        else:
-            out = job.with_(attained_gpu_s=values[0], last_run_s=values[1],
-                            submit_time_s=values[2], queue_since_s=values[3],
-                            preemptions=values[4], model_type=values[5])
-        if not running:     # a running job's service moves every cycle: not kept
-            self.kept[job.job_id] = (job, values, out)
-        return out
 
     def vanished(self, records: dict[int, JobRecord]) -> None:
         """Jobs that left squeue while we thought they ran (MinJobAge passed, slurmctld

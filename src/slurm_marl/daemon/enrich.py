@@ -28,7 +28,8 @@ class Enriched:
     that ended since the last cycle."""
 
     snapshot: ClusterSnapshot
-    records: list[JobRecord] = field(default_factory=list)
+    # the store's live job records, by job id (folded by accounting)
+    records: dict[int, JobRecord] = field(default_factory=dict)
     finished_runs: list[FinishedRun] = field(default_factory=list)
 
 
@@ -50,7 +51,7 @@ class Accounting:
         raw = cycle.snapshot
         records = self.store.live_records(j.job_id for j in raw.jobs)
         acc = account(raw, records, self._colocated, self._memo)
-        return Enriched(acc.snapshot, acc.records, acc.finished_runs)
+        return Enriched(acc.snapshot, records, acc.finished_runs)
 
 
 class Signatures:
@@ -65,9 +66,8 @@ class Signatures:
             self._history = self.store.signature_history()
         snap = cycle.snapshot
         sigs = infer_signatures(snap.jobs, self._history)
-        by_id = {r.job_id: r for r in cycle.records}
         for job_id, model in sigs.items():
-            rec = by_id.get(job_id)
+            rec = cycle.records.get(job_id)
             if rec is not None and not rec.model_type:
                 rec.model_type = model
                 self._history[(rec.user, rec.name)] = model

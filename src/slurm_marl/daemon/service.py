@@ -200,7 +200,7 @@ class Agent:
         report.time_s = raw.time_s
         self._catch_up(raw)
         enriched = self._enrich(raw)
-        self.recorder.accounting(enriched.records, enriched.finished_runs)
+        self.recorder.accounting(enriched.records.values(), enriched.finished_runs)
         snap = enriched.snapshot
         managed = [p for p in self.config.agent.managed_partitions if snap.partition(p)]
         if self._unknown_partitions(report, snap, managed):
@@ -215,7 +215,7 @@ class Agent:
         self.recorder.alone(report.cycle, snap.time_s, admitted.alone)
         report.protected = self.recorder.guard(self._guards(), snap)
         # each ordered job's queue of the last cycle, before this cycle's are stored
-        records = {r.job_id: r for r in enriched.records}
+        records = enriched.records
         last_queue = {d.job_id: records[d.job_id].queue for d in decided.decisions
                       if isinstance(d, SetPriority) and d.job_id in records}
         self.store.set_queues((d.job_id, d.queue) for d in decided.decisions
