@@ -22,7 +22,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 from slurm_marl.domain import Job, JobState  # noqa: E402
-from slurm_marl.topology.features import Featuriser  # noqa: E402
+from slurm_marl.agent.features import Featuriser  # noqa: E402
 from slurm_marl.topology.graph import build_topology_graph  # noqa: E402
 from slurm_marl.topology.synthetic import synthetic_snapshot  # noqa: E402
 

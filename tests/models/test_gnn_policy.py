@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from slurm_marl.models.gnn import HierarchicalEncoder, mean_by_parent
 from slurm_marl.models.policy import (AgentInput, PlacementPolicy, PolicyConfig,
                                       masked_entropy, masked_log_softmax, masked_softmax)
-from slurm_marl.topology.features import Featuriser, feature_dims
+from slurm_marl.agent.features import Featuriser, feature_dims
 from slurm_marl.topology.graph import build_topology_graph
 
 from models_helpers import snapshot_with

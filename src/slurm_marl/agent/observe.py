@@ -4,7 +4,7 @@ place plugin, so both build exactly the same observation from a cycle's state (t
 framework's ``CycleState``, read as ``placement_shapes.PlacementState``).
 
 Per snapshot (once per scheduling cycle): the topology featuriser's level tensors
-(``topology/features.py``) restricted to each agent's rows, with the group level extended by
+(``agent/features.py``) restricted to each agent's rows, with the group level extended by
 the count of running jobs of each model family in the group (the vocabulary of the
 interference model).
 
@@ -50,7 +50,7 @@ from slurm_marl.models.gnn import LEVELS
 from slurm_marl.models.interference import InterferenceModel
 from slurm_marl.placement_shapes import (PlacementState, generate_candidates, job_shape,
                                          single_node_fit_arrays, split_on_node)
-from slurm_marl.topology.features import FEATURE_NAMES, HierarchyTensors
+from slurm_marl.agent.features import FEATURE_NAMES, HierarchyTensors
 
 SINGLE_AGENT = "cluster"
 # A job deferred this long (since its first deferral) may no longer be deferred while any

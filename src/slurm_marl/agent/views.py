@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from slurm_marl.domain import ClusterSnapshot
-from slurm_marl.topology.features import Featuriser
+from slurm_marl.agent.features import Featuriser
 from slurm_marl.topology.graph import build_topology_graph
 
 

@@ -1,7 +1,7 @@
 """Hierarchical GNN encoder: GPU -> GPU group -> node -> leaf -> spine, then back down.
 
 Zhao & Wu (IEEE TNSM 2022) encode a partition's topology level by level, so one agent can
-reason about thousands of servers. The hierarchy is a tree (``topology/features.py``): each
+reason about thousands of servers. The hierarchy is a tree (``agent/features.py``): each
 level is a bipartite graph whose edges run from every row to its one parent
 (``parent[level]``), so message passing is two sweeps over those edges, built on PyG:
 

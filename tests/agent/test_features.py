@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from slurm_marl.domain import ClusterSnapshot, GpuGroup, Job, JobState, Node, Switch
-from slurm_marl.topology.features import (Featuriser, HierarchyTensors, feature_dims,
+from slurm_marl.agent.features import (Featuriser, HierarchyTensors, feature_dims,
                                           featurise)
 from slurm_marl.topology.gres_conf import parse_gres_conf
 from slurm_marl.topology.graph import (build_topology_graph, gpu_id, group_id, node_id,
