@@ -1,4 +1,4 @@
-"""The Slurm-text toolkit (slurm_marl.slurm_text, slurm_marl.slurm_gres): hand-built inputs,
+"""The Slurm-text toolkit (slurm_marl.slurm_integration.text): hand-built inputs,
 one test per behaviour.
 
 Recorded output is read through the callers' tests (tests/unit/test_parse.py,
@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_marl import slurm_gres as G
-from slurm_marl import slurm_text as T
-from slurm_marl.slurm_gres import GpuRequest, GresSpec
-from slurm_marl.slurm_text import SlurmTextError
+from slurm_marl.slurm_integration import text as T
+from slurm_marl.slurm_integration.text import GpuRequest, GresSpec, SlurmTextError
+from slurm_marl.slurm_integration.text import gres as G
 
 # ---------------------------------------------------------------------------------------
 # Key=Value records

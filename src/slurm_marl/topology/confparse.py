@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from slurm_marl import slurm_text
+from slurm_marl.slurm_integration import text as slurm_text
 from slurm_marl.topology.errors import TopologyConfigError
 
 _MAX_INCLUDE_DEPTH = 16
@@ -241,7 +241,7 @@ def read_config_file(path: str | Path, *, follow_includes: bool = True,
 
 # ---------------------------------------------------------------------------------------
 # Value parsers shared by the file kinds. ``entry`` gives the place to blame; the Slurm text
-# itself (hostlists, counts, index ranges) is read by ``slurm_marl.slurm_text``.
+# itself (hostlists, counts, index ranges) is read by ``slurm_marl.slurm_integration.text``.
 
 
 def expand_hosts(expression: str, entry: ConfigEntry, key: str) -> tuple[str, ...]:

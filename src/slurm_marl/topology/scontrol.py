@@ -6,8 +6,8 @@ switch, ``SwitchName=s Level=0 LinkSpeed=1 Nodes=n[1-2]``; an upper switch print
 ``Switches=`` and, as ``Nodes=``, every node below it. ``scontrol show node -o`` prints one
 line of ``Key=Value`` pairs per node; values may hold blanks (``OS=Linux 6.1.0 #1 SMP``) and
 ``Reason=`` runs to the end of its line. Without ``-o`` a record spans several indented lines.
-The text itself is read by ``slurm_marl.slurm_text`` and ``slurm_marl.slurm_gres``; this
-module builds the live views and names ``source:line`` in its errors.
+The text itself is read by ``slurm_marl.slurm_integration.text``; this module builds the
+live views and names ``source:line`` in its errors.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from slurm_marl import slurm_text
 from slurm_marl.domain import GpuGroup, Node
-from slurm_marl.slurm_gres import GresSpec, gpu_count_of, parse_gres_list, parse_tres
-from slurm_marl.slurm_text import LiveSwitch
+from slurm_marl.slurm_integration import text as slurm_text
+from slurm_marl.slurm_integration.text import (GresSpec, LiveSwitch, gpu_count_of,
+                                               parse_gres_list, parse_tres)
 from slurm_marl.topology.errors import TopologyConfigError
 from slurm_marl.topology.layout import groups_from_gres_specs
 

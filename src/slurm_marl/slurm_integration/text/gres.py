@@ -1,7 +1,6 @@
 """Slurm's GRES and TRES text: GPU configuration, GPU requests and held GPU indices.
 
-Pure functions, no I/O; nothing of the project is imported but ``slurm_marl.slurm_text``
-(index ranges and counts).
+Pure functions, no I/O, on top of the index ranges and counts of ``quantities``.
 
 - GRES items and lists (``GresSpec``): node configuration ``gpu:s0:2(S:0)`` and held
   indices ``gpu:s1:2(IDX:2-3)``; the strict readers (``parse_gres_item``,
@@ -18,7 +17,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from slurm_marl.slurm_text import parse_count, parse_index_ranges
+from slurm_marl.slurm_integration.text.quantities import parse_count, parse_index_ranges
 
 # ---------------------------------------------------------------------------------------
 # GRES strings
