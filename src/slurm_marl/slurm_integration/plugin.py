@@ -6,6 +6,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from slurm_marl.slurm_integration.text import parse_slurm_version
 from slurm_marl.slurm_integration.vocabulary import bad_partition_name
 
 
@@ -26,8 +27,7 @@ def enforce_binding_for(slurm_version: str) -> bool:
     22.05.8 and 24.11: CPU_IDs on the pinned group's socket, tests/slurm/test_unchanged.py);
     a job wanting more CPUs than that gets the rest from the other socket, as under Slurm
     alone. The version is still checked: an unreadable one is an error."""
-    m = re.search(r"(\d+)\.(\d+)", slurm_version or "")
-    if m is None:
+    if parse_slurm_version(slurm_version) is None:
         raise PluginError(f"cannot tell the Slurm version from {slurm_version!r}")
     return False
 

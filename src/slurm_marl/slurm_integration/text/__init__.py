@@ -9,7 +9,9 @@ this is the one package that imports python-hostlist. One module per concern:
 - ``quantities``: index ranges (``0-3,5``), counts with K/M/G/T/P suffixes, memory sizes
   and time limits;
 - ``switches``: switch lines of ``scontrol show topology``;
-- ``gres``: GRES and TRES strings (GPU configuration, requests, held indices).
+- ``gres``: GRES and TRES strings (GPU configuration, requests, held indices) and the GPU
+  groups a node's GRES gives;
+- ``versions``: Slurm's version and release series.
 
 Strict readers raise ``SlurmTextError`` (a ValueError carrying ``reason`` and, for
 multi-line text, ``line``) or return None. The names below are the package's API; callers
@@ -18,7 +20,7 @@ import them from here.
 
 from slurm_marl.slurm_integration.text.errors import SlurmTextError
 from slurm_marl.slurm_integration.text.gres import (GpuRequest, GresSpec, format_gpu_request,
-                                                    gpu_count_of, parse_gpu_request,
+                                                    gpu_count_of, gpu_groups, parse_gpu_request,
                                                     parse_gres_indices, parse_gres_item,
                                                     parse_gres_list, parse_gres_used,
                                                     parse_node_gres, parse_tres, single_type,
@@ -31,13 +33,16 @@ from slurm_marl.slurm_integration.text.quantities import (format_index_ranges, m
 from slurm_marl.slurm_integration.text.records import (parse_kv_line, scontrol_records,
                                                        split_fields, strict_fields)
 from slurm_marl.slurm_integration.text.switches import LiveSwitch, parse_switch_line
+from slurm_marl.slurm_integration.text.versions import (SlurmVersion, parse_slurm_version,
+                                                        version_of_answer)
 
 __all__ = [
-    "NULL_WORDS", "GpuRequest", "GresSpec", "LiveSwitch", "SlurmTextError", "collapse_hosts",
+    "NULL_WORDS", "GpuRequest", "GresSpec", "LiveSwitch", "SlurmTextError", "SlurmVersion",
+    "collapse_hosts",
     "expand_host_field", "expand_hostlist", "format_gpu_request", "format_index_ranges",
-    "gpu_count_of", "memory_mib", "parse_count", "parse_gpu_request", "parse_gres_indices",
+    "gpu_count_of", "gpu_groups", "memory_mib", "parse_count", "parse_gpu_request", "parse_gres_indices",
     "parse_gres_item", "parse_gres_list", "parse_gres_used", "parse_index_ranges",
-    "parse_kv_line", "parse_node_gres", "parse_switch_line", "parse_time_limit_s",
+    "parse_kv_line", "parse_node_gres", "parse_slurm_version", "parse_switch_line", "parse_time_limit_s",
     "parse_tres", "scontrol_records", "single_type", "split_fields", "split_outside_parens",
-    "strict_fields", "total_gpus",
+    "strict_fields", "total_gpus", "version_of_answer",
 ]
