@@ -8,6 +8,7 @@ this is the one package that imports python-hostlist. One module per concern:
 - ``hostlists``: hostlists (``n[1-3,7]``);
 - ``quantities``: index ranges (``0-3,5``), counts with K/M/G/T/P suffixes, memory sizes
   and time limits;
+- ``nodes``: node records of ``scontrol show node [-o]``;
 - ``switches``: switch lines of ``scontrol show topology``;
 - ``gres``: GRES and TRES strings (GPU configuration, requests, held indices) and the GPU
   groups a node's GRES gives;
@@ -27,6 +28,7 @@ from slurm_marl.slurm_integration.text.gres import (GpuRequest, GresSpec, format
                                                     split_outside_parens, total_gpus)
 from slurm_marl.slurm_integration.text.hostlists import (NULL_WORDS, collapse_hosts,
                                                          expand_host_field, expand_hostlist)
+from slurm_marl.slurm_integration.text.nodes import LiveNode, parse_node_records
 from slurm_marl.slurm_integration.text.quantities import (format_index_ranges, memory_mib,
                                                           parse_count, parse_index_ranges,
                                                           parse_time_limit_s)
@@ -37,12 +39,12 @@ from slurm_marl.slurm_integration.text.versions import (SlurmVersion, parse_slur
                                                         version_of_answer)
 
 __all__ = [
-    "NULL_WORDS", "GpuRequest", "GresSpec", "LiveSwitch", "SlurmTextError", "SlurmVersion",
-    "collapse_hosts",
-    "expand_host_field", "expand_hostlist", "format_gpu_request", "format_index_ranges",
-    "gpu_count_of", "gpu_groups", "memory_mib", "parse_count", "parse_gpu_request", "parse_gres_indices",
-    "parse_gres_item", "parse_gres_list", "parse_gres_used", "parse_index_ranges",
-    "parse_kv_line", "parse_node_gres", "parse_slurm_version", "parse_switch_line", "parse_time_limit_s",
-    "parse_tres", "scontrol_records", "single_type", "split_fields", "split_outside_parens",
-    "strict_fields", "total_gpus", "version_of_answer",
+    "NULL_WORDS", "GpuRequest", "GresSpec", "LiveNode", "LiveSwitch", "SlurmTextError",
+    "SlurmVersion", "collapse_hosts", "expand_host_field", "expand_hostlist",
+    "format_gpu_request", "format_index_ranges", "gpu_count_of", "gpu_groups", "memory_mib",
+    "parse_count", "parse_gpu_request", "parse_gres_indices", "parse_gres_item",
+    "parse_gres_list", "parse_gres_used", "parse_index_ranges", "parse_kv_line",
+    "parse_node_gres", "parse_node_records", "parse_slurm_version", "parse_switch_line",
+    "parse_time_limit_s", "parse_tres", "scontrol_records", "single_type", "split_fields",
+    "split_outside_parens", "strict_fields", "total_gpus", "version_of_answer",
 ]
