@@ -284,3 +284,22 @@ def test_version_of_answer_wants_the_two_words(text):
 def test_a_bare_release_is_a_version_given_by_hand():
     assert T.parse_slurm_version("24.11") == T.SlurmVersion("24.11", "24.11")
     assert T.parse_slurm_version("unknown") is None and T.parse_slurm_version(None) is None
+
+
+# ---------------------------------------------------------------------------------------
+# configuration files
+
+
+def test_conf_setting_is_the_last_line_setting_the_key():
+    text = ("# JobSubmitPlugins=old\nJobSubmitPlugins=lua\nInclude /etc/slurm/more.conf\n"
+            "jobsubmitplugins=\"lua,all_partitions\" # a comment\nSelectType=select/cons_tres\n")
+    assert T.conf_setting(text, "JobSubmitPlugins") == "lua,all_partitions"
+    assert T.conf_setting(text, "PriorityType") is None
+    assert T.conf_setting("JobSubmitPlugins = lua\n", "JobSubmitPlugins") == "lua"
+
+
+def test_conf_pairs_are_strict():
+    assert T.split_conf_pairs('Reason="disk full" State=DRAIN') == (
+        ("Reason", "disk full"), ("State", "DRAIN"))
+    with pytest.raises(SlurmTextError, match="given twice"):
+        T.split_conf_pairs("A=1 a=2")

@@ -4,6 +4,7 @@ site files and the sacct import all call this package.
 Pure functions, no I/O; nothing of the project is imported but ``slurm_marl.domain``, and
 this is the one package that imports python-hostlist. One module per concern:
 
+- ``conf``: the configuration-file syntax of slurm.conf, gres.conf and topology.conf;
 - ``records``: ``Key=Value`` records as ``scontrol show <thing> [-o]`` prints them;
 - ``hostlists``: hostlists (``n[1-3,7]``);
 - ``quantities``: index ranges (``0-3,5``), counts with K/M/G/T/P suffixes, memory sizes
@@ -19,6 +20,8 @@ multi-line text, ``line``) or return None. The names below are the package's API
 import them from here.
 """
 
+from slurm_marl.slurm_integration.text.conf import (conf_setting, logical_lines, split_conf_pairs,
+                                                    strip_comment)
 from slurm_marl.slurm_integration.text.errors import SlurmTextError
 from slurm_marl.slurm_integration.text.gres import (GpuRequest, GresSpec, format_gpu_request,
                                                     gpu_count_of, gpu_groups, parse_gpu_request,
@@ -40,11 +43,12 @@ from slurm_marl.slurm_integration.text.versions import (SlurmVersion, parse_slur
 
 __all__ = [
     "NULL_WORDS", "GpuRequest", "GresSpec", "LiveNode", "LiveSwitch", "SlurmTextError",
-    "SlurmVersion", "collapse_hosts", "expand_host_field", "expand_hostlist",
-    "format_gpu_request", "format_index_ranges", "gpu_count_of", "gpu_groups", "memory_mib",
-    "parse_count", "parse_gpu_request", "parse_gres_indices", "parse_gres_item",
+    "SlurmVersion", "collapse_hosts", "conf_setting", "expand_host_field", "expand_hostlist",
+    "format_gpu_request", "format_index_ranges", "gpu_count_of", "gpu_groups", "logical_lines",
+    "memory_mib", "parse_count", "parse_gpu_request", "parse_gres_indices", "parse_gres_item",
     "parse_gres_list", "parse_gres_used", "parse_index_ranges", "parse_kv_line",
     "parse_node_gres", "parse_node_records", "parse_slurm_version", "parse_switch_line",
-    "parse_time_limit_s", "parse_tres", "scontrol_records", "single_type", "split_fields",
-    "split_outside_parens", "strict_fields", "total_gpus", "version_of_answer",
+    "parse_time_limit_s", "parse_tres", "scontrol_records", "single_type", "split_conf_pairs",
+    "split_fields", "split_outside_parens", "strict_fields", "strip_comment", "total_gpus",
+    "version_of_answer",
 ]
