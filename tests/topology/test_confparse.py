@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_marl.topology.confparse import (logical_lines, natural_key, parse_config_text,
-                                           read_config_file, split_pairs, strip_comment)
+from slurm_marl.slurm_integration.text import logical_lines, strip_comment
+from slurm_marl.topology.confparse import (natural_key, parse_config_text, read_config_file,
+                                           split_pairs)
 from slurm_marl.topology.errors import TopologyConfigError
 
 

@@ -25,7 +25,7 @@ from slurm_marl.slurm_integration.json_stream import stream_object
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmUnavailable
 from slurm_marl.slurm_integration.sink import jobs_written
 from slurm_marl.slurm_integration.source import CliClusterSource
-from slurm_marl.slurm_text import collapse_hosts
+from slurm_marl.slurm_integration.text import collapse_hosts
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm" / "v24.11"
 SQUEUE = json.loads((DATA / "squeue_all.json").read_text())

@@ -111,7 +111,7 @@ def test_used_gpus_without_indices_count_in_their_types_group():
     """Slurm gives a used count without (IDX:..) for GRES without device files and for a
     node that never registered (the scale benchmark's stand-in nodes): those GPUs are in use
     in their type's group, so placement must not see them free."""
-    from slurm_marl.slurm_gres import parse_gres_used
+    from slurm_marl.slurm_integration.text import parse_gres_used
     from slurm_marl.slurm_integration.parse_nodes import node_from_json, used_gpu_indices
 
     assert parse_gres_used("gpu:s0:0(IDX:N/A),gpu:s1:2(IDX:2-3)") == ((2, 3), ())

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from slurm_marl.domain import (ClusterSnapshot, GpuGroup, GroupAlloc, Job, Node, Place,
                                SetPriority)
-from slurm_marl import slurm_gres as G
+from slurm_marl.slurm_integration.text import gres as G
 from slurm_marl.slurm_integration.marker import Marker, with_marker
 from slurm_marl.slurm_integration.runner import CommandResult
 from slurm_marl.slurm_integration.sink import CliDecisionSink, plan_gpu_pin

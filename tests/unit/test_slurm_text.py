@@ -1,4 +1,4 @@
-"""The Slurm-text toolkit (slurm_marl.slurm_text, slurm_marl.slurm_gres): hand-built inputs,
+"""The Slurm-text toolkit (slurm_marl.slurm_integration.text): hand-built inputs,
 one test per behaviour.
 
 Recorded output is read through the callers' tests (tests/unit/test_parse.py,
@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_marl import slurm_gres as G
-from slurm_marl import slurm_text as T
-from slurm_marl.slurm_gres import GpuRequest, GresSpec
-from slurm_marl.slurm_text import SlurmTextError
+from slurm_marl.slurm_integration import text as T
+from slurm_marl.slurm_integration.text import GpuRequest, GresSpec, SlurmTextError
+from slurm_marl.slurm_integration.text import gres as G
 
 # ---------------------------------------------------------------------------------------
 # Key=Value records
@@ -254,3 +253,53 @@ def test_lenient_readers_never_raise_on_arbitrary_text(text):
     G.parse_gpu_request(text)
     G.parse_gres_indices(text)
     G.parse_node_gres(text)
+
+
+def test_gpu_groups_number_entries_in_order_and_bind_one_socket():
+    entries = (GresSpec("gpu", "s0", 2, sockets=(0,)), GresSpec("gpu", "x", 1, sockets=(0, 1)))
+    first, second = G.gpu_groups(entries, cores_per_socket=2)
+    assert (first.gpu_indices, first.socket, first.core_ids) == ((0, 1), 0, (0, 1))
+    assert (second.gpu_indices, second.socket, second.core_ids) == ((2,), None, (0, 1, 2, 3))
+    assert G.gpu_groups(entries)[0].core_ids == ()
+
+
+# ---------------------------------------------------------------------------------------
+# versions
+
+
+@pytest.mark.parametrize("text, release, series", [
+    ("slurm 24.11.5", "24.11.5", "24.11"), ("slurm-wlm 22.05.8\n", "22.05.8", "22.05"),
+    ("slurm 26.05.0-0rc1", "26.05.0-0rc1", "26.05")])
+def test_version_of_scontrol_answer(text, release, series):
+    assert T.version_of_answer(text) == T.SlurmVersion(release, series)
+    assert T.parse_slurm_version(text) == T.SlurmVersion(release, series)
+
+
+@pytest.mark.parametrize("text", ["", "slurm-wlm", "slurm 24", "oops 24.11.5",
+                                  "slurm 24.11.5 extra", "slurm 24.11rc1", "24.11.5"])
+def test_version_of_answer_wants_the_two_words(text):
+    assert T.version_of_answer(text) is None
+
+
+def test_a_bare_release_is_a_version_given_by_hand():
+    assert T.parse_slurm_version("24.11") == T.SlurmVersion("24.11", "24.11")
+    assert T.parse_slurm_version("unknown") is None and T.parse_slurm_version(None) is None
+
+
+# ---------------------------------------------------------------------------------------
+# configuration files
+
+
+def test_conf_setting_is_the_last_line_setting_the_key():
+    text = ("# JobSubmitPlugins=old\nJobSubmitPlugins=lua\nInclude /etc/slurm/more.conf\n"
+            "jobsubmitplugins=\"lua,all_partitions\" # a comment\nSelectType=select/cons_tres\n")
+    assert T.conf_setting(text, "JobSubmitPlugins") == "lua,all_partitions"
+    assert T.conf_setting(text, "PriorityType") is None
+    assert T.conf_setting("JobSubmitPlugins = lua\n", "JobSubmitPlugins") == "lua"
+
+
+def test_conf_pairs_are_strict():
+    assert T.split_conf_pairs('Reason="disk full" State=DRAIN') == (
+        ("Reason", "disk full"), ("State", "DRAIN"))
+    with pytest.raises(SlurmTextError, match="given twice"):
+        T.split_conf_pairs("A=1 a=2")

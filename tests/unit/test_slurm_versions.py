@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from slurm_marl.domain import JobState
-from slurm_marl.slurm_gres import GpuRequest, parse_gpu_request
 from slurm_marl.slurm_integration import parse as P
 from slurm_marl.slurm_integration.json_stream import stream_object
 from slurm_marl.slurm_integration.runner import CommandResult, SlurmError, SlurmOutputError
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
-from slurm_marl.slurm_text import expand_host_field, parse_kv_line
+from slurm_marl.slurm_integration.text import (GpuRequest, expand_host_field, parse_gpu_request,
+                                               parse_kv_line)
 
 DATA = Path(__file__).parent.parent / "data" / "slurm"
 VERSIONS = ["22.05", "24.11", "26.05"]

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurm_marl.history.records import HistoryJob
-from slurm_marl.slurm_gres import parse_tres
-from slurm_marl.slurm_text import parse_time_limit_s
+from slurm_marl.slurm_integration.text import parse_time_limit_s, parse_tres
 
 # The text columns read (``sacct -a -X -P -n --format=`` + these, joined with commas).
 TEXT_FIELDS = ("JobID", "JobName", "User", "Account", "Partition", "QOS", "AllocTRES",

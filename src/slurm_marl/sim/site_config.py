@@ -27,8 +27,7 @@ from pathlib import Path
 from slurm_marl.domain import Switch
 from slurm_marl.sim.cluster_model import (ClusterSpecError, PartitionSpec, SimCluster,
                                           build_cluster)
-from slurm_marl.slurm_gres import GresSpec
-from slurm_marl.slurm_text import collapse_hosts
+from slurm_marl.slurm_integration.text import GresSpec, collapse_hosts
 from slurm_marl.topology.confparse import ConfigEntry, ConfigText, read_config_file
 from slurm_marl.topology.errors import TopologyConfigError
 from slurm_marl.topology.gres_conf import GresConf, gres_from_config

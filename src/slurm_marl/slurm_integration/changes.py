@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slurm_marl.slurm_integration.parse_job_text import JobTextError, local_epoch
-from slurm_marl.slurm_text import SlurmTextError, expand_host_field
+from slurm_marl.slurm_integration.text import SlurmTextError, expand_host_field
 
 SEP = "|"
 # The first fields hold no separator: read one by one. The rest (from ArrayJobID on) is

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurm_marl.domain import Job
-from slurm_marl import slurm_gres as G
+from slurm_marl.slurm_integration.text import gres as G
 
 PREFIX = "slurm-marl:v1"
 

@@ -11,7 +11,6 @@ is unreadable, is refused with ``SlurmOutputError`` instead of read as an empty 
 from __future__ import annotations
 
 from slurm_marl.domain import Job, JobState
-from slurm_marl.slurm_gres import parse_gpu_request, parse_gres_indices, single_type, total_gpus
 from slurm_marl.slurm_integration.marker import parse_marker
 from slurm_marl.slurm_integration.parse_layout import (Layout, job_state_text, layout_of,
                                                        layout_of_version, num, read_record)
@@ -21,8 +20,9 @@ from slurm_marl.slurm_integration.parse_nodes import (SCONTROL_NODES, SINFO, Nod
                                                       partitions_from_scontrol,
                                                       switches_from_scontrol)
 from slurm_marl.slurm_integration.runner import SlurmOutputError
+from slurm_marl.slurm_integration.text import (SlurmTextError, expand_host_field, parse_gpu_request,
+                                               parse_gres_indices, single_type, total_gpus)
 from slurm_marl.slurm_integration.vocabulary import held
-from slurm_marl.slurm_text import SlurmTextError, expand_host_field
 
 __all__ = ["JobsReader", "Layout", "NodesReader", "SCONTROL_NODES", "SINFO",
            "gpu_groups_from_gres", "job_from_json", "job_held", "job_state", "jobs_from_squeue",

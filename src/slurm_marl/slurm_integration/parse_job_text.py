@@ -31,7 +31,7 @@ import re
 import time
 from datetime import datetime
 
-from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, memory_mib,
+from slurm_marl.slurm_integration.text import (SlurmTextError, expand_host_field, memory_mib,
                                    parse_time_limit_s)
 
 
@@ -137,7 +137,7 @@ def local_epoch(text: str) -> int:
 
 
 def _minutes(text: str) -> int | None:
-    """A time limit in whole minutes (``slurm_text.parse_time_limit_s``, seconds rounded
+    """A time limit in whole minutes (``text.parse_time_limit_s``, seconds rounded
     up), as squeue's JSON has it; None without a limit."""
     if text == "Partition_Limit" or text in _NULL:
         return None
@@ -149,7 +149,7 @@ def _minutes(text: str) -> int | None:
 
 
 def _mib(text: str) -> int:
-    """A memory size in MiB (``slurm_text.memory_mib``); a rounded one (``15.62G``) is not
+    """A memory size in MiB (``text.memory_mib``); a rounded one (``15.62G``) is not
     the exact value JSON has, so it is not certain."""
     mib = None if "." in text else memory_mib(text)
     if mib is None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from slurm_marl.slurm_integration.runner import SlurmOutputError
+from slurm_marl.slurm_integration.text import version_of_answer
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,10 @@ def layout_of_version(text: str) -> Layout | None:
     """The layout a Slurm of ``scontrol --version``'s answer ("slurm 24.11.5", "slurm-wlm
     24.11.5") prints, for a release series this reader knows; None otherwise (then the
     first JSON answer tells). Only a first guess: every JSON answer is still checked."""
-    words = text.split()
-    parts = words[-1].split(".") if len(words) == 2 and words[0].startswith("slurm") else []
-    series = ".".join(parts[:2]) if len(parts) >= 2 else ""
+    version = version_of_answer(text)
     for parser, (release, *flags) in KNOWN_PARSERS.items():
-        if release == series:
-            return Layout(parser, words[-1], *flags)
+        if version is not None and release == version.series:
+            return Layout(parser, version.release, *flags)
     return None
 
 

@@ -14,12 +14,12 @@ list of which none can be read is refused (``SlurmOutputError``).
 from __future__ import annotations
 
 from slurm_marl.domain import GpuGroup, Node, Partition, Switch
-from slurm_marl.slurm_gres import parse_gres_used, parse_node_gres
 from slurm_marl.slurm_integration.parse_layout import (layout_of, node_state_text, num,
                                                        read_record, text_list)
 from slurm_marl.slurm_integration.runner import SlurmOutputError
-from slurm_marl.slurm_text import (SlurmTextError, expand_host_field, parse_kv_line,
-                                   parse_switch_line, parse_time_limit_s)
+from slurm_marl.slurm_integration.text import (SlurmTextError, expand_host_field, gpu_groups,
+                                               parse_gres_used, parse_kv_line, parse_node_gres,
+                                               parse_switch_line, parse_time_limit_s)
 
 SINFO = "sinfo --json"
 SCONTROL_NODES = "scontrol show node --json"
@@ -33,19 +33,7 @@ def gpu_groups_from_gres(gres: str | None, cores_per_socket: int
     several sockets or none is one group whose socket is unknown.
     """
     entries, problem = parse_node_gres(gres)
-    groups: list[GpuGroup] = []
-    next_index = 0
-    for entry in entries:
-        indices = tuple(range(next_index, next_index + entry.count))
-        next_index += entry.count
-        socket = entry.sockets[0] if len(entry.sockets) == 1 else None
-        cores: tuple[int, ...] = ()
-        if cores_per_socket > 0:
-            for s in entry.sockets:
-                cores += tuple(range(s * cores_per_socket, (s + 1) * cores_per_socket))
-        groups.append(GpuGroup(index=len(groups), gpu_indices=indices, name=entry.type,
-                               socket=socket, core_ids=cores))
-    return tuple(groups), problem
+    return gpu_groups(entries, cores_per_socket), problem
 
 
 def used_gpu_indices(gres_used: str | None, groups: tuple[GpuGroup, ...]) -> frozenset[int]:
@@ -196,7 +184,7 @@ def partitions_from_scontrol(text: str) -> tuple[list[Partition], list[str]]:
 def switches_from_scontrol(text: str) -> tuple[list[Switch], dict[str, str], list[str]]:
     """Switches of ``scontrol show topology``; also node -> leaf switch (Level=0).
 
-    The line parser the topology CLI uses too (``slurm_text.parse_switch_line``), but
+    The line parser the topology CLI uses too (``text.parse_switch_line``), but
     lenient as the daemon must be: an unreadable line becomes a problem and the other
     switches are kept."""
     switches, leaf_of, problems = [], {}, []

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
 
+from slurm_marl.slurm_integration.text import conf_setting, parse_slurm_version
 from slurm_marl.slurm_integration.vocabulary import bad_partition_name
 
 
@@ -26,8 +26,7 @@ def enforce_binding_for(slurm_version: str) -> bool:
     22.05.8 and 24.11: CPU_IDs on the pinned group's socket, tests/slurm/test_unchanged.py);
     a job wanting more CPUs than that gets the rest from the other socket, as under Slurm
     alone. The version is still checked: an unreadable one is an error."""
-    m = re.search(r"(\d+)\.(\d+)", slurm_version or "")
-    if m is None:
+    if parse_slurm_version(slurm_version) is None:
         raise PluginError(f"cannot tell the Slurm version from {slurm_version!r}")
     return False
 
@@ -67,8 +66,8 @@ def install_job_submit_lua(slurm_conf: Path, text: str) -> tuple[Path, list[str]
     tmp.replace(target)
     todo = []
     conf = slurm_conf.read_text(errors="replace")
-    plugins = re.findall(r"^\s*JobSubmitPlugins\s*=\s*(\S+)", conf, re.M | re.I)
-    if not plugins or "lua" not in plugins[-1].lower().split(","):
+    plugins = conf_setting(conf, "JobSubmitPlugins")
+    if not plugins or "lua" not in plugins.lower().split(","):
         todo.append(f"add `JobSubmitPlugins=lua` to {slurm_conf}")
     todo.append("run `scontrol reconfigure` to load it")
     return target, todo

@@ -23,10 +23,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from slurm_marl.slurm_gres import parse_node_gres
 from slurm_marl.slurm_integration.plugin import PluginError, enforce_binding_for
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
-from slurm_marl.slurm_text import parse_kv_line
+from slurm_marl.slurm_integration.text import parse_kv_line, parse_node_gres
 
 SUPPORTED_SERIES = ("22.05", "24.11", "26.05")
 GATE_MARK = "slurm-marl:v1"        # job_submit.lua.in's marker

@@ -44,14 +44,14 @@ from collections.abc import Callable
 
 from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Job, Place,
                                Preempt, Release, Reserve, SetPriority)
-from slurm_marl import slurm_gres as G
 from slurm_marl.slurm_integration.marker import (Marker, marker_gpus_per_node, parse_marker,
                                                  requested_gpu_fields, user_gpu_request,
                                                  with_marker)
-from slurm_marl.slurm_text import collapse_hosts
 from slurm_marl.slurm_integration.ports import DecisionSink, WriteResult, WriteStatus
 from slurm_marl.slurm_integration.runner import (CommandResult, SlurmRunner, looks_busy,
                                                     looks_unavailable)
+from slurm_marl.slurm_integration.text import collapse_hosts
+from slurm_marl.slurm_integration.text import gres as G
 from slurm_marl.slurm_integration.vocabulary import NEVER_RUNNABLE, reservation_name
 
 log = logging.getLogger(__name__)

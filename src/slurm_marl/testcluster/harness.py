@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from slurm_marl.slurm_text import collapse_hosts
+from slurm_marl.slurm_integration.text import collapse_hosts
 from slurm_marl.testcluster import accounting as acct
 from slurm_marl.testcluster import versions
 from slurm_marl.testcluster.errors import HarnessError

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_marl.slurm_text import collapse_hosts
+from slurm_marl.slurm_integration.text import collapse_hosts
 from slurm_marl.testcluster import accounting as acct
 from slurm_marl.testcluster import versions
 

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.tree import Tree
 
 from slurm_marl.console import output_console
-from slurm_marl.topology.consistency import (NOTE, PROBLEM, Finding, check_files,
-                                             compare_views, compress_hosts_ints)
+from slurm_marl.slurm_integration.text import format_index_ranges
+from slurm_marl.topology.consistency import NOTE, PROBLEM, Finding, check_files, compare_views
 from slurm_marl.topology.errors import TopologyConfigError
 from slurm_marl.topology.gres_conf import GresConf, parse_gres_conf
 from slurm_marl.topology.graph import build_topology_graph, gpu_id, socket_id
@@ -135,7 +135,7 @@ def render_tree(tree: dict) -> Tree:
                  f"partitions {','.join(node['partitions']) or '-'}")
         branch = parent.add(label)
         for s in node["sockets"]:
-            sb = branch.add(f"socket {s['index']} (cores {compress_hosts_ints(s['core_ids'])})")
+            sb = branch.add(f"socket {s['index']} (cores {format_index_ranges(s['core_ids'])})")
             for g in s["gpu_groups"]:
                 add_group(sb, g)
         for g in node["gpu_groups_without_socket"]:

@@ -3,19 +3,22 @@
 slurm.conf, gres.conf and topology.conf share one syntax (Slurm's ``parse_config.c``):
 ``Key=Value`` pairs separated by blanks, case-insensitive keys, ``#`` comments (``\\#`` is a
 literal ``#``), a trailing backslash continues a line, double quotes protect blanks, and an
-``Include <path>`` line pulls in another file. The per-kind parsers only interpret the
+``Include <path>`` line pulls in another file. The syntax of one text is read by
+``slurm_marl.slurm_integration.text`` (``conf``); this module reads the files, follows the
+includes and names ``path:line`` in every error. The per-kind parsers only interpret the
 entries this module yields, so every syntax error carries the same ``path:line`` form.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from slurm_marl import slurm_text
+from slurm_marl.slurm_integration import text as slurm_text
+from slurm_marl.slurm_integration.text import logical_lines
 from slurm_marl.topology.errors import TopologyConfigError
 
 _MAX_INCLUDE_DEPTH = 16
@@ -85,77 +88,12 @@ class ConfigText:
     includes: tuple[IncludeDirective, ...]
 
 
-def strip_comment(physical_line: str) -> str:
-    """Drop a ``#`` comment, keeping ``\\#`` as a literal ``#``."""
-    out: list[str] = []
-    i = 0
-    while i < len(physical_line):
-        ch = physical_line[i]
-        if ch == "\\" and i + 1 < len(physical_line) and physical_line[i + 1] == "#":
-            out.append("#")
-            i += 2
-            continue
-        if ch == "#":
-            break
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def logical_lines(text: str) -> Iterator[tuple[int, str]]:
-    """Yield ``(first physical line number, joined text)``, comments gone, continuations joined."""
-    pending: list[str] = []
-    start = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        stripped = strip_comment(raw).rstrip()
-        if not pending:
-            start = number
-        if stripped.endswith("\\"):
-            pending.append(stripped[:-1])
-            continue
-        pending.append(stripped)
-        joined = " ".join(part.strip() for part in pending).strip()
-        pending = []
-        if joined:
-            yield start, joined
-    if pending:
-        joined = " ".join(part.strip() for part in pending).strip()
-        if joined:
-            yield start, joined
-
-
 def split_pairs(text: str, path: str, line: int) -> tuple[tuple[str, str], ...]:
-    """Split ``A=1 B="x y" C=`` into pairs; a token without ``=`` is an error, as in Slurm."""
-    tokens: list[str] = []
-    current: list[str] = []
-    in_quote = False
-    for ch in text:
-        if ch == '"':
-            in_quote = not in_quote
-            continue
-        if ch.isspace() and not in_quote:
-            if current:
-                tokens.append("".join(current))
-                current = []
-            continue
-        current.append(ch)
-    if in_quote:
-        raise TopologyConfigError("unterminated double quote", path, line)
-    if current:
-        tokens.append("".join(current))
-    pairs: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for token in tokens:
-        key, sep, value = token.partition("=")
-        if not sep or not key:
-            raise TopologyConfigError(f"expected Key=Value, found {token!r}", path, line)
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key):
-            raise TopologyConfigError(f"invalid key {key!r}", path, line)
-        if key.lower() in seen:
-            raise TopologyConfigError(f"key {key!r} given twice on one line", path, line)
-        seen.add(key.lower())
-        pairs.append((key, value))
-    return tuple(pairs)
+    """``text.split_conf_pairs`` naming ``path:line`` in its error."""
+    try:
+        return slurm_text.split_conf_pairs(text)
+    except slurm_text.SlurmTextError as exc:
+        raise TopologyConfigError(exc.reason, path, line) from None
 
 
 def _include_target(text: str) -> str | None:
@@ -241,7 +179,7 @@ def read_config_file(path: str | Path, *, follow_includes: bool = True,
 
 # ---------------------------------------------------------------------------------------
 # Value parsers shared by the file kinds. ``entry`` gives the place to blame; the Slurm text
-# itself (hostlists, counts, index ranges) is read by ``slurm_marl.slurm_text``.
+# itself (hostlists, counts, index ranges) is read by ``slurm_marl.slurm_integration.text``.
 
 
 def expand_hosts(expression: str, entry: ConfigEntry, key: str) -> tuple[str, ...]:

@@ -11,9 +11,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import hostlist
-
 from slurm_marl.domain import GpuGroup
+from slurm_marl.slurm_integration.text import collapse_hosts, format_index_ranges
 from slurm_marl.topology.gres_conf import GresConf, GresSpec
 from slurm_marl.topology.layout import gpu_devices_for_node
 from slurm_marl.topology.scontrol import LiveNode, LiveSwitch
@@ -34,21 +33,13 @@ class Finding:
         return {"severity": self.severity, "kind": self.kind, "message": self.message}
 
 
-def compress_hosts(names: Iterable[str]) -> str:
-    names = sorted(set(names))
-    try:
-        return hostlist.collect_hostlist(names)
-    except (hostlist.BadHostlist, ValueError, TypeError):  # odd names: a plain list reads
-        return ",".join(names)
-
-
 def _grouped(kind: str, severity: str, per_node: Mapping[str, list[str]]) -> list[Finding]:
     """Turn {node: [detail, ...]} into one finding per distinct detail, nodes compressed."""
     by_detail: dict[str, list[str]] = defaultdict(list)
     for node, details in per_node.items():
         for detail in details:
             by_detail[detail].append(node)
-    return [Finding(severity, kind, f"{compress_hosts(nodes)}: {detail}")
+    return [Finding(severity, kind, f"{collapse_hosts(nodes)}: {detail}")
             for detail, nodes in sorted(by_detail.items())]
 
 
@@ -86,27 +77,10 @@ def check_files(slurm_conf: SlurmConf, gres_conf: GresConf | None,
         groups = layout.get(node.name, ())
         lost = [i for g in groups if g.socket is None for i in g.gpu_indices]
         if lost:
-            no_socket[node.name] = [f"GPU(s) {compress_hosts_ints(lost)} have no socket "
+            no_socket[node.name] = [f"GPU(s) {format_index_ranges(lost)} have no socket "
                                     "(no Cores= binding in gres.conf, or cores span sockets)"]
     findings.extend(_grouped("gpu_socket", PROBLEM, no_socket))
     return findings
-
-
-def compress_hosts_ints(values: Iterable[int]) -> str:
-    ordered = sorted(set(values))
-    runs: list[str] = []
-    start = prev = None
-    for v in ordered:
-        if start is None:
-            start = prev = v
-        elif v == prev + 1:
-            prev = v
-        else:
-            runs.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = v
-    if start is not None:
-        runs.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ",".join(runs)
 
 
 def _check_switches(topology_conf: TopologyConf, node_names: set[str]) -> list[Finding]:
@@ -121,12 +95,12 @@ def _check_switches(topology_conf: TopologyConf, node_names: set[str]) -> list[F
     missing = sorted(node_names - set(leaves_of))
     if missing:
         findings.append(Finding(PROBLEM, "node_without_switch",
-                                f"{compress_hosts(missing)}: in slurm.conf but under no switch "
+                                f"{collapse_hosts(missing)}: in slurm.conf but under no switch "
                                 f"of {topology_conf.path}; jobs cannot span them and others"))
     unknown = sorted(set(leaves_of) - node_names)
     if unknown and node_names:
         findings.append(Finding(PROBLEM, "unknown_node",
-                                f"{compress_hosts(unknown)}: in {topology_conf.path} but not "
+                                f"{collapse_hosts(unknown)}: in {topology_conf.path} but not "
                                 "defined in slurm.conf"))
     for node, leaves in sorted(leaves_of.items()):
         if len(leaves) > 1:
@@ -153,7 +127,7 @@ def _check_gres(slurm_conf: SlurmConf, gres_conf: GresConf) -> list[Finding]:
             unknown = sorted(set(line.node_names) - node_names)
             if unknown and node_names:
                 findings.append(Finding(PROBLEM, "unknown_node",
-                                        f"{line.source}: NodeName lists {compress_hosts(unknown)}"
+                                        f"{line.source}: NodeName lists {collapse_hosts(unknown)}"
                                         " not defined in slurm.conf"))
     count_mismatch: dict[str, list[str]] = {}
     bad_cores: dict[str, list[str]] = {}
@@ -175,18 +149,18 @@ def _check_gres(slurm_conf: SlurmConf, gres_conf: GresConf) -> list[Finding]:
         over = sorted({c for d in devices for c in d.cores if c >= limit})
         if over:
             bad_cores[node.name] = [f"gres.conf Cores= names core(s) "
-                                    f"{compress_hosts_ints(over)} beyond the {limit} cores of "
+                                    f"{format_index_ranges(over)} beyond the {limit} cores of "
                                     "slurm.conf"]
         wrong = sorted({d.index for d in devices if d.links and len(d.links) != len(devices)})
         if wrong:
-            bad_links[node.name] = [f"gres.conf Links= of GPU(s) {compress_hosts_ints(wrong)} "
+            bad_links[node.name] = [f"gres.conf Links= of GPU(s) {format_index_ranges(wrong)} "
                                     f"does not have one entry per GPU ({len(devices)})"]
     findings.extend(_grouped("gres_count", PROBLEM, count_mismatch))
     findings.extend(_grouped("gres_cores", PROBLEM, bad_cores))
     findings.extend(_grouped("gres_links", PROBLEM, bad_links))
     if autodetected:
         findings.append(Finding(NOTE, "autodetect",
-                                f"{compress_hosts(autodetected)}: GPUs come from AutoDetect; "
+                                f"{collapse_hosts(autodetected)}: GPUs come from AutoDetect; "
                                 "their binding is only known from node probes"))
     return findings
 
@@ -223,9 +197,9 @@ def _compare_nodes(slurm_conf: SlurmConf, live: tuple[LiveNode, ...],
     only_files = sorted(file_names - set(live_by_name))
     only_live = sorted(set(live_by_name) - file_names)
     if only_files:
-        out.append(f"{compress_hosts(only_files)}: in slurm.conf but not in scontrol show node")
+        out.append(f"{collapse_hosts(only_files)}: in slurm.conf but not in scontrol show node")
     if only_live:
-        out.append(f"{compress_hosts(only_live)}: in scontrol show node but not in slurm.conf")
+        out.append(f"{collapse_hosts(only_live)}: in scontrol show node but not in slurm.conf")
     per_node: dict[str, list[str]] = defaultdict(list)
     for spec in slurm_conf.nodes:
         node = live_by_name.get(spec.name)
@@ -259,7 +233,7 @@ def _compare_nodes(slurm_conf: SlurmConf, live: tuple[LiveNode, ...],
     for name, details in per_node.items():
         for d in details:
             by_detail[d].append(name)
-    out.extend(f"{compress_hosts(names)}: {detail}" for detail, names in sorted(by_detail.items()))
+    out.extend(f"{collapse_hosts(names)}: {detail}" for detail, names in sorted(by_detail.items()))
     return out
 
 
@@ -296,8 +270,8 @@ def _compare_switches(topology_conf: TopologyConf, live: tuple[LiveSwitch, ...])
             new = sorted(set(lv.nodes) - set(f.nodes))
             detail = []
             if gone:
-                detail.append(f"{compress_hosts(gone)} missing live")
+                detail.append(f"{collapse_hosts(gone)} missing live")
             if new:
-                detail.append(f"{compress_hosts(new)} only live")
+                detail.append(f"{collapse_hosts(new)} only live")
             out.append(f"switch {name}: nodes differ ({'; '.join(detail)})")
     return out

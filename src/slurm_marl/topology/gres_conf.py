@@ -9,8 +9,8 @@ device), ``Count`` (K/M/G suffixes; with ``File`` it must equal the number of fi
 with a single device), ``Flags`` and ``AutoDetect`` (nvml, nvidia, rsmi, oneapi, nrt, off).
 
 The ``Gres=`` strings of slurm.conf and ``scontrol show node`` (``gpu:s0:2(S:0)``) are read
-by ``slurm_marl.slurm_gres`` (``GresSpec``, ``parse_gres_list``); ``require_gres_list`` here
-names the config line that holds a bad one.
+by ``slurm_marl.slurm_integration.text`` (``GresSpec``, ``parse_gres_list``);
+``require_gres_list`` here names the config line that holds a bad one.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_marl.slurm_gres import GresSpec, parse_gres_list
+from slurm_marl.slurm_integration.text import GresSpec, parse_gres_list
 from slurm_marl.topology.confparse import (ConfigEntry, ConfigText, IncludeDirective,
                                            SourceLine, expand_hosts, parse_config_text,
                                            parse_count, parse_index_ranges, read_config_file)

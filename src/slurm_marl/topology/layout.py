@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from slurm_marl.domain import GpuGroup
+from slurm_marl.slurm_integration.text import gpu_groups
 from slurm_marl.topology.confparse import SourceLine, natural_key
 from slurm_marl.topology.gres_conf import GresConf, GresSpec
 from slurm_marl.topology.slurm_conf import NodeSpec, SlurmConf
@@ -92,15 +93,7 @@ def groups_from_devices(devices: tuple[GpuDevice, ...],
 
 def groups_from_gres_specs(specs: tuple[GresSpec, ...]) -> tuple[GpuGroup, ...]:
     """Without gres.conf: one group per typed ``gpu:<type>:<n>`` item, numbered in order."""
-    groups: list[GpuGroup] = []
-    next_index = 0
-    for spec in (s for s in specs if s.name == "gpu" and s.count > 0):
-        indices = tuple(range(next_index, next_index + spec.count))
-        next_index += spec.count
-        socket = spec.sockets[0] if len(spec.sockets) == 1 else None
-        groups.append(GpuGroup(index=len(groups), gpu_indices=indices, name=spec.type,
-                               socket=socket))
-    return tuple(groups)
+    return gpu_groups(s for s in specs if s.name == "gpu" and s.count > 0)
 
 
 def core_to_socket_for(node: NodeSpec | None) -> Callable[[int], int | None] | None:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slurm_marl.slurm_integration.text import format_index_ranges
 from slurm_marl.topology.errors import TopologyConfigError
 from slurm_marl.topology.gres_conf import GresConf, parse_gres_conf
 from slurm_marl.topology.hwloc import GPU_VENDORS, HwlocTopology
@@ -335,6 +336,4 @@ def print_probe_summary(document: dict, path: Path) -> None:
 
 
 def _ranges(values: list[int]) -> str:
-    from slurm_marl.topology.consistency import compress_hosts_ints
-
-    return compress_hosts_ints(values) or "-"
+    return format_index_ranges(values) or "-"

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_marl.domain import Partition
-from slurm_marl.slurm_gres import GresSpec, gpu_count_of
-from slurm_marl.slurm_text import parse_time_limit_s
+from slurm_marl.slurm_integration.text import GresSpec, gpu_count_of, parse_time_limit_s
 from slurm_marl.topology.confparse import (ConfigEntry, ConfigText, IncludeDirective,
                                            SourceLine, expand_hosts, parse_bool,
                                            parse_config_text, parse_int, read_config_file)

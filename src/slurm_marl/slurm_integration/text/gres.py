@@ -1,7 +1,6 @@
 """Slurm's GRES and TRES text: GPU configuration, GPU requests and held GPU indices.
 
-Pure functions, no I/O; nothing of the project is imported but ``slurm_marl.slurm_text``
-(index ranges and counts).
+Pure functions, no I/O, on top of the index ranges and counts of ``quantities``.
 
 - GRES items and lists (``GresSpec``): node configuration ``gpu:s0:2(S:0)`` and held
   indices ``gpu:s1:2(IDX:2-3)``; the strict readers (``parse_gres_item``,
@@ -16,9 +15,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from slurm_marl.slurm_text import parse_count, parse_index_ranges
+from slurm_marl.domain import GpuGroup
+from slurm_marl.slurm_integration.text.quantities import parse_count, parse_index_ranges
 
 # ---------------------------------------------------------------------------------------
 # GRES strings
@@ -243,6 +244,26 @@ def parse_node_gres(text: str | None) -> tuple[tuple[GresSpec, ...], str | None]
         return (), None
     specs, problem = _gpu_specs(text, "node GRES ")
     return tuple(specs), problem
+
+
+def gpu_groups(entries: Iterable[GresSpec], cores_per_socket: int = 0) -> tuple[GpuGroup, ...]:
+    """GPU groups of a node, one per GPU entry of its GRES, GPU indices numbered in the
+    entries' order (Slurm's index order). An entry bound to one socket (``gpu:s1:2(S:1)``)
+    gives its group that socket; one spanning several sockets or none leaves it unknown.
+    With ``cores_per_socket``, a group's cores are all the cores of its entry's sockets."""
+    groups: list[GpuGroup] = []
+    next_index = 0
+    for entry in entries:
+        indices = tuple(range(next_index, next_index + entry.count))
+        next_index += entry.count
+        socket = entry.sockets[0] if len(entry.sockets) == 1 else None
+        cores: tuple[int, ...] = ()
+        if cores_per_socket > 0:
+            for s in entry.sockets:
+                cores += tuple(range(s * cores_per_socket, (s + 1) * cores_per_socket))
+        groups.append(GpuGroup(index=len(groups), gpu_indices=indices, name=entry.type,
+                               socket=socket, core_ids=cores))
+    return tuple(groups)
 
 
 # ---------------------------------------------------------------------------------------
