@@ -18,7 +18,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 # (module, attribute, name, kind): kind "group" adds a Typer sub-app, "command" a function.
 _PARTS = [
-    ("slurm_marl.slurm_integration.cli", "app", "cluster", "group"),
+    ("slurm_marl.testcluster.cli", "app", "cluster", "group"),
     ("slurm_marl.slurm_integration.cli", "snapshot", "snapshot", "command"),
     ("slurm_marl.slurm_integration.readiness", "check_slurm", "check-slurm", "command"),
     ("slurm_marl.demo", "demo", "demo", "command"),
