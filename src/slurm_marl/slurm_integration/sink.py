@@ -147,31 +147,31 @@ class CliDecisionSink(DecisionSink):
         writes before the renewals ended."""
         self._controller_down = False
         self._starts_done = None
-        by_job: dict[int, list[Decision]] = defaultdict(list)
+        by_job, defers = _grouped(decisions)
+        results = self._write_reservations(decisions, snapshot)
+        results += self._write_jobs(by_job, snapshot)
+        results += self._write_batched(defers)
+        return results
+
+    def _write_reservations(self, decisions: list[Decision],
+                            snapshot: ClusterSnapshot | None) -> list[WriteResult]:
+        """Reservations first: a job started this cycle on nodes its own reservation held
+        needs that reservation gone (the job is never inside it, see ``sink_reservations``);
+        every end before any new one."""
         results: list[WriteResult] = []
-        defers: dict[int, list[Defer]] = defaultdict(list)
-        for d in decisions:
-            if isinstance(d, (Reserve, EndReservation)):
-                continue
-            if isinstance(d, Defer):
-                defers[max(1, int(d.seconds))].append(d)
-                continue
-            by_job[d.job_id].append(d)
-        # A release with nothing else to write for its job (a job left to Slurm) goes out
-        # in one batched StartTime=now, like the lease.
-        for job_id in [j for j, decs in by_job.items()
-                       if all(isinstance(d, Release) for d in decs)]:
-            defers[0].extend(by_job.pop(job_id))
-        # Reservations first: a job started this cycle on nodes its own reservation held
-        # needs that reservation gone (the job is never inside it, see _reserve).
         for d in decisions:
             if isinstance(d, EndReservation):
                 results.append(self._end_reservation(d))
         for d in decisions:
             if isinstance(d, Reserve):
                 results.append(self._reserve(d, snapshot))
-        # The GPU requests of every job this call may pin, read fresh in one squeue before
-        # the writes (``_plan_pin``); the pinned ones read back in one after them.
+        return results
+
+    def _write_jobs(self, by_job: dict[int, list[Decision]],
+                    snapshot: ClusterSnapshot | None) -> list[WriteResult]:
+        """Each job's writes, in the jobs' order. The GPU requests of every job this call
+        may pin are read fresh in one squeue before the writes (``_plan_pin``); the pinned
+        ones read back in one after them."""
         self._fresh = self.read_requests(self._to_read(by_job, snapshot))
         later: list[tuple[int, dict[str, str], Callable[[str], list[WriteResult]]]] = []
         per_job: dict[int, list[WriteResult]] = {}
@@ -186,8 +186,12 @@ class CliDecisionSink(DecisionSink):
         now = self.read_requests([job_id for job_id, _, _ in later]) if later else {}
         for job_id, pinned, finish in later:
             per_job[job_id].extend(finish(self._verify_against(now.get(job_id), pinned)))
-        for rs in per_job.values():
-            results.extend(rs)
+        return [r for rs in per_job.values() for r in rs]
+
+    def _write_batched(self, defers: dict[int, list[Decision]]) -> list[WriteResult]:
+        """The batched ``StartTime`` writes, releases (0) before lease renewals; the
+        writes before the first renewal end the starts (``starts_done``)."""
+        results: list[WriteResult] = []
         for seconds, group in sorted(defers.items()):
             if seconds > 0 and self._starts_done is None:
                 self._starts_done = self._clock()
@@ -244,9 +248,10 @@ class CliDecisionSink(DecisionSink):
 
     def _apply_job(self, job_id: int, decs: list[Decision], snapshot: ClusterSnapshot | None,
                    later: list) -> list[WriteResult]:
-        """The job's writes' results. A GPU pin written is read back once every job is
-        written: (job, pinned fields, finish) is added to ``later``, ``finish(problem)``
-        giving the results still due with the read-back's problem ("" if none)."""
+        """The job's writes' results: a requeue, then ONE update of every field its
+        decisions set. A GPU pin written is read back once every job is written: (job,
+        pinned fields, finish) is added to ``later``, ``finish(problem)`` giving the
+        results still due with the read-back's problem ("" if none)."""
         job = snapshot.job(job_id) if snapshot is not None else None
         results: list[WriteResult] = []
         prio = next((d for d in decs if isinstance(d, SetPriority)), None)
@@ -259,8 +264,33 @@ class CliDecisionSink(DecisionSink):
             res = self._run(["scontrol", "requeue", str(job_id)], cmds)
             results.append(self._result(preempt, res, cmds))
 
-        fields: dict[str, str] = {}
+        fields, pin_note = self._job_fields(job, prio, place, release, snapshot)
+        if not fields:
+            return results
         cmds = []
+        res = self._update_job(job_id, fields, cmds)
+        pinned = {k: v for k, v in fields.items() if k in ("TresPerNode", "TresPerJob") and v}
+
+        def finish(problem: str) -> list[WriteResult]:
+            done = res
+            if problem:
+                # Both the old and the new request are the job's own GPUs: no further GPU
+                # write is made on a doubtful read-back, it is only reported.
+                done = CommandResult(res.command, 1, "", f"verify failed: {problem}")
+            return [self._result(d, done, cmds, pin_note if d is place else "")
+                    for d in (prio, place, release) if d is not None]
+
+        if res.ok and self.verify and pinned:
+            later.append((job_id, pinned, finish))
+            return results
+        return results + finish("")
+
+    def _job_fields(self, job: Job | None, prio: SetPriority | None, place: Place | None,
+                    release: Release | None, snapshot: ClusterSnapshot | None
+                    ) -> tuple[dict[str, str], str]:
+        """(the fields of the job's one update, in the order written; why a placement
+        pins nodes only, "" if it pins its GPU group too or places nothing)."""
+        fields: dict[str, str] = {}
         if prio is not None and prio.site_factor:
             # added to the multifactor priority (fair-share, age, QOS keep acting)
             fields["SiteFactor"] = str(int(prio.priority))
@@ -282,25 +312,7 @@ class CliDecisionSink(DecisionSink):
                 fields["StartTime"] = "now"
         if release is not None:
             fields["StartTime"] = "now"
-        if not fields:
-            return results
-
-        res = self._update_job(job_id, fields, cmds)
-        pinned = {k: v for k, v in fields.items() if k in ("TresPerNode", "TresPerJob") and v}
-
-        def finish(problem: str) -> list[WriteResult]:
-            done = res
-            if problem:
-                # Both the old and the new request are the job's own GPUs: no further GPU
-                # write is made on a doubtful read-back, it is only reported.
-                done = CommandResult(res.command, 1, "", f"verify failed: {problem}")
-            return [self._result(d, done, cmds, pin_note if d is place else "")
-                    for d in (prio, place, release) if d is not None]
-
-        if res.ok and self.verify and pinned:
-            later.append((job_id, pinned, finish))
-            return results
-        return results + finish("")
+        return fields, pin_note
 
     def _plan_pin(self, job: Job, place: Place, snapshot: ClusterSnapshot | None
                   ) -> tuple[dict[str, str], str]:
@@ -406,3 +418,24 @@ class CliDecisionSink(DecisionSink):
         """``RequestRepairs.repair_half_done``: GPU requests an earlier write left wrong
         given back; the repaired jobs' ids."""
         return self._repairs.repair_half_done(snapshot)
+
+
+def _grouped(decisions: list[Decision]
+             ) -> tuple[dict[int, list[Decision]], dict[int, list[Decision]]]:
+    """(each job's own writes, the batched ``StartTime`` writes by seconds from now).
+    Reservations are written apart (``_write_reservations``). A release with nothing else
+    to write for its job (a job left to Slurm) goes out in one batched StartTime=now
+    (seconds 0), like the lease."""
+    by_job: dict[int, list[Decision]] = defaultdict(list)
+    defers: dict[int, list[Decision]] = defaultdict(list)
+    for d in decisions:
+        if isinstance(d, (Reserve, EndReservation)):
+            continue
+        if isinstance(d, Defer):
+            defers[max(1, int(d.seconds))].append(d)
+            continue
+        by_job[d.job_id].append(d)
+    for job_id in [j for j, decs in by_job.items()
+                   if all(isinstance(d, Release) for d in decs)]:
+        defers[0].extend(by_job.pop(job_id))
+    return by_job, defers

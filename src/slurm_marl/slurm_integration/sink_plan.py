@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from slurm_marl import slurm_gres as G
-from slurm_marl.domain import ClusterSnapshot, Job, Place
+from slurm_marl.domain import ClusterSnapshot, Job, Node, Place
 from slurm_marl.slurm_integration.marker import (marker_gpus_per_node, parse_marker,
                                                  user_gpu_request)
 from slurm_marl.slurm_integration.vocabulary import NEVER_RUNNABLE
@@ -148,13 +148,7 @@ def plan_unstick(job: Job, snapshot: ClusterSnapshot | None
     # the "gres:" form, which every version takes on updates (22.05 ignores "gres/")
     options = [{"TresPerJob": "", "TresPerNode": marker.tres_per_node.replace("gres/", "gres:"),
                 **unpin}]
-    node = None
-    if snapshot is not None:
-        names = job.required_nodes or tuple(
-            n.name for n in snapshot.nodes if not job.partition or job.partition in n.partitions)
-        node = next((snapshot.node(n) for n in names if snapshot.node(n) is not None
-                     and any(g.name == job.gpu_type for g in snapshot.node(n).gpu_groups)),
-                    None)
+    node = _node_with_type(job, snapshot) if snapshot is not None else None
     if node is not None:
         groups = [(g.name, len(g.gpu_indices)) for g in node.gpu_groups if g.name]
         counts = spread_over_groups(per_node, groups)
@@ -162,3 +156,14 @@ def plan_unstick(job: Job, snapshot: ClusterSnapshot | None
             options.append({"TresPerJob": "", "TresPerNode": G.format_gpu_request(counts),
                             **unpin})
     return options, ""
+
+
+def _node_with_type(job: Job, snapshot: ClusterSnapshot) -> Node | None:
+    """The first node the job may run on (its required nodes, else its partition's) with
+    a GPU group of the type it was narrowed to: the node whose groups a widened request
+    spreads over."""
+    names = job.required_nodes or tuple(
+        n.name for n in snapshot.nodes if not job.partition or job.partition in n.partitions)
+    return next((snapshot.node(n) for n in names if snapshot.node(n) is not None
+                 and any(g.name == job.gpu_type for g in snapshot.node(n).gpu_groups)),
+                None)
