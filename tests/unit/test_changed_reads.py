@@ -23,7 +23,7 @@ from slurm_marl.slurm_integration import changes as C
 from slurm_marl.slurm_integration import source as S
 from slurm_marl.slurm_integration.json_stream import stream_object
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmUnavailable
-from slurm_marl.slurm_integration.sink import jobs_written
+from slurm_marl.slurm_integration.sink_commands import jobs_written
 from slurm_marl.slurm_integration.source import CliClusterSource
 from slurm_marl.slurm_integration.text import collapse_hosts
 
@@ -533,7 +533,7 @@ def test_a_moved_eligible_time_alone_is_carried_not_read(monkeypatch):
 
 
 def test_only_a_start_time_write_alone_moves_the_eligible_time_only():
-    from slurm_marl.slurm_integration.sink import moves_eligible_time_only as only
+    from slurm_marl.slurm_integration.sink_commands import moves_eligible_time_only as only
     assert only(["scontrol", "update", "jobid=5,6", "StartTime=now+30"])
     assert only(["scontrol", "update", "jobid=5", "StartTime=now"])
     assert not only(["scontrol", "update", "jobid=5", "ReqNodeList=n1", "StartTime=now"])

@@ -12,7 +12,8 @@ from slurm_marl.domain import (ClusterSnapshot, GpuGroup, GroupAlloc, Job, Node,
 from slurm_marl.slurm_integration.text import gres as G
 from slurm_marl.slurm_integration.marker import Marker, with_marker
 from slurm_marl.slurm_integration.runner import CommandResult
-from slurm_marl.slurm_integration.sink import CliDecisionSink, plan_gpu_pin
+from slurm_marl.slurm_integration.sink import CliDecisionSink
+from slurm_marl.slurm_integration.sink_plan import plan_gpu_pin
 
 TYPED = (GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1))
 SNAP = ClusterSnapshot(time_s=0, nodes=(Node("n1", gpu_groups=TYPED),

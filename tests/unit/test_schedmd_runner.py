@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_marl.testcluster.schedmd import (Outcome, SchedmdError, _unpack_testsuite, counts,
-                                            differences, read_junit)
+from slurm_marl.testcluster.schedmd_outcomes import Outcome, counts, differences, read_junit
+from slurm_marl.testcluster.schedmd_source import SchedmdError, _unpack_testsuite
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="4">

@@ -1,7 +1,7 @@
 """Which GPU request a placement turns into (pure part of the write-back protocol)."""
 
 from slurm_marl.domain import ClusterSnapshot, GpuGroup, GroupAlloc, Job, Node, Place
-from slurm_marl.slurm_integration.sink import desired_gpu_request
+from slurm_marl.slurm_integration.sink_plan import desired_gpu_request
 
 TYPED = (GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1))
 SNAP = ClusterSnapshot(time_s=0, nodes=(Node("n1", gpu_groups=TYPED),

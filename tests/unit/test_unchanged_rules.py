@@ -13,7 +13,7 @@ from slurm_marl.domain import (ClusterSnapshot, GpuGroup, GroupAlloc, Job, JobSt
 from slurm_marl.slurm_integration.marker import Marker, parse_marker, user_begin
 from slurm_marl.slurm_integration.parse import job_from_json
 from slurm_marl.slurm_integration.ports import WriteStatus
-from slurm_marl.slurm_integration.sink import plan_gpu_pin, plan_unstick, spread_over_groups
+from slurm_marl.slurm_integration.sink_plan import plan_gpu_pin, plan_unstick, spread_over_groups
 
 NODES = tuple(Node(name=n, partitions=("gpu", "all"), cpus=8, real_memory_mib=16000,
                    gpu_groups=(GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1)))

@@ -37,89 +37,44 @@ SQUEUE = "squeue --json"
 
 
 def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
-    """One job of ``squeue --json``; (None, problems) only if it has no usable id."""
-    problems: list[str] = []
+    """One job of ``squeue --json``; (None, problems) only if it has no usable id.
+
+    Each field group is read by its own step below; a step that meets something it cannot
+    read notes a problem and falls back, so one odd field never loses the whole job. The
+    steps run in the order their problems are reported."""
     job_id = num(raw.get("job_id"))
     if job_id is None:
         return None, [f"job without job_id skipped: {str(raw)[:120]}"]
     jid = int(job_id)
-
-    def hosts(key: str) -> tuple[str, ...]:
-        try:
-            return expand_host_field(raw.get(key))
-        except SlurmTextError as exc:
-            problems.append(f"job {jid}: {key}: {exc}")
-            return ()
-
-    per_node, p1 = parse_gpu_request(raw.get("tres_per_node"))
-    per_job, p2 = parse_gpu_request(raw.get("tres_per_job"))
-    for p in (p1, p2):
-        if p:
-            problems.append(f"job {jid}: {p}; treated as requesting no GPU")
-    gpu_type = single_type(per_node + per_job)
-    array_job_id = int(num(raw.get("array_job_id"), 0) or 0)
+    problems: list[str] = []
+    per_node, per_job, unparsed = _gpu_request(raw, jid, problems)
+    array_job_id = _array_job_id(raw)
     task = num(raw.get("array_task_id")) if array_job_id else None
-    left_to_slurm = unmodelable_reason(raw, array_job_id, per_node, per_job, bool(p1 or p2))
-
-    nodes = hosts("nodes")
+    left_to_slurm = unmodelable_reason(raw, per_node, per_job, unparsed)
+    nodes = _hosts(raw, "nodes", jid, problems)
     state, problem = job_state(raw.get("job_state", ""))
     if problem:
         problems.append(f"job {jid}: {problem}")
-    gpu_alloc: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    details = raw.get("gres_detail") or []
-    if nodes and details:
-        if len(details) != len(nodes):
-            problems.append(f"job {jid}: {len(details)} gres_detail entries for "
-                            f"{len(nodes)} nodes")
-        gpu_alloc = tuple((n, parse_gres_indices(d)) for n, d in zip(nodes, details))
-
+    gpu_alloc = _gpu_alloc(raw, nodes, jid, problems)
     node_count = int(num(raw.get("node_count"), 1) or 1)
     cpus = int(num(raw.get("cpus"), 1) or 1)
-    mem_node = num(raw.get("memory_per_node"))
-    mem_cpu = num(raw.get("memory_per_cpu"))
-    if mem_node:
-        mem_mib = int(mem_node * node_count)
-    elif mem_cpu:
-        mem_mib = int(mem_cpu * cpus)
-    else:
-        mem_mib = 0
-
-    time_limit_min = num(raw.get("time_limit"))
-    submit = num(raw.get("submit_time"), 0.0) or 0.0
-    eligible = num(raw.get("eligible_time"))
-    start = num(raw.get("start_time")) if state.is_active else None
-    end = num(raw.get("end_time")) if state not in (JobState.PENDING,) else None
-    resv = (raw.get("resv_name") or "").strip() or None
-
     job = Job(
         job_id=jid,
-        name=str(raw.get("name") or ""),
-        user=str(raw.get("user_name") or raw.get("user_id") or ""),
-        partition=str(raw.get("partition") or ""),
+        **_texts(raw),
         state=state,
-        account=str(raw.get("account") or ""),
-        qos=str(raw.get("qos") or ""),
         gpus_per_node=total_gpus(per_node),
         gpus_per_job=total_gpus(per_job),
-        gpu_type=gpu_type,
+        gpu_type=single_type(per_node + per_job),
         node_count=node_count,
         cpus=cpus,
-        mem_mib=mem_mib,
-        submit_time_s=float(submit),
-        eligible_time_s=eligible if eligible else None,
-        start_time_s=start if start else None,
-        end_time_s=end if end else None,
-        time_limit_s=time_limit_min * 60.0 if time_limit_min else None,
-        required_nodes=hosts("required_nodes"),
-        excluded_nodes=hosts("excluded_nodes"),
+        mem_mib=_mem_mib(raw, node_count, cpus),
+        **_times(raw, state),
+        required_nodes=_hosts(raw, "required_nodes", jid, problems),
+        excluded_nodes=_hosts(raw, "excluded_nodes", jid, problems),
         nodes=nodes,
         gpu_alloc=gpu_alloc,
         priority=int(num(raw.get("priority"), 0) or 0),
-        reservation=resv,
-        pending_reason=str(raw.get("state_reason") or ""),
         restart_count=int(num(raw.get("restart_cnt"), 0) or 0),
-        admin_comment=str(raw.get("admin_comment") or ""),
-        comment=str(raw.get("comment") or ""),
         array_job_id=array_job_id,
         array_task_id=None if task is None else int(task),
         left_to_slurm=left_to_slurm,
@@ -128,6 +83,84 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
                       int(num(raw.get("priority"), 1) or 0)),
     )
     return job, problems
+
+
+def _texts(raw: dict) -> dict:
+    """The job's names and free-text fields as ``Job`` fields ("" where missing)."""
+    return {"name": str(raw.get("name") or ""),
+            "user": str(raw.get("user_name") or raw.get("user_id") or ""),
+            "partition": str(raw.get("partition") or ""),
+            "account": str(raw.get("account") or ""),
+            "qos": str(raw.get("qos") or ""),
+            "reservation": (raw.get("resv_name") or "").strip() or None,
+            "pending_reason": str(raw.get("state_reason") or ""),
+            "admin_comment": str(raw.get("admin_comment") or ""),
+            "comment": str(raw.get("comment") or "")}
+
+
+def _hosts(raw: dict, key: str, jid: int, problems: list[str]) -> tuple[str, ...]:
+    """A host-list field expanded; an unreadable one is no hosts, with a problem."""
+    try:
+        return expand_host_field(raw.get(key))
+    except SlurmTextError as exc:
+        problems.append(f"job {jid}: {key}: {exc}")
+        return ()
+
+
+def _gpu_request(raw: dict, jid: int, problems: list[str]) -> tuple[list, list, bool]:
+    """(GPUs per node, GPUs per job, whether either could not be parsed). An unparsable
+    request reads as no GPU here; ``unmodelable_reason`` then leaves the job to Slurm."""
+    per_node, p1 = parse_gpu_request(raw.get("tres_per_node"))
+    per_job, p2 = parse_gpu_request(raw.get("tres_per_job"))
+    for p in (p1, p2):
+        if p:
+            problems.append(f"job {jid}: {p}; treated as requesting no GPU")
+    return per_node, per_job, bool(p1 or p2)
+
+
+def _array_job_id(raw: dict) -> int:
+    """The array's job id, 0 for a job that is no array task."""
+    return int(num(raw.get("array_job_id"), 0) or 0)
+
+
+def _gpu_alloc(raw: dict, nodes: tuple[str, ...], jid: int, problems: list[str]
+               ) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The GPU indices the job holds on each of its nodes, from ``gres_detail`` (one entry
+    per node, in the nodes' order; a count that does not match is a problem, the pairs
+    that match are still read)."""
+    details = raw.get("gres_detail") or []
+    if not (nodes and details):
+        return ()
+    if len(details) != len(nodes):
+        problems.append(f"job {jid}: {len(details)} gres_detail entries for "
+                        f"{len(nodes)} nodes")
+    return tuple((n, parse_gres_indices(d)) for n, d in zip(nodes, details))
+
+
+def _mem_mib(raw: dict, node_count: int, cpus: int) -> int:
+    """The job's whole memory: per node times nodes, else per CPU times CPUs, else 0."""
+    mem_node = num(raw.get("memory_per_node"))
+    mem_cpu = num(raw.get("memory_per_cpu"))
+    if mem_node:
+        return int(mem_node * node_count)
+    if mem_cpu:
+        return int(mem_cpu * cpus)
+    return 0
+
+
+def _times(raw: dict, state: JobState) -> dict:
+    """The job's times as ``Job`` fields: a 0 or missing time is None, a start read only
+    for an active job, an end only for a job that is not pending."""
+    time_limit_min = num(raw.get("time_limit"))
+    submit = num(raw.get("submit_time"), 0.0) or 0.0
+    eligible = num(raw.get("eligible_time"))
+    start = num(raw.get("start_time")) if state.is_active else None
+    end = num(raw.get("end_time")) if state not in (JobState.PENDING,) else None
+    return {"submit_time_s": float(submit),
+            "eligible_time_s": eligible if eligible else None,
+            "start_time_s": start if start else None,
+            "end_time_s": end if end else None,
+            "time_limit_s": time_limit_min * 60.0 if time_limit_min else None}
 
 
 def job_held(state: JobState, pending_reason: str, priority: int) -> bool:
@@ -156,12 +189,13 @@ def _user_asked_untyped(admin_comment) -> bool:
     return all(r.gpu_type is None for r in reqs)
 
 
-def unmodelable_reason(raw: dict, array_job_id: int, per_node, per_job,
-                       unparsed: bool) -> str:
+def unmodelable_reason(raw: dict, per_node, per_job, unparsed: bool) -> str:
     """Why a job's request is one the agent cannot model (so it leaves the job to Slurm at
     once and says so), or "" for a request it decides: one partition, GPUs per node or per
-    job in one form and of at most one type, not part of an array."""
-    if array_job_id:
+    job in one form and of at most one type, not part of an array. The one place that
+    answers it for a job record; ``per_node``/``per_job``/``unparsed`` are its GPU request
+    as ``_gpu_request`` read it."""
+    if _array_job_id(raw):
         return "job array: arrays are left to Slurm (a write to the array id would pin " \
                "every task alike)"
     if num(raw.get("het_job_id"), 0):

@@ -82,96 +82,122 @@ def gres_groups(node_lines: str) -> tuple[int, int, list[str]]:
 
 def check(cfg: dict[str, str], node_lines: str, gate_text: str | None,
           agent_user: str, admin_level: str | None) -> list[Check]:
-    """Every readiness check over the gathered texts. ``gate_text``: job_submit.lua beside
-    slurm.conf (None: absent); ``admin_level``: the agent user's AdminLevel in accounting
-    (None: no accounting to ask)."""
-    out: list[Check] = []
+    """Every readiness check over the gathered texts, in the order they are shown.
+    ``gate_text``: job_submit.lua beside slurm.conf (None: absent); ``admin_level``: the
+    agent user's AdminLevel in accounting (None: no accounting to ask)."""
+    return [_check_version(cfg), _check_select(cfg), _check_priority(cfg),
+            _check_gate(cfg, gate_text), _check_topology(cfg), _check_gres(node_lines),
+            _check_accounting(cfg), _check_rights(cfg, agent_user, admin_level)]
+
+
+def _check_version(cfg: dict[str, str]) -> Check:
     version = cfg.get("SLURM_VERSION", "")
     series = ".".join(version.split(".")[:2])
-    out.append(Check("Slurm version", "ok" if series in SUPPORTED_SERIES else "warn",
-                     version or "unknown",
-                     "" if series in SUPPORTED_SERIES else
-                     f"tested on {', '.join(SUPPORTED_SERIES)}; the agent refuses JSON "
-                     "layouts it does not know rather than misread them"))
+    return Check("Slurm version", "ok" if series in SUPPORTED_SERIES else "warn",
+                 version or "unknown",
+                 "" if series in SUPPORTED_SERIES else
+                 f"tested on {', '.join(SUPPORTED_SERIES)}; the agent refuses JSON "
+                 "layouts it does not know rather than misread them")
+
+
+def _check_select(cfg: dict[str, str]) -> Check:
     select = cfg.get("SelectType", "")
-    out.append(Check("GPU-aware node selection", "ok" if select == "select/cons_tres"
-                     else "missing", select or "unknown",
-                     "" if select == "select/cons_tres" else
-                     "set SelectType=select/cons_tres: the agent pins GPUs per socket"))
+    return Check("GPU-aware node selection", "ok" if select == "select/cons_tres"
+                 else "missing", select or "unknown",
+                 "" if select == "select/cons_tres" else
+                 "set SelectType=select/cons_tres: the agent pins GPUs per socket")
+
+
+def _check_priority(cfg: dict[str, str]) -> Check:
     prio = cfg.get("PriorityType", "")
     weights = priority_weight_sum(cfg)
     if prio == "priority/multifactor":
-        out.append(Check("priority plugin", "ok", f"{prio}, PriorityWeight* sum {weights}",
-                         "the agent may write its order as Priority (overrides every factor) "
-                         f"or as SiteFactor (added to them: above {weights} it dominates)"))
-    else:
-        out.append(Check("priority plugin", "ok" if prio else "warn", prio or "unknown",
-                         "the agent writes its order as Priority; fair-share needs "
-                         "PriorityType=priority/multifactor with slurmdbd"))
+        return Check("priority plugin", "ok", f"{prio}, PriorityWeight* sum {weights}",
+                     "the agent may write its order as Priority (overrides every factor) "
+                     f"or as SiteFactor (added to them: above {weights} it dominates)")
+    return Check("priority plugin", "ok" if prio else "warn", prio or "unknown",
+                 "the agent writes its order as Priority; fair-share needs "
+                 "PriorityType=priority/multifactor with slurmdbd")
+
+
+def _check_gate(cfg: dict[str, str], gate_text: str | None) -> Check:
+    """The job_submit gate: installed, and forcing GRES enforce-binding exactly where this
+    version's gate should (an older slurm-marl's gate forced it everywhere)."""
     plugins = [p.strip().split("/")[-1] for p in cfg.get("JobSubmitPlugins", "").split(",")]
     has_lua = "lua" in plugins
     gate_ok = gate_text is not None and GATE_MARK in gate_text
     forces = "ENFORCE_BINDING = false" not in (gate_text or "")  # older gates always forced it
     try:
-        wants = enforce_binding_for(version)
+        wants = enforce_binding_for(cfg.get("SLURM_VERSION", ""))
     except PluginError:  # version unknown: nothing to compare against
         wants = None
     if has_lua and gate_ok and wants is not None and forces != wants:
-        out.append(Check(
+        return Check(
             "job_submit gate", "warn",
             f"installed gate {'forces' if forces else 'does not force'} GRES "
             f"enforce-binding (an older slurm-marl's gate)",
             "re-run `slurm-marl install-plugin`: a forced enforce-binding makes sbatch "
             "refuse jobs wanting more cores than their GPUs' socket (22.05) and gives every "
-            "job its GPUs' whole socket (24.11 on)"))
-    elif has_lua and gate_ok:
-        out.append(Check("job_submit gate", "ok", "JobSubmitPlugins=lua, slurm-marl gate "
-                         "installed"))
-    else:
-        what = ("JobSubmitPlugins has no lua" if not has_lua else
-                "job_submit.lua is not the slurm-marl gate" if gate_text is not None else
-                "no job_submit.lua beside slurm.conf")
-        out.append(Check("job_submit gate", "warn", what,
-                         "run `slurm-marl install-plugin`, add JobSubmitPlugins=lua, then "
-                         "`scontrol reconfigure`; without it Slurm may start a job before "
-                         "the agent decides it (it still reorders and pins waiting jobs)"))
+            "job its GPUs' whole socket (24.11 on)")
+    if has_lua and gate_ok:
+        return Check("job_submit gate", "ok", "JobSubmitPlugins=lua, slurm-marl gate "
+                     "installed")
+    what = ("JobSubmitPlugins has no lua" if not has_lua else
+            "job_submit.lua is not the slurm-marl gate" if gate_text is not None else
+            "no job_submit.lua beside slurm.conf")
+    return Check("job_submit gate", "warn", what,
+                 "run `slurm-marl install-plugin`, add JobSubmitPlugins=lua, then "
+                 "`scontrol reconfigure`; without it Slurm may start a job before "
+                 "the agent decides it (it still reorders and pins waiting jobs)")
+
+
+def _check_topology(cfg: dict[str, str]) -> Check:
     topo = cfg.get("TopologyPlugin", "")
-    out.append(Check("network topology", "ok" if topo == "topology/tree" else "warn",
-                     topo or "none", "" if topo == "topology/tree" else
-                     "with TopologyPlugin=topology/tree and topology.conf the agent keeps "
-                     "multi-node jobs under one leaf switch; without it the cluster is flat"))
+    return Check("network topology", "ok" if topo == "topology/tree" else "warn",
+                 topo or "none", "" if topo == "topology/tree" else
+                 "with TopologyPlugin=topology/tree and topology.conf the agent keeps "
+                 "multi-node jobs under one leaf switch; without it the cluster is flat")
+
+
+def _check_gres(node_lines: str) -> Check:
     with_gpus, per_socket, loose = gres_groups(node_lines)
     if not with_gpus:
-        out.append(Check("GPUs in gres.conf", "missing", "no node has a GPU GRES",
-                         "declare GPUs in gres.conf (Name=gpu) and GresTypes=gpu"))
-    elif per_socket == with_gpus:
-        out.append(Check("GPU groups per socket", "ok",
-                         f"{with_gpus} GPU nodes, every GPU typed and bound to one socket"))
-    else:
-        out.append(Check("GPU groups per socket", "warn",
-                         f"{per_socket} of {with_gpus} GPU nodes typed per socket (not: "
-                         f"{', '.join(loose[:5])}{' ...' if len(loose) > 5 else ''})",
-                         "type each socket's GPUs (gres.conf: Type=s0 with Cores= of socket "
-                         "0, ...): the agent can only choose a GPU group on such nodes"))
+        return Check("GPUs in gres.conf", "missing", "no node has a GPU GRES",
+                     "declare GPUs in gres.conf (Name=gpu) and GresTypes=gpu")
+    if per_socket == with_gpus:
+        return Check("GPU groups per socket", "ok",
+                     f"{with_gpus} GPU nodes, every GPU typed and bound to one socket")
+    return Check("GPU groups per socket", "warn",
+                 f"{per_socket} of {with_gpus} GPU nodes typed per socket (not: "
+                 f"{', '.join(loose[:5])}{' ...' if len(loose) > 5 else ''})",
+                 "type each socket's GPUs (gres.conf: Type=s0 with Cores= of socket "
+                 "0, ...): the agent can only choose a GPU group on such nodes")
+
+
+def _check_accounting(cfg: dict[str, str]) -> Check:
     accounting = cfg.get("AccountingStorageType", "")
     has_dbd = accounting.endswith("slurmdbd")
-    out.append(Check("accounting (slurmdbd)", "ok" if has_dbd else "warn",
-                     accounting or "none", "" if has_dbd else
-                     "without slurmdbd: no sacct history to learn GPU-time from "
-                     "(`slurm-marl history import`), and no fair-share"))
+    return Check("accounting (slurmdbd)", "ok" if has_dbd else "warn",
+                 accounting or "none", "" if has_dbd else
+                 "without slurmdbd: no sacct history to learn GPU-time from "
+                 "(`slurm-marl history import`), and no fair-share")
+
+
+def _check_rights(cfg: dict[str, str], agent_user: str, admin_level: str | None) -> Check:
+    """The agent updates other users' jobs: it must be root, SlurmUser, or an operator or
+    administrator in accounting."""
     slurm_user = cfg.get("SlurmUser", "").split("(")[0]
     if agent_user in ("root", slurm_user):
-        out.append(Check("agent's rights", "ok", f"runs as {agent_user} (root or SlurmUser)"))
-    elif admin_level and admin_level.lower() in ("operator", "administrator"):
-        out.append(Check("agent's rights", "ok", f"{agent_user}: AdminLevel {admin_level}"))
-    else:
-        out.append(Check("agent's rights", "missing",
-                         f"{agent_user}: " + (f"AdminLevel {admin_level or 'None'}"
-                                              if has_dbd else "not root or SlurmUser"),
-                         f"`sacctmgr modify user {agent_user} set adminlevel=operator` "
-                         "(needs slurmdbd), or run the agent as SlurmUser: it updates other "
-                         "users' jobs"))
-    return out
+        return Check("agent's rights", "ok", f"runs as {agent_user} (root or SlurmUser)")
+    if admin_level and admin_level.lower() in ("operator", "administrator"):
+        return Check("agent's rights", "ok", f"{agent_user}: AdminLevel {admin_level}")
+    has_dbd = cfg.get("AccountingStorageType", "").endswith("slurmdbd")
+    return Check("agent's rights", "missing",
+                 f"{agent_user}: " + (f"AdminLevel {admin_level or 'None'}"
+                                      if has_dbd else "not root or SlurmUser"),
+                 f"`sacctmgr modify user {agent_user} set adminlevel=operator` "
+                 "(needs slurmdbd), or run the agent as SlurmUser: it updates other "
+                 "users' jobs")
 
 
 def gather(slurm_conf: Path | None) -> tuple[list[Check], dict]:

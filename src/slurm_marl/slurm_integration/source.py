@@ -294,81 +294,123 @@ class CliClusterSource(ClusterSource):
         now = self._clock()
         dirty = set(self._dirty)
         if kept is None or now - kept.full_at >= self.full_read_s:
-            nodes, jobs, probs = self._read_full(leaf_of)
-            # a layout that reads no changes (an unknown one) keeps nothing
-            self._kept = _Kept(now, rows, states, {j.job_id: j for j in jobs},
-                               {n.name: n for n in nodes}) \
-                if self.layout is not None and (self.layout.reads_by_id
-                                                or self.layout.reads_jobs_by_text) else None
-            self._written_comments.clear()
-            self._dirty -= dirty
-            self.last_read = {"mode": "full", "listed_jobs": len(rows),
-                              "listed_nodes": len(states)}
+            nodes, jobs, probs = self._read_full_kept(leaf_of, rows, states, now, dirty)
             return nodes, jobs, problems + probs
         ch = C.changes(rows, states, kept.rows, kept.states, kept.jobs, kept.nodes, dirty)
+        # told once: a read below may follow another layout, not this snapshot's choices
         by_text = not self.layout.reads_by_id
-        text_note = ""
+        node_map, probs = self._changed_nodes(ch, kept, leaf_of, by_text)
+        problems += probs
+        job_map, probs, text_note = self._changed_jobs(ch, kept, rows, by_text)
+        problems += probs
+        _apply_listing(job_map, kept.jobs, rows, ch)
+        self._kept = _Kept(kept.full_at, rows, states, job_map, node_map)
+        self._dirty -= dirty
+        self.last_read = _changes_read(rows, states, ch, by_text, text_note)
+        return list(node_map.values()), list(job_map.values()), problems
+
+    def _read_full_kept(self, leaf_of: dict[str, str], rows: dict, states: dict,
+                        now: float, dirty: set[int]) -> tuple[list, list, list[str]]:
+        """A full read that the next snapshots' change reads start from, kept with the
+        listings taken just before it."""
+        nodes, jobs, probs = self._read_full(leaf_of)
+        # a layout that reads no changes (an unknown one) keeps nothing
+        self._kept = _Kept(now, rows, states, {j.job_id: j for j in jobs},
+                           {n.name: n for n in nodes}) \
+            if self.layout is not None and (self.layout.reads_by_id
+                                            or self.layout.reads_jobs_by_text) else None
+        self._written_comments.clear()
+        self._dirty -= dirty
+        self.last_read = {"mode": "full", "listed_jobs": len(rows),
+                          "listed_nodes": len(states)}
+        return nodes, jobs, probs
+
+    def _changed_nodes(self, ch: C.Changes, kept: _Kept, leaf_of: dict[str, str],
+                       by_text: bool) -> tuple[dict, list[str]]:
+        """The node records after the changes: the changed ones read by name and merged
+        into those kept, or every node read anew."""
         # 22.05 reads no node by name: every node, as a full read does
         if by_text or len(ch.nodes) > MAX_BY_ID:
             fresh_nodes, probs = self._nodes(leaf_of)
-            node_map = {n.name: n for n in fresh_nodes}
-        else:
-            fresh_nodes, probs = self._nodes_named(ch.nodes, leaf_of) if ch.nodes else ([], [])
-            node_map = _merged(kept.nodes, {n.name: n for n in fresh_nodes}, ch.nodes)
-        problems += probs
-        fresh_jobs = None
+            return {n.name: n for n in fresh_nodes}, probs
+        fresh_nodes, probs = self._nodes_named(ch.nodes, leaf_of) if ch.nodes else ([], [])
+        return _merged(kept.nodes, {n.name: n for n in fresh_nodes}, ch.nodes), probs
+
+    def _changed_jobs(self, ch: C.Changes, kept: _Kept, rows: dict, by_text: bool
+                      ) -> tuple[dict, list[str], str]:
+        """(the job records after the changes, problems, on 22.05 why they were read as
+        JSON rather than as text ("" if as text)). The changed jobs are read by id and
+        merged into those kept; too many of them, every job is read anew."""
         if by_text and ch.jobs:
-            new = sum(1 for j in ch.jobs if j not in kept.jobs)
-            if new or len(ch.jobs) * LISTED_PER_TEXT_READ > len(rows):
-                text_note = f"{new} new job(s)" if new else f"{len(ch.jobs)} changed jobs"
-            else:
-                try:
-                    fresh_jobs, probs = self._jobs_as_text(sorted(ch.jobs), kept.jobs)
-                except JobTextError as exc:
-                    text_note = str(exc)
-                    log.debug("changed jobs not read as text: %s; every job read as JSON",
-                              exc)
-            if fresh_jobs is None:
-                fresh_jobs, probs = self._jobs(self._squeue_args())
-                job_map = {j.job_id: j for j in fresh_jobs}
-                self._written_comments.clear()
-            else:
-                job_map = _merged(kept.jobs, {j.job_id: j for j in fresh_jobs}, ch.jobs,
-                                  ch.gone_jobs)
-        elif len(ch.jobs) > MAX_BY_ID:
+            return self._changed_jobs_by_text(ch, kept, rows)
+        if len(ch.jobs) > MAX_BY_ID:
             fresh_jobs, probs = self._jobs(self._squeue_args())
-            job_map = {j.job_id: j for j in fresh_jobs}
-        else:
-            fresh_jobs, probs = self._jobs_by_id(sorted(ch.jobs), len(rows)) \
-                if ch.jobs else ([], [])
-            job_map = _merged(kept.jobs, {j.job_id: j for j in fresh_jobs}, ch.jobs,
-                              ch.gone_jobs)
-        problems += probs
-        # priority and pending reason come from the listing, whatever read the record;
-        # so does a kept waiting record's eligible time that alone moved (a lease renewal)
-        for jid, when in ch.eligible.items():
-            job = job_map.get(jid)
-            if job is not None and job is kept.jobs.get(jid):
-                job_map[jid] = job.with_(eligible_time_s=when)
-        for jid, job in job_map.items():
-            row = rows.get(jid)
-            if row is None or jid in ch.jobs:
-                continue
-            if (row.priority is not None and row.priority != job.priority) \
-                    or row.reason != job.pending_reason:
-                priority = job.priority if row.priority is None else row.priority
-                job_map[jid] = job.with_(priority=priority, pending_reason=row.reason,
-                                         held=P.job_held(job.state, row.reason, priority))
-        self._kept = _Kept(kept.full_at, rows, states, job_map, node_map)
-        self._dirty -= dirty
-        self.last_read = {"mode": "changes", "listed_jobs": len(rows),
-                          "listed_nodes": len(states), "jobs_read": len(ch.jobs),
-                          "nodes_read": len(ch.nodes), "jobs_gone": len(ch.gone_jobs),
-                          "eligible_moved": len(ch.eligible)}
-        if by_text:
-            self.last_read.update(nodes_read=len(states), jobs_as="json" if text_note
-                                  else "text", why_json=text_note)
-        return list(node_map.values()), list(job_map.values()), problems
+            return {j.job_id: j for j in fresh_jobs}, probs, ""
+        fresh_jobs, probs = self._jobs_by_id(sorted(ch.jobs), len(rows)) \
+            if ch.jobs else ([], [])
+        return (_merged(kept.jobs, {j.job_id: j for j in fresh_jobs}, ch.jobs, ch.gone_jobs),
+                probs, "")
+
+    def _changed_jobs_by_text(self, ch: C.Changes, kept: _Kept, rows: dict
+                              ) -> tuple[dict, list[str], str]:
+        """22.05: the changed jobs as text merged into those kept, or, where text will not
+        do (``_jobs_text_read``), every job as JSON (which makes the AdminComments the
+        agent wrote known from that read)."""
+        fresh_jobs, probs, text_note = self._jobs_text_read(ch, kept, rows)
+        if fresh_jobs is None:
+            fresh_jobs, probs = self._jobs(self._squeue_args())
+            self._written_comments.clear()
+            return {j.job_id: j for j in fresh_jobs}, probs, text_note
+        return (_merged(kept.jobs, {j.job_id: j for j in fresh_jobs}, ch.jobs, ch.gone_jobs),
+                probs, text_note)
+
+    def _jobs_text_read(self, ch: C.Changes, kept: _Kept, rows: dict
+                        ) -> tuple[list[Job] | None, list[str], str]:
+        """(the changed jobs read as text, problems, "") or (None, [], why not): not for a
+        new job (no kept record to check the text against), nor for many changed ones
+        (``LISTED_PER_TEXT_READ``), nor where a line is not certain (``JobTextError``)."""
+        new = sum(1 for j in ch.jobs if j not in kept.jobs)
+        if new or len(ch.jobs) * LISTED_PER_TEXT_READ > len(rows):
+            return None, [], f"{new} new job(s)" if new else f"{len(ch.jobs)} changed jobs"
+        try:
+            fresh_jobs, probs = self._jobs_as_text(sorted(ch.jobs), kept.jobs)
+        except JobTextError as exc:
+            log.debug("changed jobs not read as text: %s; every job read as JSON", exc)
+            return None, [], str(exc)
+        return fresh_jobs, probs, ""
+
+
+def _apply_listing(job_map: dict[int, Job], kept_jobs: dict[int, Job], rows: dict,
+                   ch: C.Changes) -> None:
+    """Priority and pending reason come from the listing, whatever read the record; so
+    does a kept waiting record's eligible time that alone moved (a lease renewal).
+    ``job_map`` is updated in place."""
+    for jid, when in ch.eligible.items():
+        job = job_map.get(jid)
+        if job is not None and job is kept_jobs.get(jid):
+            job_map[jid] = job.with_(eligible_time_s=when)
+    for jid, job in job_map.items():
+        row = rows.get(jid)
+        if row is None or jid in ch.jobs:
+            continue
+        if (row.priority is not None and row.priority != job.priority) \
+                or row.reason != job.pending_reason:
+            priority = job.priority if row.priority is None else row.priority
+            job_map[jid] = job.with_(priority=priority, pending_reason=row.reason,
+                                     held=P.job_held(job.state, row.reason, priority))
+
+
+def _changes_read(rows: dict, states: dict, ch: C.Changes, by_text: bool,
+                  text_note: str) -> dict:
+    """``last_read`` of a snapshot read by changes: what was listed and what read."""
+    read = {"mode": "changes", "listed_jobs": len(rows),
+            "listed_nodes": len(states), "jobs_read": len(ch.jobs),
+            "nodes_read": len(ch.nodes), "jobs_gone": len(ch.gone_jobs),
+            "eligible_moved": len(ch.eligible)}
+    if by_text:
+        read.update(nodes_read=len(states), jobs_as="json" if text_note
+                    else "text", why_json=text_note)
+    return read
 
 
 def _merged(kept: dict, fresh: dict, read: frozenset, gone: frozenset = frozenset()

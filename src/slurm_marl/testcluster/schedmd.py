@@ -28,31 +28,31 @@ Slurm layer (they import ``testcluster.versions``; the import rules forbid the c
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurm_marl.testcluster.errors import HarnessError
 from slurm_marl.testcluster.harness import LocalCluster
+from slurm_marl.testcluster.schedmd_outcomes import (RUNS, Outcome, counts, differences,
+                                                     read_junit, table)
+from slurm_marl.testcluster.schedmd_source import (DEFAULT_CACHE, SchedmdError,
+                                                   ensure_venv, fetch_testsuite)
 from slurm_marl.testcluster.spec import ClusterSpec
 
-SOURCE_PACKAGE_OF = "slurmctld"          # its source package is the Slurm under test
-DEFAULT_CACHE = Path(".cache/schedmd-testsuite")
+# Fetching the testsuite (``schedmd_source``) and reading its outcomes
+# (``schedmd_outcomes``) live in sibling modules; the names a site's comparison uses
+# (``read_junit``, ``differences``; docs/operations.md) stay importable from here.
+__all__ = ["DEFAULT_MODULES", "QUICK_MODULES", "RunSettings", "SchedmdError", "compare",
+           "counts", "differences", "main", "read_junit", "run_once", "table"]
+
 DEFAULT_OUT = Path("out/schedmd-tests")
-# The testsuite's Python side, pinned: pytest of the 22.05 era (its conftest imports py.io)
-TESTSUITE_REQUIREMENTS = ("pytest==7.1.3", "py==1.11.0", "pexpect==4.8.0",
-                          "ptyprocess==0.7.0", "attrs==23.2.0", "pluggy==1.5.0",
-                          "iniconfig==2.0.0", "packaging==24.0", "tomli==2.0.1")
 # What the issue's manual run covered (issue 30): the user commands, job arrays,
 # reservations, GRES. Paths relative to testsuite/python.
 DEFAULT_MODULES = (
@@ -68,7 +68,6 @@ QUICK_MODULES = (
     "tests/commands/srun/test_--job-name.py", "tests/commands/srun/test_exit_code_reporting.py",
     "tests/commands/srun/test_--mem--mincpus--tmp.py",
 )
-RUNS = ("slurm", "agent")
 GRACE_S = 5
 # Closer to a site's Slurm than the harness's defaults, so more of the testsuite runs:
 # multifactor priority (sprio's tests), no OverTimeLimit (srun -t)
@@ -76,204 +75,7 @@ SITE_LIKE_CONF = ("PriorityType=priority/multifactor\nPriorityWeightAge=1000\n"
                   "PriorityWeightFairshare=10000\nOverTimeLimit=0")
 
 
-class SchedmdError(HarnessError):
-    """The testsuite could not be fetched, set up or run (not a test outcome)."""
 
-
-# ---- the testsuite's source ---------------------------------------------------------------
-
-def installed_source() -> tuple[str, str]:
-    """(source package, Debian version) of the host's Slurm, e.g. ("slurm-wlm",
-    "22.05.8-4+deb12u3")."""
-    proc = subprocess.run(["dpkg-query", "-W", "-f", "${source:Package} ${source:Version}",
-                           SOURCE_PACKAGE_OF], capture_output=True, text=True)
-    if proc.returncode != 0 or len(proc.stdout.split()) != 2:
-        raise SchedmdError(f"{SOURCE_PACKAGE_OF} is not installed as a Debian package "
-                           f"(dpkg-query: {(proc.stderr or proc.stdout).strip()}); run "
-                           "`bash run.sh setup` first")
-    package, version = proc.stdout.split()
-    return package, version
-
-
-def _codename() -> str:
-    for line in Path("/etc/os-release").read_text().splitlines():
-        if line.startswith("VERSION_CODENAME="):
-            return line.split("=", 1)[1].strip().strip('"')
-    raise SchedmdError("no VERSION_CODENAME in /etc/os-release: not a Debian release")
-
-
-def deb_src_lines(codename: str) -> str:
-    """Debian's source archives for this release ($SLURM_MARL_DEB_SRC replaces them: whole
-    sources.list lines, e.g. a local mirror)."""
-    if os.environ.get("SLURM_MARL_DEB_SRC"):
-        return os.environ["SLURM_MARL_DEB_SRC"].strip() + "\n"
-    key = "[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
-    return (f"deb-src {key}http://deb.debian.org/debian {codename} main\n"
-            f"deb-src {key}http://deb.debian.org/debian {codename}-updates main\n"
-            f"deb-src {key}http://deb.debian.org/debian-security {codename}-security main\n")
-
-
-def _apt(apt_dir: Path, *args: str, cwd: Path | None = None) -> str:
-    """apt-get with its own sources.list, lists and cache under ``apt_dir`` (the host's
-    sources and package lists are neither read nor changed)."""
-    opts = ["-o", f"Dir::Etc::SourceList={apt_dir / 'sources.list'}",
-            "-o", "Dir::Etc::SourceParts=/nonexistent",
-            "-o", f"Dir::State::Lists={apt_dir / 'lists'}",
-            "-o", f"Dir::Cache={apt_dir / 'cache'}",
-            "-o", "Debug::NoLocking=1"]
-    if os.geteuid() == 0:    # _apt cannot write into the cache folder: download as root
-        opts += ["-o", "APT::Sandbox::User=root"]
-    proc = subprocess.run(["apt-get", "-q", *opts, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
-    if proc.returncode != 0:
-        raise SchedmdError(f"apt-get {' '.join(args)} failed (rc {proc.returncode}):\n"
-                           f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
-    return proc.stderr
-
-
-def fetch_testsuite(cache: Path = DEFAULT_CACHE) -> Path:
-    """testsuite/python of the installed Slurm's Debian source, fetched and unpacked on
-    first use; returns its folder."""
-    package, version = installed_source()
-    base = (cache / version).resolve()
-    python_dir = base / "testsuite" / "python"
-    done = base / "source.json"
-    if done.exists() and (python_dir / "lib" / "atf.py").exists():
-        return python_dir
-    base.mkdir(parents=True, exist_ok=True)
-    with _locked(base / ".lock"):
-        if done.exists() and (python_dir / "lib" / "atf.py").exists():
-            return python_dir
-        apt_dir = base / "apt"
-        for sub in ("lists/partial", "cache/archives/partial", "download"):
-            (apt_dir / sub).mkdir(parents=True, exist_ok=True)
-        (apt_dir / "sources.list").write_text(deb_src_lines(_codename()))
-        warnings = _apt(apt_dir, "update")
-        if not list((apt_dir / "lists").glob("*Sources*")):  # update only warns when offline
-            raise SchedmdError("apt-get update could not fetch Debian's source index from\n"
-                               f"{(apt_dir / 'sources.list').read_text()}"
-                               f"{warnings.strip()[-2000:]}")
-        download = apt_dir / "download"
-        try:
-            _apt(apt_dir, "source", "--download-only", f"{package}={version}", cwd=download)
-        except SchedmdError as exc:
-            raise SchedmdError(f"Debian's source of {package} {version} could not be "
-                               f"downloaded: {exc}") from None
-        upstream = version.split(":")[-1].rsplit("-", 1)[0]
-        origs = sorted(download.glob(f"{package}_{upstream}.orig.tar.*"))
-        if not origs:
-            raise SchedmdError(f"no {package}_{upstream}.orig.tar.* in {download}")
-        top = _unpack_testsuite(origs[0], base)
-        done.write_text(json.dumps({"package": package, "version": version,
-                                    "orig": origs[0].name, "upstream_tree": top}, indent=2))
-    return python_dir
-
-
-def _unpack_testsuite(orig: Path, base: Path) -> str:
-    """Unpack <top>/testsuite/python from the upstream tarball into base/testsuite/python;
-    returns <top> (e.g. slurm-slurm-22-05-8-1, the upstream tag)."""
-    target = base / "testsuite"
-    shutil.rmtree(target, ignore_errors=True)
-    with tarfile.open(orig) as tar:
-        members = []
-        top = None
-        for m in tar.getmembers():
-            parts = m.name.split("/")
-            if len(parts) >= 3 and parts[1:3] == ["testsuite", "python"]:
-                top = parts[0]
-                if not (m.isfile() or m.isdir()):
-                    continue        # no links or devices out of an archive
-                m.name = "/".join(parts[1:])
-                members.append(m)
-        if top is None:
-            raise SchedmdError(f"{orig.name} has no testsuite/python: this Slurm's source "
-                               "does not ship SchedMD's python testsuite")
-        tar.extractall(base, members=members, filter="data")
-    return top
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def ensure_venv(cache: Path = DEFAULT_CACHE) -> Path:
-    """The testsuite's own virtualenv (host python3, pinned pytest); returns its python."""
-    venv = (cache / "venv").resolve()
-    python = venv / "bin" / "python"
-    stamp = venv / ".requirements"
-    want = "\n".join(TESTSUITE_REQUIREMENTS)
-    if python.exists() and stamp.exists() and stamp.read_text() == want:
-        return python
-    cache.mkdir(parents=True, exist_ok=True)
-    with _locked(cache.resolve() / ".venv.lock"):
-        if python.exists() and stamp.exists() and stamp.read_text() == want:
-            return python
-        for argv in (["python3", "-m", "venv", "--clear", str(venv)],
-                     [str(python), "-m", "pip", "install", "-q", *TESTSUITE_REQUIREMENTS]):
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-            if proc.returncode != 0:
-                raise SchedmdError(f"{' '.join(argv[:4])} failed:\n"
-                                   f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
-        stamp.write_text(want)
-    return python
-
-
-# ---- outcomes -------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Outcome:
-    outcome: str          # passed | failed | error | skipped
-    message: str = ""     # the skip reason, or the failure's first line
-
-
-def read_junit(path: Path) -> dict[str, Outcome]:
-    """Per test (``tests/x/test_y.py::test_z``-like id from the JUnit classname) its outcome;
-    an error in setup or teardown counts over a pass, a failure over both."""
-    rank = {"passed": 0, "skipped": 1, "error": 2, "failed": 3}
-    tags = {"failure": "failed", "error": "error", "skipped": "skipped"}
-    found: dict[str, Outcome] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        test_id = f"{case.get('classname')}::{case.get('name')}"
-        result = Outcome("passed")
-        for child in case:
-            if child.tag in tags:
-                msg = (child.get("message") or child.text or "").strip().splitlines()
-                cand = Outcome(tags[child.tag], msg[0][:300] if msg else "")
-                if rank[cand.outcome] > rank[result.outcome]:
-                    result = cand
-        old = found.get(test_id)
-        if old is None or rank[result.outcome] > rank[old.outcome]:
-            found[test_id] = result
-    return found
-
-
-def counts(outcomes: dict[str, Outcome]) -> dict[str, int]:
-    out = {k: 0 for k in ("passed", "failed", "error", "skipped")}
-    for o in outcomes.values():
-        out[o.outcome] += 1
-    return out
-
-
-def differences(a: dict[str, Outcome], b: dict[str, Outcome]) -> list[dict]:
-    """Tests whose outcome (passed / failed / error / skipped) differs, or that ran in only
-    one run. Skip reasons and failure messages may differ (job ids, times)."""
-    diffs = []
-    for test in sorted(set(a) | set(b)):
-        oa, ob = a.get(test), b.get(test)
-        if oa is None or ob is None or oa.outcome != ob.outcome:
-            diffs.append({"test": test,
-                          RUNS[0]: asdict(oa) if oa else None,
-                          RUNS[1]: asdict(ob) if ob else None})
-    return diffs
-
-
-# ---- one run --------------------------------------------------------------------------------
 
 @dataclass
 class RunSettings:
@@ -479,35 +281,6 @@ def compare(settings: RunSettings) -> dict:
     return result
 
 
-def table(result: dict) -> str:
-    src = result["source"]
-    lines = [f"SchedMD testsuite/python of {src['package']} {src['version']} "
-             f"({src['upstream_tree']}), {len(result['modules'])} module paths",
-             f"{'run':<8}{'passed':>8}{'failed':>8}{'error':>7}{'skipped':>9}"]
-    for name in RUNS:
-        c = result["counts"][name]
-        lines.append(f"{name:<8}{c['passed']:>8}{c['failed']:>8}{c['error']:>7}"
-                     f"{c['skipped']:>9}")
-    lines.append(f"passed in both runs: {result['passed_in_both']}; same outcome per test: "
-                 f"{'yes' if result['same_per_test'] else 'NO'}")
-    for d in result["differences"]:
-        a, b = d[RUNS[0]], d[RUNS[1]]
-        lines.append(f"  DIFFERS {d['test']}: slurm={a['outcome'] if a else 'absent'} "
-                     f"agent={b['outcome'] if b else 'absent'} "
-                     f"({(b or a or {}).get('message', '')[:120]})")
-    bad = {t: o for t, o in result["runs"][RUNS[0]]["outcomes"].items()
-           if o["outcome"] in ("failed", "error")}
-    if bad:
-        lines.append("failed with Slurm alone too:")
-        lines += [f"  {t}: {o['message'][:140]}" for t, o in bad.items()]
-    reasons: dict[str, int] = {}
-    for o in result["runs"][RUNS[0]]["outcomes"].values():
-        if o["outcome"] == "skipped":
-            reasons[o["message"]] = reasons.get(o["message"], 0) + 1
-    if reasons:
-        lines.append("skipped (Slurm alone), by reason:")
-        lines += [f"  {n:>3} {r[:140]}" for r, n in sorted(reasons.items(), key=lambda x: -x[1])]
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
