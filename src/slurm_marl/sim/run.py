@@ -165,6 +165,6 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     if gate is not None and predictor is not None:
         # arrivals whose prediction was used / withheld then, and how often a gate flipped
         run.summary["predictions_given"], run.summary["predictions_withheld"] = \
-            sim.predictions_given
-        run.summary["prediction_gate_flips"] = sim.gate_flips
+            sim.gates.predictions_given
+        run.summary["prediction_gate_flips"] = sim.gates.gate_flips
     return run
