@@ -52,7 +52,6 @@ if TYPE_CHECKING:  # LightGBM is imported only where predictions are learned
     from slurm_marl.sim.predictions import FixedPredictor
 
 
-
 @dataclass
 class _Changes:
     """What one batch of events, or one cycle's decisions, changed in the cluster: what the

@@ -23,29 +23,7 @@ def with_site_names(built: SimCluster, members: list[list[str]], topo: TopologyC
     ``not_modelled``."""
     site_names = [n for names in members for n in names]
     rename = dict(zip((n.name for n in built.nodes), site_names, strict=True))
-    modelled = set(site_names)
-    leaves: dict[str, list[str]] = {}
-    if topo is None:
-        notes.append("no topology.conf: all nodes under one leaf switch")
-        leaves["leaf1"] = list(site_names)
-    else:
-        levels = _levels(topo)
-        if levels > 2:
-            notes.append(f"{topo.path}: {levels} switch levels flattened to leaf + spine")
-        roots = [s.name for s in topo.switches
-                 if not any(s.name in t.switches for t in topo.switches)]
-        if len(roots) > 1 and levels > 1:
-            notes.append(f"{topo.path}: {len(roots)} top switches ({', '.join(roots)}) joined "
-                         f"under one spine")
-        for node, leaf in topo.leaf_of_node().items():
-            if node in modelled:
-                leaves.setdefault(leaf, []).append(node)
-        placed = {n for names in leaves.values() for n in names}
-        missing = [n for n in site_names if n not in placed]
-        if missing:
-            notes.append(f"{topo.path}: nodes {collapse_hosts(sorted(missing))} under no switch: put under "
-                         f"one leaf of their own")
-            leaves["unswitched"] = missing
+    leaves = _site_leaves(site_names, topo, notes)
     leaf_of = {n: leaf for leaf, names in leaves.items() for n in names}
     nodes = tuple(dataclasses.replace(n, name=rename[n.name],
                                       leaf_switch=leaf_of[rename[n.name]])
@@ -61,6 +39,37 @@ def with_site_names(built: SimCluster, members: list[list[str]], topo: TopologyC
     return dataclasses.replace(built, partitions_spec=specs, nodes=nodes,
                                switches=switches + (spine,), partitions=partitions,
                                share_by_node=share, not_modelled=said)
+
+
+
+def _site_leaves(site_names: list[str], topo: TopologyConf | None,
+                 notes: list[str]) -> dict[str, list[str]]:
+    """Leaf switch -> the modelled nodes under it, as topology.conf has them (flattened to
+    leaf + spine; nodes under no switch under a leaf of their own)."""
+    modelled = set(site_names)
+    leaves: dict[str, list[str]] = {}
+    if topo is None:
+        notes.append("no topology.conf: all nodes under one leaf switch")
+        leaves["leaf1"] = list(site_names)
+        return leaves
+    levels = _levels(topo)
+    if levels > 2:
+        notes.append(f"{topo.path}: {levels} switch levels flattened to leaf + spine")
+    roots = [s.name for s in topo.switches
+             if not any(s.name in t.switches for t in topo.switches)]
+    if len(roots) > 1 and levels > 1:
+        notes.append(f"{topo.path}: {len(roots)} top switches ({', '.join(roots)}) joined "
+                     f"under one spine")
+    for node, leaf in topo.leaf_of_node().items():
+        if node in modelled:
+            leaves.setdefault(leaf, []).append(node)
+    placed = {n for names in leaves.values() for n in names}
+    missing = [n for n in site_names if n not in placed]
+    if missing:
+        notes.append(f"{topo.path}: nodes {collapse_hosts(sorted(missing))} under no switch: "
+                     f"put under one leaf of their own")
+        leaves["unswitched"] = missing
+    return leaves
 
 
 def _per_leaf(names: list[str], leaf_of: dict[str, str]) -> int:
