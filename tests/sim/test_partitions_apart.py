@@ -11,7 +11,7 @@ from slurm_marl.domain import Switch
 from slurm_marl.policy.framework import Policy, build_policy
 from slurm_marl.policy.profile import load_profile, profile_from_mapping
 from slurm_marl.sim.cluster import parse_cluster
-from slurm_marl.sim.engine import _partition_groups
+from slurm_marl.sim.partitions_apart import partition_groups
 from slurm_marl.sim.run import simulate
 from slurm_marl.sim.traces import TraceJob
 
@@ -149,7 +149,7 @@ def test_policies_that_couple_partitions_decide_all_of_them():
 
 def test_partition_groups_follow_shared_nodes_and_leaves():
     cluster = parse_cluster(CLUSTER)
-    groups, on_leaf = _partition_groups(list(cluster.nodes))
+    groups, on_leaf = partition_groups(list(cluster.nodes))
     assert groups == {"a": frozenset("a"), "b": frozenset("b"), "c": frozenset("c")}
     leaves = {n.leaf_switch for n in cluster.nodes}
     assert set(on_leaf) == leaves
@@ -158,10 +158,10 @@ def test_partition_groups_follow_shared_nodes_and_leaves():
     nodes = list(cluster.nodes)
     nodes[0] = dataclasses.replace(nodes[0], partitions=("a", "b"))
     nodes[-1] = dataclasses.replace(nodes[-1], partitions=("c", "d"))
-    groups, on_leaf = _partition_groups(nodes)
+    groups, on_leaf = partition_groups(nodes)
     assert groups["a"] == groups["b"] == frozenset("ab")
     assert groups["c"] == groups["d"] == frozenset("cd")
-    _, on_leaf = _partition_groups(list(one_leaf(cluster).nodes))
+    _, on_leaf = partition_groups(list(one_leaf(cluster).nodes))
     assert on_leaf == {"leaf1": frozenset("abc")}
 
 

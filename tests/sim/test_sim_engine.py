@@ -300,7 +300,7 @@ def test_stale_finish_events_trigger_no_cycle():
     assert 10000.0 not in sim.times and 10100.0 not in sim.times
     # the wake-up of job 3's demotion (service 3250 GPU-s at 12250) comes a microsecond late,
     # so the rounding of its service can never keep it in its queue
-    assert sim.times == [0, 4000, 4100.0, 9000, 12250.0 + E._EPS, 14000.0]
+    assert sim.times == [0, 4000, 4100.0, 9000, 12250.0 + E.EPS, 14000.0]
 
 
 def test_heap_stays_bounded_under_heavy_preemption():

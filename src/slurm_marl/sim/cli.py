@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,14 +16,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
 from rich.table import Table
 
 from slurm_marl.console import output_console
-from slurm_marl.policy.profile import ProfileError, load_profile
-from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
+from slurm_marl.policy.profile import Profile, ProfileError, load_profile
+from slurm_marl.sim.cluster import ClusterSpecError, SimCluster, parse_cluster
 from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.metrics import jcts, plot_jct_cdf, plot_ratio_cdf, write_jobs_csv, \
     write_samples
 from slurm_marl.sim.perjob import FLOOR_S, job_ratios, job_times, per_job_comparison
 from slurm_marl.sim.perjob_tables import print_per_job
 from slurm_marl.sim.perf import STRENGTHS
+from slurm_marl.sim.run import SimRun
 from slurm_marl.sim.run import simulate as run_simulation
 from slurm_marl.sim.traces import TraceError, load_trace
 
@@ -229,81 +231,153 @@ def compare(
     strengths = _strengths(interference)
     base_prof = _baseline(baseline)
     jobs, sim_cluster = _load(trace, window, cluster, skip_bad_rows)
-    try:
-        profs = [load_profile(p.strip()) for p in profiles.split(",") if p.strip()]
-    except ProfileError as exc:
-        _fail(str(exc))
-    if not profs:
-        _fail("--profiles is empty")
+    inputs = _Inputs(jobs, sim_cluster, seed, restart_delay, drop_oversized, prediction_error,
+                     prediction_seed, (trace, window))
+    profs = _profiles(profiles)
     # the baseline runs once per strength: as one of --profiles, or after them
     base_at = next((i for i, p in enumerate(profs) if p == base_prof), None)
     extra = [base_prof] if base_prof is not None and base_at is None else []
-    results, baseline_results = [], []
-    cdfs: dict[str, dict[str, list[float]]] = {s: {} for s in strengths}
-    ratio_cdfs: dict[str, dict[str, list[float]]] = {s: {} for s in strengths}
+    found = _Comparison(strengths)
     for strength in strengths:
-        times = []
-        for k, prof in enumerate(profs + extra):
-            label = f"{prof.name} ({strength}{', baseline' if k >= len(profs) else ''})"
-            try:
-                run = _run(jobs, sim_cluster, prof, strength, seed, restart_delay, False,
-                           label, drop_oversized, prediction_error, prediction_seed,
-                           (trace, window))
-            except (SimulationError, ValueError) as exc:
-                _fail(f"{prof.name}: {exc}")
-            if not results and k == 0:
-                _note_dropped(run.summary, cluster)
-            entry = {"profile": prof.name, "interference": strength, **run.summary}
-            if k < len(profs):
-                results.append(entry)
-                cdfs[strength][prof.name] = jcts(run.outcome.jobs)
-            if k == base_at or k >= len(profs):
-                baseline_results.append(dict(entry))
-            times.append(job_times(run.outcome.jobs))
-        if base_prof is None:
-            continue
-        base_times = times[len(profs) if base_at is None else base_at]
-        for k, entry in enumerate(results[-len(profs):]):
-            if k == base_at:
-                entry["per_job"] = None
-                continue
-            entry["per_job"] = per_job_comparison(times[k], base_times,
-                                                  baseline=base_prof.name)
-            ratio_cdfs[strength][profs[k].name] = list(
-                job_ratios(times[k], base_times).values())
+        times = _compare_at(strength, profs, extra, base_at, inputs, found, cluster)
+        if base_prof is not None:
+            _against_baseline(strength, profs, base_at, base_prof, times, found)
     doc = {"trace": str(trace), "window": window, "cluster": cluster, "seed": seed,
-           "restart_delay_s": restart_delay, "results": results,
+           "restart_delay_s": restart_delay, "results": found.results,
            "baseline": None if base_prof is None else base_prof.name}
     if base_prof is not None:
-        doc["baseline_results"] = baseline_results
-    plot_dir = out if out is not None else Path(".")
+        doc["baseline_results"] = found.baseline_results
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare.json").write_text(json.dumps(doc, indent=2) + "\n")
-    plots = []
-    for strength, series in cdfs.items():
-        plots.append(plot_dir / f"jct_cdf_{strength}.png")
-        plot_jct_cdf(plots[-1], series, f"{trace.name} {window or ''} on {cluster}, {strength}")
-        if ratio_cdfs[strength]:
-            plots.append(plot_dir / f"jct_ratio_cdf_{strength}.png")
-            plot_ratio_cdf(plots[-1], ratio_cdfs[strength],
-                           f"{trace.name} {window or ''} on {cluster}, {strength}\nper job "
-                           f"against {base_prof.name}",
-                           f"JCT / max(JCT under {base_prof.name}, {FLOOR_S:g} s)")
+    plots = _compare_plots(found, out if out is not None else Path("."),
+                           f"{trace.name} {window or ''} on {cluster}", base_prof)
     output_console(stderr=as_json).print("wrote " + ", ".join(str(p) for p in plots)
                                   + (f" and {out}/compare.json" if out is not None else ""))
     if as_json:
         print(json.dumps(doc, indent=2))
         return
-    table = Table(title=f"{trace.name} {window or ''} on {cluster}: average JCT (s)")
+    _print_comparison(found, profs, extra,
+                      f"{trace.name} {window or ''} on {cluster}: average JCT (s)")
+    compared = [((r["profile"], r["interference"]), r["per_job"]) for r in found.results
+                if r.get("per_job") is not None]
+    if compared:
+        print_per_job(compared, base_prof.name)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What every run of ``compare`` shares: the trace, the cluster and the run options."""
+
+    jobs: list
+    cluster: SimCluster
+    seed: int
+    restart_delay: float
+    drop_oversized: bool
+    prediction_error: str | None
+    prediction_seed: int
+    source: tuple
+
+    def run(self, prof: Profile, strength: str, label: str) -> SimRun:
+        """Simulate ``prof`` at ``strength``; an error ends the command naming the profile."""
+        try:
+            return _run(self.jobs, self.cluster, prof, strength, self.seed,
+                        self.restart_delay, False, label, self.drop_oversized,
+                        self.prediction_error, self.prediction_seed, self.source)
+        except (SimulationError, ValueError) as exc:
+            _fail(f"{prof.name}: {exc}")
+
+
+@dataclass
+class _Comparison:
+    """What ``compare`` found: an entry per profile x strength (``results``) and per run of
+    the baseline (``baseline_results``); per strength, each profile's JCTs and its per-job
+    JCT ratios against the baseline (what the plots draw)."""
+
+    strengths: list[str]
+    results: list[dict] = field(default_factory=list)
+    baseline_results: list[dict] = field(default_factory=list)
+    cdfs: dict[str, dict[str, list[float]]] = field(init=False)
+    ratio_cdfs: dict[str, dict[str, list[float]]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cdfs = {s: {} for s in self.strengths}
+        self.ratio_cdfs = {s: {} for s in self.strengths}
+
+
+def _profiles(names: str) -> list[Profile]:
+    """``--profiles``, loaded; an error or an empty list ends the command."""
+    try:
+        profs = [load_profile(p.strip()) for p in names.split(",") if p.strip()]
+    except ProfileError as exc:
+        _fail(str(exc))
+    if not profs:
+        _fail("--profiles is empty")
+    return profs
+
+
+def _compare_at(strength: str, profs: list[Profile], extra: list[Profile],
+                base_at: int | None, inputs: _Inputs, found: _Comparison,
+                cluster: str) -> list[dict]:
+    """Run every profile (then the baseline, where it is not one of them) at ``strength``
+    into ``found``; each run's per-job times, in that order."""
+    times = []
+    for k, prof in enumerate(profs + extra):
+        label = f"{prof.name} ({strength}{', baseline' if k >= len(profs) else ''})"
+        run = inputs.run(prof, strength, label)
+        if not found.results and k == 0:
+            _note_dropped(run.summary, cluster)
+        entry = {"profile": prof.name, "interference": strength, **run.summary}
+        if k < len(profs):
+            found.results.append(entry)
+            found.cdfs[strength][prof.name] = jcts(run.outcome.jobs)
+        if k == base_at or k >= len(profs):
+            found.baseline_results.append(dict(entry))
+        times.append(job_times(run.outcome.jobs))
+    return times
+
+
+def _against_baseline(strength: str, profs: list[Profile], base_at: int | None,
+                      base_prof: Profile, times: list[dict], found: _Comparison) -> None:
+    """Each job's JCT against the baseline's, for every profile run at ``strength`` (the
+    last ``len(profs)`` results); None for the baseline itself."""
+    base_times = times[len(profs) if base_at is None else base_at]
+    for k, entry in enumerate(found.results[-len(profs):]):
+        if k == base_at:
+            entry["per_job"] = None
+            continue
+        entry["per_job"] = per_job_comparison(times[k], base_times, baseline=base_prof.name)
+        found.ratio_cdfs[strength][profs[k].name] = list(
+            job_ratios(times[k], base_times).values())
+
+
+def _compare_plots(found: _Comparison, plot_dir: Path, title: str,
+                   base_prof: Profile | None) -> list[Path]:
+    """A JCT CDF per strength, and a per-job JCT ratio CDF where runs were compared."""
+    plots = []
+    for strength, series in found.cdfs.items():
+        plots.append(plot_dir / f"jct_cdf_{strength}.png")
+        plot_jct_cdf(plots[-1], series, f"{title}, {strength}")
+        if found.ratio_cdfs[strength]:
+            plots.append(plot_dir / f"jct_ratio_cdf_{strength}.png")
+            plot_ratio_cdf(plots[-1], found.ratio_cdfs[strength],
+                           f"{title}, {strength}\nper job against {base_prof.name}",
+                           f"JCT / max(JCT under {base_prof.name}, {FLOOR_S:g} s)")
+    return plots
+
+
+def _print_comparison(found: _Comparison, profs: list[Profile], extra: list[Profile],
+                      title: str) -> None:
+    """The average JCT of each profile at each strength, then the details of each run."""
+    table = Table(title=title)
     table.add_column("profile")
-    for s in strengths:
+    for s in found.strengths:
         table.add_column(s, justify="right")
-    shown = [(p.name, p.name, results) for p in profs] + [
-        (p.name, f"{p.name} (baseline)", baseline_results) for p in extra]
-    for name, title, rows in shown:
-        row = [title]
-        for s in strengths:
+    shown = [(p.name, p.name, found.results) for p in profs] + [
+        (p.name, f"{p.name} (baseline)", found.baseline_results) for p in extra]
+    for name, row_title, rows in shown:
+        row = [row_title]
+        for s in found.strengths:
             r = next(x for x in rows if x["profile"] == name and x["interference"] == s)
             row.append(f"{r['avg_jct_s']:,.0f}" if r["avg_jct_s"] is not None else "-")
         table.add_row(*row)
@@ -313,16 +387,12 @@ def compare(
                ("median_jct_s", "median"), ("p95_jct_s", "p95"),
                ("avg_queue_delay_s", "queue delay"), ("longest_wait_s", "longest wait"),
                ("gpu_utilisation", "util"), ("preemptions", "preempt"))
-    for key, title in columns:
-        detail.add_column(title, justify="left" if key in ("profile", "interference")
+    for key, col_title in columns:
+        detail.add_column(col_title, justify="left" if key in ("profile", "interference")
                           else "right")
-    for r in results + (baseline_results if extra else []):
+    for r in found.results + (found.baseline_results if extra else []):
         detail.add_row(*[_cell(r[key], key) for key, _ in columns])
     output_console().print(detail)
-    compared = [((r["profile"], r["interference"]), r["per_job"]) for r in results
-                if r.get("per_job") is not None]
-    if compared:
-        print_per_job(compared, base_prof.name)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -112,7 +112,7 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     get them learned in the run (``sim/online_prediction.py``), starting from the history
     before the window where the trace has one (``trace_source``: the file and window a
     loaded ``trace`` came from), or from ``prior`` where given (a site's history before
-    the period, ``sim/report.py``; it replaces the trace's). ``skill_gate``: the
+    the period, ``sim/report/``; it replaces the trace's). ``skill_gate``: the
     parameters of the prediction-skill gate both kinds of predictions pass
     (``history/skill.py``); None: ungated."""
     jobs = trace if isinstance(trace, list) else load_trace(trace, window,
@@ -165,6 +165,6 @@ def simulate(trace: list[TraceJob] | str | Path, cluster: SimCluster | str,
     if gate is not None and predictor is not None:
         # arrivals whose prediction was used / withheld then, and how often a gate flipped
         run.summary["predictions_given"], run.summary["predictions_withheld"] = \
-            sim.predictions_given
-        run.summary["prediction_gate_flips"] = sim.gate_flips
+            sim.gates.predictions_given
+        run.summary["prediction_gate_flips"] = sim.gates.gate_flips
     return run

@@ -1,12 +1,12 @@
 """The simulator's cluster from a site's own Slurm files: slurm.conf, gres.conf, topology.conf.
 
-A piece of issue 34 ("what would the agent have done on *my* cluster"). The files are read by
-``slurm_marl.topology`` (the one parser of Slurm's configuration syntax: case-insensitive
-keys, ``#`` comments, ``\\`` continuations, ``Include``, ``NodeName=DEFAULT`` /
-``PartitionName=DEFAULT``, hostlists, ``Nodes=ALL``); this module turns what they say into
-``PartitionSpec``s and ``build_cluster``'s ``SimCluster``, then gives the nodes their site
-names and the leaf switches of topology.conf. Whatever the simulator cannot model is not an
-error: it is said, one short sentence each, in ``SiteCluster.not_modelled`` (and
+What would the agent have done on *my* cluster: the files are read by ``slurm_marl.topology``
+(the one parser of Slurm's configuration syntax: case-insensitive keys, ``#`` comments,
+``\\`` continuations, ``Include``, ``NodeName=DEFAULT`` / ``PartitionName=DEFAULT``,
+hostlists, ``Nodes=ALL``); this module turns what they say into ``PartitionSpec``s and
+``build_cluster``'s ``SimCluster``, then gives the nodes their site names and the leaf
+switches of topology.conf (``sim/site_topology.py``). Whatever the simulator cannot model
+is not an error: it is said, one short sentence each, in ``SiteCluster.not_modelled`` (and
 ``SimCluster.not_modelled``), naming the file line, node or partition.
 
 Per node: sockets = ``Sockets`` (or ``Boards`` x ``SocketsPerBoard``); CPU cores per
@@ -19,20 +19,20 @@ common node shape. A node listed by several partitions belongs to the first of t
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_marl.domain import Switch
 from slurm_marl.sim.cluster_model import (ClusterSpecError, PartitionSpec, SimCluster,
                                           build_cluster)
+from slurm_marl.sim.site_topology import with_site_names
 from slurm_marl.slurm_integration.text import GresSpec, collapse_hosts
 from slurm_marl.topology.confparse import ConfigEntry, ConfigText, read_config_file
 from slurm_marl.topology.errors import TopologyConfigError
 from slurm_marl.topology.gres_conf import GresConf, gres_from_config
 from slurm_marl.topology.layout import core_to_socket_for, gpu_devices_for_node, socket_of_cores
 from slurm_marl.topology.slurm_conf import NodeSpec, SlurmConf, slurm_conf_from_config
+from slurm_marl.topology.slurm_conf import PartitionSpec as SlurmPartition
 from slurm_marl.topology.topology_conf import TopologyConf, topology_from_config
 
 DEFAULT_MEM_GIB = 256
@@ -279,6 +279,34 @@ def _build(conf: SlurmConf, config: ConfigText, gres: GresConf | None,
     _partition_notes(config, conf, notes)
     by_name = {n.name: n for n in conf.nodes}
     parts = sorted(conf.partitions, key=lambda p: not p.default)  # stable: file order after
+    owner = _node_owners(parts, by_name)
+    _membership_notes(parts, by_name, owner, notes)
+    _gres_notes(conf, gres, notes)
+    specs: list[PartitionSpec] = []
+    members: list[list[str]] = []
+    said: dict[str, list[str]] = {}
+    for part in parts:
+        names = [n for n in part.nodes if owner.get(n) == part.name]
+        shapes = _shapes(part, names, by_name, gres, said, notes)
+        if shapes:
+            specs.append(_partition_spec(part, shapes, notes))
+            members.append(list(shapes))
+    if not specs:
+        raise SiteConfigError(f"{spec}: no partition has nodes with GPUs (Gres=gpu:...)")
+    for sentence, names in said.items():
+        notes.append(f"nodes {_hosts(names)}: {sentence}")
+    for part in specs:
+        try:
+            part.validate(f"{spec}: partition {part.name}")
+        except ClusterSpecError as exc:
+            raise SiteConfigError(str(exc)) from None
+    cluster = with_site_names(build_cluster(specs, spec), members, topo, notes)
+    return SiteCluster(cluster=cluster, not_modelled=cluster.not_modelled)
+
+
+def _node_owners(parts: list[SlurmPartition], by_name: dict[str, NodeSpec]) -> dict[str, str]:
+    """Node -> the partition it is simulated in: the first listing it (``parts`` has the
+    default partition first). A partition listing an undefined node is an error."""
     owner: dict[str, str] = {}
     for part in parts:
         for name in part.nodes:
@@ -286,6 +314,12 @@ def _build(conf: SlurmConf, config: ConfigText, gres: GresConf | None,
                 raise SiteConfigError(f"{part.source}: partition {part.name} lists node "
                                       f"{name}, which no NodeName= line defines")
             owner.setdefault(name, part.name)
+    return owner
+
+
+def _membership_notes(parts: list[SlurmPartition], by_name: dict[str, NodeSpec],
+                      owner: dict[str, str], notes: list[str]) -> None:
+    """Nodes in several partitions (modelled in the first) and nodes in none (left out)."""
     shared: dict[tuple[str, ...], list[str]] = {}
     for name in by_name:
         homes = tuple(p.name for p in parts if name in p.nodes)
@@ -297,6 +331,10 @@ def _build(conf: SlurmConf, config: ConfigText, gres: GresConf | None,
     loose = [n for n in by_name if n not in owner]
     if loose:
         notes.append(f"nodes {_hosts(loose)} are in no partition: left out")
+
+
+def _gres_notes(conf: SlurmConf, gres: GresConf | None, notes: list[str]) -> None:
+    """GPU types, other GRES and GPU links: none is modelled."""
     typed: dict[tuple[str, ...], list[str]] = {}
     other_gres: dict[str, list[str]] = {}
     for node in conf.nodes:
@@ -316,117 +354,39 @@ def _build(conf: SlurmConf, config: ConfigText, gres: GresConf | None,
             if line.links:
                 notes.append(f"{line.source}: Links= (GPU interconnect) not modelled")
 
-    specs: list[PartitionSpec] = []
-    members: list[list[str]] = []
-    said: dict[str, list[str]] = {}
-    for part in parts:
-        names = [n for n in part.nodes if owner.get(n) == part.name]
-        shapes = {}
-        for n in names:
-            shape = _node_shape(by_name[n], gres, said)
-            if shape is not None:
-                shapes[n] = shape
-        cpu_only = [n for n in names if n not in shapes]
-        if not shapes:
-            why = "no nodes of its own" if not names else "no GPUs"
-            notes.append(f"partition {part.name} ({part.source}): {why}, left out")
-            continue
-        if cpu_only:
-            notes.append(f"partition {part.name}: nodes {_hosts(cpu_only)} have no GPUs, "
-                         f"left out")
-        counts = Counter(shapes.values())
-        common = max(counts, key=lambda s: (counts[s], -list(shapes.values()).index(s)))
-        for shape in counts:
-            if shape != common:
-                odd = [n for n, s in shapes.items() if s == shape]
-                notes.append(f"partition {part.name}: nodes {_hosts(odd)} have "
-                             f"{shape.describe()}; modelled with the partition's most common "
-                             f"shape, {common.describe()}")
-        specs.append(PartitionSpec(name=part.name, nodes=len(shapes), sockets=common.sockets,
-                                   gpus_per_socket=common.gpus_per_socket,
-                                   cores_per_socket=common.cores_per_socket,
-                                   mem_gib=common.mem_gib))
-        members.append(list(shapes))
-    if not specs:
-        raise SiteConfigError(f"{spec}: no partition has nodes with GPUs (Gres=gpu:...)")
-    for sentence, names in said.items():
-        notes.append(f"nodes {_hosts(names)}: {sentence}")
-    for part in specs:
-        try:
-            part.validate(f"{spec}: partition {part.name}")
-        except ClusterSpecError as exc:
-            raise SiteConfigError(str(exc)) from None
-    built = build_cluster(specs, spec)
-    return _with_site_names(built, members, topo, notes)
+
+def _shapes(part: SlurmPartition, names: list[str], by_name: dict[str, NodeSpec],
+            gres: GresConf | None, said: dict[str, list[str]],
+            notes: list[str]) -> dict[str, _Shape]:
+    """The shape of each node of ``part`` with GPUs (empty: the partition is left out);
+    nodes without GPUs are said and left out."""
+    shapes = {}
+    for n in names:
+        shape = _node_shape(by_name[n], gres, said)
+        if shape is not None:
+            shapes[n] = shape
+    cpu_only = [n for n in names if n not in shapes]
+    if not shapes:
+        why = "no nodes of its own" if not names else "no GPUs"
+        notes.append(f"partition {part.name} ({part.source}): {why}, left out")
+    elif cpu_only:
+        notes.append(f"partition {part.name}: nodes {_hosts(cpu_only)} have no GPUs, "
+                     f"left out")
+    return shapes
 
 
-def _with_site_names(built: SimCluster, members: list[list[str]], topo: TopologyConf | None,
-                     notes: list[str]) -> SiteCluster:
-    """The built nodes renamed to the site's nodes, under the site's leaf switches."""
-    site_names = [n for names in members for n in names]
-    rename = dict(zip((n.name for n in built.nodes), site_names, strict=True))
-    modelled = set(site_names)
-    leaves: dict[str, list[str]] = {}
-    if topo is None:
-        notes.append("no topology.conf: all nodes under one leaf switch")
-        leaves["leaf1"] = list(site_names)
-    else:
-        levels = _levels(topo)
-        if levels > 2:
-            notes.append(f"{topo.path}: {levels} switch levels flattened to leaf + spine")
-        roots = [s.name for s in topo.switches
-                 if not any(s.name in t.switches for t in topo.switches)]
-        if len(roots) > 1 and levels > 1:
-            notes.append(f"{topo.path}: {len(roots)} top switches ({', '.join(roots)}) joined "
-                         f"under one spine")
-        for node, leaf in topo.leaf_of_node().items():
-            if node in modelled:
-                leaves.setdefault(leaf, []).append(node)
-        placed = {n for names in leaves.values() for n in names}
-        missing = [n for n in site_names if n not in placed]
-        if missing:
-            notes.append(f"{topo.path}: nodes {_hosts(missing)} under no switch: put under "
-                         f"one leaf of their own")
-            leaves["unswitched"] = missing
-    leaf_of = {n: leaf for leaf, names in leaves.items() for n in names}
-    nodes = tuple(dataclasses.replace(n, name=rename[n.name],
-                                      leaf_switch=leaf_of[rename[n.name]])
-                  for n in built.nodes)
-    switches = tuple(Switch(name=leaf, nodes=tuple(names)) for leaf, names in leaves.items())
-    spine = Switch(name="spine", switches=tuple(s.name for s in switches))
-    partitions = tuple(dataclasses.replace(p, nodes=tuple(rename[n] for n in p.nodes))
-                       for p in built.partitions)
-    share = {rename[k]: v for k, v in built.share_by_node.items()}
-    specs = tuple(dataclasses.replace(p, nodes_per_leaf=_per_leaf(names, leaf_of))
-                  for p, names in zip(built.partitions_spec, members, strict=True))
-    said = tuple(dict.fromkeys(notes))
-    cluster = dataclasses.replace(built, partitions_spec=specs, nodes=nodes,
-                                  switches=switches + (spine,), partitions=partitions,
-                                  share_by_node=share, not_modelled=said)
-    return SiteCluster(cluster=cluster, not_modelled=said)
-
-
-def _per_leaf(names: list[str], leaf_of: dict[str, str]) -> int:
-    """The spec's ``nodes_per_leaf`` where the partition's leaves hold equal runs of it
-    (the last may hold fewer), else 0; the cluster's switches are the site's either way."""
-    runs: list[list[str]] = []
-    for name in names:
-        if runs and leaf_of[runs[-1][0]] == leaf_of[name]:
-            runs[-1].append(name)
-        else:
-            runs.append([name])
-    if len({leaf_of[r[0]] for r in runs}) != len(runs) or len(runs) == 1:
-        return 0
-    size = len(runs[0])
-    ok = all(len(r) == size for r in runs[:-1]) and len(runs[-1]) <= size
-    return size if ok else 0
-
-
-def _levels(topo: TopologyConf) -> int:
-    by_name = {s.name: s for s in topo.switches}
-
-    def depth(name: str) -> int:
-        children = by_name[name].switches
-        return 1 + max((depth(c) for c in children if c in by_name), default=0)
-
-    return max((depth(s.name) for s in topo.switches), default=0)
+def _partition_spec(part: SlurmPartition, shapes: dict[str, _Shape],
+                    notes: list[str]) -> PartitionSpec:
+    """The partition as the simulator models it: all its nodes of its most common shape
+    (the first seen among equals); nodes of other shapes are said."""
+    counts = Counter(shapes.values())
+    common = max(counts, key=lambda s: (counts[s], -list(shapes.values()).index(s)))
+    for shape in counts:
+        if shape != common:
+            odd = [n for n, s in shapes.items() if s == shape]
+            notes.append(f"partition {part.name}: nodes {_hosts(odd)} have "
+                         f"{shape.describe()}; modelled with the partition's most common "
+                         f"shape, {common.describe()}")
+    return PartitionSpec(name=part.name, nodes=len(shapes), sockets=common.sockets,
+                         gpus_per_socket=common.gpus_per_socket,
+                         cores_per_socket=common.cores_per_socket, mem_gib=common.mem_gib)
