@@ -16,7 +16,7 @@ a site would live it:
    daemon's default Slurm-alone guard (``agent.guard``, ``policy/guard.py``), as a site
    runs them (``--no-guard``: the profiles as written).
 
-3. **Per job** (issue 33): every job of Tiresias' and the full agent's runs against its own
+3. **Per job**: every job of Tiresias' and the full agent's runs against its own
    JCT with Slurm alone, and (``--noise-floor``, on by default) a second Slurm-alone run
    against the first: the noise floor of real Slurm, and each agent run's jobs beyond it.
 

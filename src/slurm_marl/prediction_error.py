@@ -6,7 +6,7 @@ symmetric in log space (over- and under-prediction equally likely). Between poin
 of the factor is interpolated linearly.
 
 ``helios``: the distribution the Helios artifact (SC'21) uses to emulate its QSSF estimator
-on Philly, as issue 16 states it: 10% of jobs within 10%, 50% within 50%, 70% within 2x, 90%
+on Philly: 10% of jobs within 10%, 50% within 50%, 70% within 2x, 90%
 within 10x, all within 100x. The simulator perturbs true GPU-times with it
 (``--prediction-error helios``); an order that knows it (``predicted_las`` with
 ``rule = "gittins"``) turns a prediction into a distribution of the job's true GPU-time.

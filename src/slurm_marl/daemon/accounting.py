@@ -46,7 +46,7 @@ class AccountingResult:
 @dataclass
 class AccountMemo:
     """What one daemon's accounting keeps from cycle to cycle to skip work whose inputs did
-    not change (issue 17: an unchanged cycle of 15,000 jobs): for each running job the
+    not change (an unchanged cycle of thousands of jobs): for each running job the
     co-location entry last merged into what it has seen (``colocation`` hands out the same
     entry while the running jobs are the same; merging it again changes nothing), and for
     each job not running its enriched copy with the job and values it was made from."""

@@ -1,4 +1,4 @@
-"""Predicted GPU-time for the daemon's jobs (issue 16): what orders such as
+"""Predicted GPU-time for the daemon's jobs: what orders such as
 ``predicted_las`` read.
 
 A model trained with ``slurm-marl history train`` (``agent.gpu_time_model``, a folder of

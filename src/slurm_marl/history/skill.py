@@ -1,4 +1,4 @@
-"""A prediction-skill gate (issue 16's safety net): predictions order a partition's jobs only
+"""A prediction-skill gate (the safety net of predicted ordering): predictions order a partition's jobs only
 while they have proven skill on the jobs of that partition that have already finished.
 
 Skill is pairwise concordance (Harrell's C) over the last ``window`` finished jobs of the

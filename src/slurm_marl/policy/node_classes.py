@@ -1,5 +1,5 @@
 """Nodes of one cycle grouped into the classes single-node candidate generation keeps one
-node of, kept up to date as the cycle claims, holds and releases GPUs (issue 17).
+node of, kept up to date as the cycle claims, holds and releases GPUs.
 
 ``placement_shapes.single_node_fits`` with dedupe keeps the first node (in node order) of
 each class of nodes alike in free GPUs per group, free CPUs, free memory and capacity. On a

@@ -1,4 +1,4 @@
-"""The guard's shadow of Slurm alone as a replica of the cluster (issue 33, ``[guard] model =
+"""The guard's shadow of Slurm alone as a replica of the cluster (``[guard] model =
 "replica"``): the nodes the policy sees, each with the GPUs, CPUs and memory the replica's
 own jobs hold, scheduled by the framework's ``fifo-backfill`` (the policy the simulator
 measures Slurm alone by) over every job seen, in lockstep with the real clock.

@@ -1,4 +1,4 @@
-"""Per job on real Slurm: every run of a replay against its own Slurm-alone run (issue 33).
+"""Per job on real Slurm: every run of a replay against its own Slurm-alone run.
 
 The simulator's comparison (``sim/perjob.py``) on replayed jobs: a job's ratio is its JCT /
 max(its JCT under Slurm alone, ``floor_s``), over the jobs finished in both runs. Jobs are

@@ -1,4 +1,4 @@
-"""Each job's completion time against a baseline run of the same trace (issue 33).
+"""Each job's completion time against a baseline run of the same trace.
 
 Averages hide that a few jobs, often big and long ones, finish several times later than
 under the policy a site runs without the agent (profile ``fifo-backfill``). Here a job's

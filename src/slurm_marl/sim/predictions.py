@@ -1,5 +1,5 @@
 """Predictions of a job's total GPU-time for the simulator, standing in for a site's
-predictor (issue 16): the truth, or the truth perturbed to a stated error distribution.
+predictor: the truth, or the truth perturbed to a stated error distribution.
 
 ``helios``: the truth perturbed by the error distribution ``prediction_error.HELIOS_POINTS``
 (the one the Helios artifact uses to emulate its estimator on Philly): each job draws a

@@ -1,4 +1,4 @@
-"""The report of ``slurm-marl report`` as one self-contained HTML file (issue 34).
+"""The report of ``slurm-marl report`` as one self-contained HTML file.
 
 ``render(doc)`` takes the very dict the command prints with ``--json`` (``report_cli``;
 the keys are in docs/operations.md), so the HTML and the JSON cannot disagree: every number

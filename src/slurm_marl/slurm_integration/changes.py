@@ -1,4 +1,4 @@
-"""What changed in Slurm since the last snapshot, from two cheap text listings (issue 17).
+"""What changed in Slurm since the last snapshot, from two cheap text listings.
 
 At 10,000 nodes and 15,000 jobs, Slurm 24.11's ``squeue --json --states=all`` and
 ``scontrol show node --json`` take seconds every cycle (a large JSON answer, mostly the

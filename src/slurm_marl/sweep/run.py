@@ -4,7 +4,7 @@
 ``args`` and gives one outcome per item, in the order of ``args``: the call's return value,
 or a ``CallError`` (one line) when it gave none. A failing call never stops the others.
 ``on_done(index, outcome, done, total)`` sees each outcome as it arrives. ``run_sweep`` (a
-sweep's cells, ``run_cell``) and ``slurm-marl report --backend slurm`` (issue 34) run on it.
+sweep's cells, ``run_cell``) and ``slurm-marl report --backend slurm`` run on it.
 
 ``inline``: in this process, one call after another (nothing is pickled).
 

@@ -53,7 +53,7 @@ __all__ = ["DEFAULT_MODULES", "QUICK_MODULES", "RunSettings", "SchedmdError", "c
            "counts", "differences", "main", "read_junit", "run_once", "table"]
 
 DEFAULT_OUT = Path("out/schedmd-tests")
-# What the issue's manual run covered (issue 30): the user commands, job arrays,
+# What a manual run of the testsuite covered first: the user commands, job arrays,
 # reservations, GRES. Paths relative to testsuite/python.
 DEFAULT_MODULES = (
     "tests/commands/sbatch", "tests/commands/srun", "tests/commands/salloc",

@@ -1,5 +1,5 @@
 """Predicted remaining GPU-time first, with least-attained-service once a job outlives its
-prediction (issue 16's ordering with fixed rules).
+prediction (predicted ordering with fixed rules).
 
 Each job may carry ``predicted_gpu_s``: its total GPU-time (seconds x GPUs) as predicted from
 what was known at submission (a site's predictor; in the simulator ``--prediction-error``).
