@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m slurm_marl.testcluster.schedmd",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("modules", nargs="*", help="test files or folders under testsuite/python "
-                    "(default: the issue-30 list: sbatch, srun, salloc, scancel, squeue, "
+                    "(default: sbatch, srun, salloc, scancel, squeue, "
                     "scontrol, sinfo, sprio, sacct, job arrays, reservations, gres)")
     ap.add_argument("--quick", action="store_true", help="a few fast modules (the CI check)")
     ap.add_argument("--nodes", type=int, default=4)
