@@ -1,13 +1,13 @@
 """`slurm-marl report`: what the agent would have done on a site's own cluster, from its
-accounting history and its Slurm files (issue 34; the logic is ``sim/report.py``, and for
-``--tune`` ``train/site_tuning.py``). Outside the history, sim and train packages, which it
-joins (as ``history_cli``)."""
+accounting history and its Slurm files (the logic is ``sim/report.py``, and for ``--tune``
+``train/site_tuning.py``; the printed form is ``report_print.py``, the tuning's part of the
+report ``report_tuning.py``). Outside the history, sim and train packages, which it joins
+(as ``history_cli``)."""
 
 from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,20 +16,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
     TimeElapsedColumn
-from rich.table import Table
 
 from slurm_marl.console import output_console
 from slurm_marl.history import fetch as F
-from slurm_marl.history.records import FIELDS, HistoryError, HistoryJob, read_history
+from slurm_marl.history.records import FIELDS, HistoryJob, read_history
 from slurm_marl.history_cli import _fail, _when, fetch_with_progress, read_file
 from slurm_marl.policy.guard import DEFAULT_GUARD
 from slurm_marl.policy.profile import (Profile, ProfileError, load_profile,
                                        with_default_guard)
+from slurm_marl.report_print import print_report
+from slurm_marl.report_tuning import day as _day, recommended_doc, tune as _tune
 from slurm_marl.sim import report as R
 from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.perf import STRENGTHS
-from slurm_marl.sim.perjob_tables import pct, print_per_job, ratio, seconds
-from slurm_marl.sim.report_html import prior_sentence, render
+from slurm_marl.sim.report_html import render
 from slurm_marl.sim.site_config import SiteConfigError, read_site_cluster, slurm_conf_file
 from slurm_marl.slurm_integration.runner import SlurmError
 
@@ -140,10 +140,6 @@ def _task_label(task) -> str:
     return getattr(task, "label", None) or f"tuning {task[0]}"
 
 
-def _day(ts: float) -> str:
-    return datetime.fromtimestamp(ts).isoformat(timespec="seconds")
-
-
 def report(
     history: Annotated[str, typer.Option(
         "--history", help="The site's accounting history: a history CSV (`history import`), "
@@ -223,6 +219,37 @@ def report(
     mapper = _mapper(backend, workers, slurm_folder, slurm_conf, slurm_partition, slurm_mem,
                      slurm_time)
     live = history == LIVE
+    end, start_s, end_s, tune_from_s = _period(live, start, end, tune_from, tune)
+    jobs, bad_rows, history = _read_jobs(history, live, slurm_conf, start_s, end_s,
+                                         tune_from_s, as_json)
+    site = _read_site(slurm_conf, gres_conf, topology_conf)
+    chosen, trace = _simulable(jobs, site.cluster, history, start, end, start_s, end_s)
+    prior = R.prior_history(jobs, start_s)
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True,
+                  disable=not err.is_terminal) as bar:
+        task = bar.add_task("report", total=None)
+
+        def progress(label, done, total):
+            bar.update(task, description=label, completed=done, total=total)
+
+        tuning, recommended = None, None
+        if tune:
+            tuning, recommended = _tune_step(jobs, chosen, site.cluster, start_s, end_s,
+                                             tune_from_s, seed, profiles_out, guard,
+                                             progress, mapper)
+        runs = _run_step(trace, site.cluster, profs, strength_list, seed, restart_delay,
+                         prior, recommended, mapper, progress)
+    doc = _document(history, bad_rows, start, end, jobs, chosen, trace, runs, slurm_conf,
+                    site.cluster, seed, restart_delay, prior, strength_list, guard, tuning)
+    _emit(doc, out, html, as_json)
+
+
+def _period(live: bool, start: str | None, end: str | None, tune_from: str | None,
+            tune: bool) -> tuple[str | None, float | None, float | None, float | None]:
+    """The period's options checked and read: ``end`` (``now`` for a live read without
+    --to) and the seconds of --from, --to and --tune-from (None where not given)."""
     if live and start is None:
         _fail(f"--history {LIVE} needs --from (the first submission of the period)", 2)
     if live and end is None:
@@ -234,62 +261,86 @@ def report(
     tune_from_s = _when(tune_from, "--tune-from") if tune_from is not None else None
     if tune_from_s is not None and not tune:
         _fail("--tune-from needs --tune", 2)
+    return end, start_s, end_s, tune_from_s
+
+
+def _read_jobs(history: str, live: bool, slurm_conf: Path, start_s, end_s, tune_from_s,
+               quiet: bool) -> tuple[list[HistoryJob], int, str]:
+    """The history's jobs, its unreadable rows and the name the report gives the history
+    (for a live read, sacct and the span it read)."""
     try:
         if live:
             jobs, bad_rows, since = read_sacct(slurm_conf, start_s, end_s, tune_from_s,
-                                               quiet=as_json)
+                                               quiet=quiet)
             history = f"{LIVE} {_day(since)} to {_day(end_s)}"
         else:
             jobs, bad_rows = read_any_history(Path(history))
     except ValueError as exc:
         _fail(str(exc), 2)
+    return jobs, bad_rows, history
+
+
+def _read_site(slurm_conf: Path, gres_conf: Path | None, topology_conf: Path | None):
+    """The site's cluster from its Slurm files (exit 2 with the reason when unreadable)."""
     try:
-        site = read_site_cluster(slurm_conf, gres_conf, topology_conf)
+        return read_site_cluster(slurm_conf, gres_conf, topology_conf)
     except SiteConfigError as exc:
         _fail(str(exc), 2)
+
+
+def _simulable(jobs: list[HistoryJob], cluster, history: str, start, end, start_s, end_s):
+    """The jobs submitted in the period and their trace; exit 2 when there is nothing to
+    simulate, saying why."""
     chosen = R.in_period(jobs, start_s, end_s)
     if not chosen:
         _fail(f"{history}: no job submitted in the period ({start or 'start'} to "
               f"{end or 'end'}; the history holds {len(jobs)} job(s))", 2)
-    trace = R.site_trace(chosen, site.cluster)
+    trace = R.site_trace(chosen, cluster)
     if not trace.trace:
         left = ", ".join(f"{n} {why}" for why, n in trace.left_out.items())
         _fail(f"{history}: none of the {len(chosen)} job(s) of the period can be simulated "
               f"({left})", 2)
-    prior = R.prior_history(jobs, start_s)
-    err = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True,
-                  disable=not err.is_terminal) as bar:
-        task = bar.add_task("report", total=None)
-        tuning, recommended = None, None
-        if tune:
-            period = (start_s if start_s is not None else min(j.submit_s for j in chosen),
-                      end_s if end_s is not None else max(j.submit_s for j in chosen) + 1)
-            try:
-                tuning, recommended = _tune(
-                    jobs, site.cluster, period, start_s is not None, tune_from_s, seed,
-                    profiles_out, lambda part, done, total: bar.update(
-                        task, description=f"tuning {part}", completed=done, total=total),
-                    mapper)
-            except BackendError as exc:
-                _fail(str(exc), 1)
-            except (SimulationError, ValueError) as exc:
-                _fail(str(exc), 2)
-            except OSError as exc:
-                _fail(f"--profiles-out {profiles_out}: cannot write ({exc.strerror or exc})", 2)
-            if guard:       # the daemon runs the written profiles with its default guard
-                recommended = {part: with_default_guard(p) for part, p in recommended.items()}
-        try:
-            runs = R.run_all(trace, site.cluster, profs, strength_list, seed=seed,
-                             restart_delay_s=restart_delay, prior=prior,
-                             recommended=recommended, mapper=mapper,
-                             progress=lambda label, done, total: bar.update(
-                                 task, description=label, completed=done, total=total))
-        except BackendError as exc:
-            _fail(str(exc), 1)
-        except (SimulationError, ValueError) as exc:
-            _fail(str(exc), 2)
+    return chosen, trace
+
+
+def _tune_step(jobs, chosen, cluster, start_s, end_s, tune_from_s, seed: int,
+               profiles_out: Path, guard: bool, progress, mapper):
+    """``--tune`` run inside the progress bar, its failures turned into exit codes; with
+    ``guard``, the recommended profiles as the daemon runs the written ones (behind its
+    default guard)."""
+    period = (start_s if start_s is not None else min(j.submit_s for j in chosen),
+              end_s if end_s is not None else max(j.submit_s for j in chosen) + 1)
+    try:
+        tuning, recommended = _tune(
+            jobs, cluster, period, start_s is not None, tune_from_s, seed, profiles_out,
+            lambda part, done, total: progress(f"tuning {part}", done, total), mapper)
+    except BackendError as exc:
+        _fail(str(exc), 1)
+    except (SimulationError, ValueError) as exc:
+        _fail(str(exc), 2)
+    except OSError as exc:
+        _fail(f"--profiles-out {profiles_out}: cannot write ({exc.strerror or exc})", 2)
+    if guard:       # the daemon runs the written profiles with its default guard
+        recommended = {part: with_default_guard(p) for part, p in recommended.items()}
+    return tuning, recommended
+
+
+def _run_step(trace, cluster, profs, strength_list, seed, restart_delay, prior,
+              recommended, mapper, progress):
+    """The calibration and what-if runs, their failures turned into exit codes."""
+    try:
+        return R.run_all(trace, cluster, profs, strength_list, seed=seed,
+                         restart_delay_s=restart_delay, prior=prior,
+                         recommended=recommended, mapper=mapper, progress=progress)
+    except BackendError as exc:
+        _fail(str(exc), 1)
+    except (SimulationError, ValueError) as exc:
+        _fail(str(exc), 2)
+
+
+def _document(history, bad_rows, start, end, jobs, chosen, trace, runs, slurm_conf,
+              cluster, seed, restart_delay, prior, strength_list, guard, tuning) -> dict:
+    """The report as the dict ``--json`` prints (and ``--out`` and ``--html`` write)."""
     left_out = dict(trace.left_out)
     if runs.calibration.outcome.dropped:
         left_out["larger than their partition as modelled"] = runs.calibration.outcome.dropped
@@ -301,7 +352,7 @@ def report(
         "jobs": {"in_history": len(jobs), "in_period": len(chosen),
                  "simulated": len(trace.trace) - runs.calibration.outcome.dropped,
                  "left_out": left_out},
-        "cluster": {"slurm_conf": str(slurm_conf), **R.cluster_doc(site.cluster)},
+        "cluster": {"slurm_conf": str(slurm_conf), **R.cluster_doc(cluster)},
         "simulator_not_modelled": list(R.SIMULATOR_NOT_MODELLED),
         "seed": seed, "restart_delay_s": restart_delay,
         "prior_history": {"ended_before": start, "jobs": len(prior)},
@@ -315,6 +366,12 @@ def report(
     if tuning is not None:
         tuning["recommended"] = {**recommended_doc(doc["what_if"]["results"]),
                                  "learned_in_period": tuning.pop("learned_in_period")}
+    return doc
+
+
+def _emit(doc: dict, out: Path | None, html: Path | None, as_json: bool) -> None:
+    """The files asked for written, then the report printed: JSON, or tables and the
+    files' names."""
     text = json.dumps(doc, indent=2)
     written = [(out, "--out", lambda: text + "\n"), (html, "--html", lambda: render(doc))]
     for path, option, content in written:
@@ -326,187 +383,10 @@ def report(
     if as_json:
         print(text)
         return
-    _print(doc)
+    print_report(doc)
     for path, _, _ in written:
         if path is not None:
             output_console().print(f"wrote {escape(str(path))}", highlight=False)
-
-
-def _tune(jobs: list[HistoryJob], cluster, period: tuple[float, float], from_given: bool,
-          tune_from_s: float | None, seed: int, folder: Path, progress, mapper=None
-          ) -> tuple[dict, dict[str, Profile]]:
-    """``--tune``: each partition's knobs learned and guarded (``train/site_tuning.py``),
-    the kept ones written to ``folder``; the report's ``tuning`` dict and the recommended
-    profile of each partition (``site_tuning.recommended_profiles``)."""
-    from slurm_marl.train import site_tuning as T
-    from slurm_marl.train.thresholds import CemConfig
-
-    split = T.tune_split(jobs, cluster, *period, from_given, tune_from_s)
-    cfg = CemConfig(seed=seed)
-    got = T.tune(split, cluster, cfg, progress=progress, mapper=mapper)
-    files = T.write_profiles(got, folder)
-    doc = _tuning_doc(split, cfg, got, files, folder)
-    # the what-if's recommended rows run on the whole period: in-sample where it learned
-    doc["learned_in_period"] = split.learn_to_s > period[0]
-    return doc, T.recommended_profiles(got)
-
-
-def _tuning_doc(split, cfg, got, files: dict, folder: Path) -> dict:
-    from slurm_marl.train import site_tuning as T
-
-    return {
-        "split": split.how,
-        "learn": {"from": _day(split.learn_from_s), "to": _day(split.learn_to_s),
-                  "jobs": len(split.learn.trace)},
-        "evaluate": {"from": _day(split.evaluate_from_s), "to": _day(split.evaluate_to_s),
-                     "jobs": len(split.evaluate.trace)},
-        "interference": T.INTERFERENCE, "start": T.START_PROFILE, "min_gain": T.MIN_GAIN,
-        "min_jobs": T.MIN_TUNE_JOBS,
-        "search": {"population": cfg.population, "iterations": cfg.iterations,
-                   "seed": cfg.seed},
-        "partitions": [{**t.as_dict(), "profile_file": str(files[t.partition])
-                        if t.partition in files else None} for t in got],
-        "profiles_out": str(folder),
-        "config_lines": T.config_lines(files),
-    }
-
-
-def recommended_doc(results: list[dict]) -> dict:
-    """The recommendation's profiles per partition and what the what-if predicts for it
-    at each strength, against Slurm alone (its ``RECOMMENDED`` rows)."""
-    mine = [r for r in results if r["profiles_by_partition"] is not None]
-    base = {r["interference"]: r["all"]["avg_jct_s"] for r in results
-            if r["profile"] == R.BASELINE}
-
-    def versus(r: dict) -> float | None:
-        b = base.get(r["interference"])
-        return None if not b or r["all"]["avg_jct_s"] is None else \
-            round(r["all"]["avg_jct_s"] / b, 4)
-
-    return {"profiles_by_partition": mine[0]["profiles_by_partition"] if mine else None,
-            "predicted": {r["interference"]: {
-                "avg_jct_s": r["all"]["avg_jct_s"], "p95_jct_s": r["all"]["p95_jct_s"],
-                "avg_wait_s": r["all"]["avg_wait_s"],
-                f"{R.BASELINE}_avg_jct_s": base.get(r["interference"]),
-                "avg_jct_ratio": versus(r),
-                "share_slower_1_1x": (r["per_job"] or {}).get("share_slower_1_1x"),
-                "worst_ratio": (r["per_job"] or {}).get("worst_ratio")} for r in mine}}
-
-
-def recommended_lines(rec: dict) -> list[str]:
-    """The recommendation in words: its profile per partition, and its predicted average
-    JCT at each strength against Slurm alone's."""
-    if not rec["profiles_by_partition"]:
-        return []
-    parts = ", ".join(f"{k}: {v}" for k, v in rec["profiles_by_partition"].items())
-    out = [f"recommended ({parts}); the what-if's '{R.RECOMMENDED}' rows predict:"]
-    if rec.get("learned_in_period"):
-        out.append("  (optimistic: the knobs were learned on the period's first two thirds, "
-                   "part of the jobs these rows run)")
-    for strength, p in rec["predicted"].items():
-        slower = "-" if p["share_slower_1_1x"] is None else f"{p['share_slower_1_1x']:.1%}"
-        out.append(f"  {strength} interference: avg JCT {seconds(p['avg_jct_s'])} s, "
-                   f"{ratio(p['avg_jct_ratio'])}x {R.BASELINE}'s "
-                   f"{seconds(p[R.BASELINE + '_avg_jct_s'])} s; {slower} of jobs > 1.1x "
-                   f"slower, worst {ratio(p['worst_ratio'])}")
-    return out
-
-
-def _print(doc: dict) -> None:
-    console = output_console()
-    jobs, period = doc["jobs"], doc["period"]
-    left = ", ".join(f"{n} {why}" for why, n in jobs["left_out"].items()) or "none"
-    console.print(f"{escape(doc['history'])}: {jobs['in_period']} of {jobs['in_history']} "
-                  f"jobs submitted {period['first_submit']} to {period['last_submit']}; "
-                  f"{jobs['simulated']} simulated, left out: {escape(left)}"
-                  + (f"; {doc['bad_rows']} bad row(s) not read" if doc["bad_rows"] else ""),
-                  highlight=False)
-    parts = ", ".join(f"{p['name']} ({p['nodes']} nodes, {p['gpus']} GPUs)"
-                      for p in doc["cluster"]["partitions"])
-    console.print(f"cluster of {escape(doc['cluster']['slurm_conf'])}: {escape(parts)}",
-                  highlight=False)
-    console.print("not modelled:", highlight=False)
-    for note in doc["cluster"]["not_modelled"] + doc["simulator_not_modelled"]:
-        console.print(f"  - {escape(note)}", highlight=False)
-    cal = doc["calibration"]
-    table = Table(title=f"calibration: {cal['profile']} (Slurm alone, {cal['interference']} "
-                        f"interference) against sacct; start error = |simulated start - "
-                        f"recorded start|, within {cal['tolerance']}")
-    for title in ("partition", "jobs", "recorded mean wait", "simulated mean wait",
-                  "ratio", "median start error", "p90 start error", "within tolerance"):
-        table.add_column(title, justify="left" if title == "partition" else "right")
-    parts = list(cal["by_partition"].items()) if len(cal["by_partition"]) > 1 else []
-    for name, g in [("all", cal["all"]), *parts]:
-        table.add_row(escape(name), str(g["jobs"]), seconds(g["recorded_mean_wait_s"]),
-                      seconds(g["simulated_mean_wait_s"]), ratio(g["wait_ratio"]),
-                      seconds(g["median_start_error_s"]), seconds(g["p90_start_error_s"]),
-                      "-" if g["share_within_tolerance"] is None
-                      else f"{g['share_within_tolerance']:.1%}")
-    console.print(table)
-    results = doc["what_if"]["results"]
-    table = Table(title=f"what-if (seconds; wait = first start - submit), per job against "
-                        f"{doc['what_if']['baseline']} at the same strength")
-    for title in ("profile", "strength", "partition", "jobs", "avg JCT", "p95 JCT",
-                  "avg wait", "p95 wait", ">1.1x", ">2x", "p99", "worst"):
-        table.add_column(title, justify="left" if title in ("profile", "strength",
-                                                            "partition") else "right")
-    for r in results:
-        parts = list(r["by_partition"].items()) if len(r["by_partition"]) > 1 else []
-        for name, g in [("all", {**r["all"], "per_job": r["per_job"]}), *parts]:
-            p = g["per_job"]
-            table.add_row(escape(r["profile"]), r["interference"], escape(name),
-                          str(g["jobs"]), seconds(g["avg_jct_s"]), seconds(g["p95_jct_s"]),
-                          seconds(g["avg_wait_s"]), seconds(g["p95_wait_s"]),
-                          "-" if p is None else pct(p["jobs_slower_1_1x"],
-                                                    p["share_slower_1_1x"]),
-                          "-" if p is None else pct(p["jobs_slower_2x"], p["share_slower_2x"]),
-                          "-" if p is None else ratio(p["p99_ratio"]),
-                          "-" if p is None else ratio(p["worst_ratio"]))
-    console.print(table)
-    for r in results:
-        if r["predictions"]:
-            console.print(f"{escape(r['profile'])} ({r['interference']}): predictions "
-                          f"{escape(r['predictions'])}", highlight=False)
-    if any(r["prediction_prior_jobs"] is not None for r in results):
-        console.print(escape(prior_sentence(doc["prior_history"])), highlight=False)
-    compared = [((r["profile"], r["interference"]), r["per_job"]) for r in results
-                if r["per_job"] is not None]
-    if compared:
-        print_per_job(compared, doc["what_if"]["baseline"], console=console)
-    if doc["tuning"] is not None:
-        _print_tuning(doc["tuning"], console)
-
-
-def _print_tuning(tuning: dict, console) -> None:
-    table = Table(title=f"tuned profiles: 2D-LAS knobs learned {tuning['learn']['from']} to "
-                        f"{tuning['learn']['to']}, kept only where they beat "
-                        f"{tuning['start']} {tuning['evaluate']['from']} to "
-                        f"{tuning['evaluate']['to']} ({tuning['split']}); avg JCT (s) on "
-                        f"the evaluation part")
-    for title in ("partition", "jobs learn/eval", "learned knobs", "learned",
-                  tuning["start"], "fifo-backfill", "profile", "why"):
-        table.add_column(title, justify="right" if title in (
-            "jobs learn/eval", "learned", tuning["start"], "fifo-backfill") else "left")
-    for t in tuning["partitions"]:
-        jct = t["evaluate_avg_jct_s"] or {}
-        table.add_row(escape(t["partition"]), f"{t['learn_jobs']}/{t['evaluate_jobs']}",
-                      "-" if t["learned"] is None else escape(t["learned"]["description"]),
-                      seconds(jct.get("learned")), seconds(jct.get(tuning["start"])),
-                      seconds(jct.get("fifo-backfill")),
-                      escape(t["profile_file"] or "none written: agent.profile"),
-                      escape(t["reason"]))
-    console.print(table)
-    for line in recommended_lines(tuning["recommended"]):
-        console.print(escape(line), highlight=False)
-    if tuning["config_lines"]:
-        console.print("paste into the daemon's config (the partitions must be in "
-                      "agent.managed_partitions):", highlight=False)
-        for line in tuning["config_lines"]:
-            console.print(f"  {escape(line)}", highlight=False)
-    else:
-        console.print("no learned knobs kept: every partition keeps agent.profile",
-                      highlight=False)
-
 
 if __name__ == "__main__":  # pragma: no cover
     app = typer.Typer()

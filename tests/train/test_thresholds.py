@@ -11,6 +11,7 @@ from slurm_marl.sim.cluster import parse_cluster
 from slurm_marl.sim.run import simulate
 from slurm_marl.sim.traces import TraceJob
 from slurm_marl.train import thresholds as thr
+from slurm_marl.train.thresholds import windows as thr_windows
 from slurm_marl.train.thresholds import (FIXED_TIRESIAS, CemConfig, HistoryWindow, LasKnobs,
                                          cem_search, history_windows, simulator_evaluator)
 
@@ -99,13 +100,13 @@ def test_history_windows_read_only_rows_before_the_held_out_window(tmp_path, mon
     trace = tmp_path / "philly.csv"
     write_philly(trace, 40)
     asked = []
-    real = thr.load_trace
+    real = thr_windows.load_trace
 
     def spy(path, window):
         asked.append(window)
         return real(path, window)
 
-    monkeypatch.setattr(thr, "load_trace", spy)
+    monkeypatch.setattr(thr_windows, "load_trace", spy)
     got = history_windows(str(trace), "aaa", 30, parse_cluster(CLUSTER), rows=5, count=3,
                           min_load=0.0, exclude=["vc=aaa,rows=20:25", "vc=bbb,rows=0:40"])
     # most recent first, the excluded rows 20:25 skipped, nothing at or after row 30

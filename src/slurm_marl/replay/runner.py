@@ -219,20 +219,8 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
     profile as written)."""
     if mode not in ("slurm", "agent"):
         raise ValueError("mode is 'slurm' or 'agent'")
-    out = Path(out).resolve()  # job payloads run in another working directory
-    out.mkdir(parents=True, exist_ok=True)
-    # A fresh cluster numbers jobs from 1 again: an earlier run's logs, checkpoints and store
-    # in this folder would be read as this run's.
-    for sub in ("jobs", "progress", "speed", "state"):
-        shutil.rmtree(out / sub, ignore_errors=True)
-    lua = None
-    if mode == "agent":
-        lua = out / "job_submit.lua"
-        lua.write_text(render_job_submit_lua(
-            [spec.partition], grace_s, [],
-            slurm_version=label(spec.slurm_version)))
-    spec = ClusterSpec(**{**spec.__dict__, "job_submit_lua": str(lua) if lua else None,
-                          "accounting": spec.accounting or history_out is not None})
+    out = _fresh_out(out)
+    spec = _replay_spec(spec, mode, out, grace_s, history_out)
     result = ReplayResult(mode=mode, profile=profile if mode == "agent" else "slurm",
                           speedup=plan.speedup)
     cluster = LocalCluster(spec=spec).up()
@@ -250,48 +238,13 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
         oracle = Oracle(CliClusterSource(runner), xdir, PerfParams(strength=interference),
                         tick_s=0.25).start()
         if mode == "agent":
-            extra = ({"least_interference": {"model_path": str(Path(interference_model)
-                                                                .resolve())}}
-                     if interference_model else None)
-            scaled = time_scaled_profile(profile, plan.speedup, out, extra, guard=guard)
-            cfg = _agent_config(cluster, out, xdir, str(scaled), grace_s, preempt,
-                                sample_min_s, gpu_time_model, history, prediction_gate,
-                                guard)
-            daemon = subprocess.Popen([sys.executable, "-m", "slurm_marl.cli", "run",
-                                       "--config", str(cfg)], env=cluster.env,
-                                      stdout=(out / "daemon.log").open("w"),
-                                      stderr=subprocess.STDOUT)
-            _wait_first_cycle(out / "state" / "state.sqlite", daemon)
-        restart_delay = 30.0 / plan.speedup
-        times: dict[int, JobTimes] = {}
+            daemon = _start_agent(cluster, out, xdir, plan, profile, interference_model,
+                                  grace_s, preempt, sample_min_s, gpu_time_model, history,
+                                  prediction_gate, guard)
         t0 = time.time()
-        for k, job in enumerate(plan.jobs):
-            delay = t0 + job.arrival_s - time.time()
-            if delay > 0:
-                time.sleep(delay)
-            jid = _submit(submitter, job, cluster.root / "out",
-                          f"exec {shlex.quote(python)} {shlex.quote(str(xdir / PAYLOAD))} "
-                          f"--work {job.work_s:.4f} --dir {shlex.quote(str(xdir))} "
-                          f"--restart-delay {restart_delay:.4f} --tick 0.2")
-            times[jid] = JobTimes(job.index, jid, job.arrival_s, time.time() - t0,
-                                  trace_job_id=job.trace_job_id)
-            if progress:
-                progress("submitted", k + 1, len(plan.jobs))
-        deadline = time.monotonic() + timeout_s
-        while True:
-            _read_job_logs(xdir, times, t0)
-            done = sum(1 for t in times.values() if t.end_s is not None)
-            if progress:
-                progress("completed", done, len(times))
-            if done == len(times):
-                break
-            if time.monotonic() > deadline:
-                raise ReplayError(f"{len(times) - done} of {len(times)} jobs not done after "
-                                  f"{timeout_s:.0f} s")
-            if daemon is not None and daemon.poll() is not None:
-                raise ReplayError(f"the agent exited ({daemon.returncode}); see "
-                                  f"{out / 'daemon.log'}")
-            time.sleep(0.5)
+        times = _submit_plan(plan, submitter, cluster.root / "out", python, xdir, t0,
+                             progress)
+        _wait_all_ended(xdir, times, t0, timeout_s, daemon, out, progress)
         result.jobs = sorted(times.values(), key=lambda t: t.index)
         result.wall_s = time.time() - t0
         if history_out is not None:
@@ -303,27 +256,132 @@ def run_replay(plan: ReplayPlan, spec: ClusterSpec, mode: str, out: Path, *,
         if oracle.speed_n:
             result.oracle_mean_speed = oracle.speed_sum / oracle.speed_n
     finally:
-        if oracle is not None:
-            oracle.stop()
-        if daemon is not None and daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-        if xdir != out:  # the chroot's exchange folder goes with the cluster: keep its files
-            for sub in ("jobs", "progress", "speed"):
-                if (xdir / sub).is_dir():
-                    shutil.copytree(xdir / sub, out / sub, dirs_exist_ok=True)
-        cluster.down()
+        _tear_down(oracle, daemon, xdir, out, cluster)
     if mode == "agent" and (out / "state" / "state.sqlite").exists():
-        from slurm_marl.daemon.store import Store
-        store = Store(out / "state" / "state.sqlite")
-        result.speed_samples = len(store.speed_samples())
-        store.close()
+        result.speed_samples = _speed_samples(out / "state" / "state.sqlite")
     (out / "result.json").write_text(json.dumps(
         {"summary": result.summary(), "jobs": [t.__dict__ for t in result.jobs]}, indent=2))
     return result
+
+
+def _fresh_out(out: Path) -> Path:
+    """The replay's folder, absolute (job payloads run in another working directory) and
+    without an earlier run's job logs, progress, speed samples and store: a fresh cluster
+    numbers jobs from 1 again, so they would be read as this run's."""
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in ("jobs", "progress", "speed", "state"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+    return out
+
+
+def _replay_spec(spec: ClusterSpec, mode: str, out: Path, grace_s: int,
+                 history_out: Path | None) -> ClusterSpec:
+    """``spec`` as this replay runs it: in mode ``agent`` with the project's job_submit.lua
+    (written to ``out``), and with accounting where the history is to be read back."""
+    lua = None
+    if mode == "agent":
+        lua = out / "job_submit.lua"
+        lua.write_text(render_job_submit_lua(
+            [spec.partition], grace_s, [],
+            slurm_version=label(spec.slurm_version)))
+    return ClusterSpec(**{**spec.__dict__, "job_submit_lua": str(lua) if lua else None,
+                          "accounting": spec.accounting or history_out is not None})
+
+
+def _start_agent(cluster: LocalCluster, out: Path, xdir: Path, plan: ReplayPlan,
+                 profile: str, interference_model: Path | None, grace_s: int,
+                 preempt: bool, sample_min_s: float, gpu_time_model: Path | None,
+                 history: Path | None, prediction_gate: bool,
+                 guard: bool) -> subprocess.Popen:
+    """The daemon (`slurm-marl run`) in its own process with the profile scaled to the
+    plan's speedup, once it has finished its first cycle (so the first submissions meet a
+    running agent)."""
+    extra = ({"least_interference": {"model_path": str(Path(interference_model)
+                                                        .resolve())}}
+             if interference_model else None)
+    scaled = time_scaled_profile(profile, plan.speedup, out, extra, guard=guard)
+    cfg = _agent_config(cluster, out, xdir, str(scaled), grace_s, preempt,
+                        sample_min_s, gpu_time_model, history, prediction_gate,
+                        guard)
+    daemon = subprocess.Popen([sys.executable, "-m", "slurm_marl.cli", "run",
+                               "--config", str(cfg)], env=cluster.env,
+                              stdout=(out / "daemon.log").open("w"),
+                              stderr=subprocess.STDOUT)
+    _wait_first_cycle(out / "state" / "state.sqlite", daemon)
+    return daemon
+
+
+def _submit_plan(plan: ReplayPlan, submitter: SlurmRunner, chdir: Path, python: str,
+                 xdir: Path, t0: float,
+                 progress: Callable[[str, int, int], None] | None) -> dict[int, JobTimes]:
+    """Every job of the plan submitted at its arrival (wall seconds after ``t0``), running
+    the payload; the jobs' times so far, by Slurm job id."""
+    restart_delay = 30.0 / plan.speedup
+    times: dict[int, JobTimes] = {}
+    for k, job in enumerate(plan.jobs):
+        delay = t0 + job.arrival_s - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        jid = _submit(submitter, job, chdir,
+                      f"exec {shlex.quote(python)} {shlex.quote(str(xdir / PAYLOAD))} "
+                      f"--work {job.work_s:.4f} --dir {shlex.quote(str(xdir))} "
+                      f"--restart-delay {restart_delay:.4f} --tick 0.2")
+        times[jid] = JobTimes(job.index, jid, job.arrival_s, time.time() - t0,
+                              trace_job_id=job.trace_job_id)
+        if progress:
+            progress("submitted", k + 1, len(plan.jobs))
+    return times
+
+
+def _wait_all_ended(xdir: Path, times: dict[int, JobTimes], t0: float, timeout_s: float,
+                    daemon: subprocess.Popen | None, out: Path,
+                    progress: Callable[[str, int, int], None] | None) -> None:
+    """Read the payloads' logs into ``times`` until every job has ended; a ReplayError
+    when ``timeout_s`` passes first or the agent exits."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _read_job_logs(xdir, times, t0)
+        done = sum(1 for t in times.values() if t.end_s is not None)
+        if progress:
+            progress("completed", done, len(times))
+        if done == len(times):
+            return
+        if time.monotonic() > deadline:
+            raise ReplayError(f"{len(times) - done} of {len(times)} jobs not done after "
+                              f"{timeout_s:.0f} s")
+        if daemon is not None and daemon.poll() is not None:
+            raise ReplayError(f"the agent exited ({daemon.returncode}); see "
+                              f"{out / 'daemon.log'}")
+        time.sleep(0.5)
+
+
+def _tear_down(oracle: Oracle | None, daemon: subprocess.Popen | None, xdir: Path,
+               out: Path, cluster: LocalCluster) -> None:
+    """The oracle and the agent stopped, a chroot's exchange folder copied out (it goes
+    with the cluster) and the cluster taken down, whether the replay ended or failed."""
+    if oracle is not None:
+        oracle.stop()
+    if daemon is not None and daemon.poll() is None:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+    if xdir != out:  # the chroot's exchange folder goes with the cluster: keep its files
+        for sub in ("jobs", "progress", "speed"):
+            if (xdir / sub).is_dir():
+                shutil.copytree(xdir / sub, out / sub, dirs_exist_ok=True)
+    cluster.down()
+
+
+def _speed_samples(store_path: Path) -> int:
+    """How many speed samples the agent's store kept."""
+    from slurm_marl.daemon.store import Store
+    store = Store(store_path)
+    count = len(store.speed_samples())
+    store.close()
+    return count
 
 
 def _submit(runner: SlurmRunner, job: ReplayJob, chdir: Path, script: str) -> int:

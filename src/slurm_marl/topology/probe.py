@@ -129,6 +129,56 @@ def _groups_from_gres(gres_conf: GresConf | None, slurm_conf: SlurmConf | None,
             for g in groups_from_devices(devices, lookup)]
 
 
+def _nvml_part(nvml: Any | None, use_nvml: bool, cpu_count: int) -> dict:
+    """The NVML part of the document: what NVML says about the GPUs and their pairs, or
+    why it could not be asked (not importable, or not asked for)."""
+    if nvml is None and use_nvml:
+        nvml = import_pynvml()
+    if nvml is None:
+        return {"available": False, "error": "nvidia-ml-py (pynvml) not importable"
+                if use_nvml else "NVML not asked for", "gpus": [], "pairs": [],
+                "warnings": []}
+    return probe_nvml(nvml, cpu_count)
+
+
+def _find_gpus(nvml_part: dict, sysfs_root: Path, proc_root: Path,
+               hw: HwlocTopology | None, fallbacks: list[str]) -> list[dict]:
+    """The machine's GPUs from the best source there is: NVML, else a sysfs PCI scan, else
+    hwloc's PCI devices (the fallback noted in ``fallbacks``)."""
+    if nvml_part["available"]:
+        return [dict(g, source="nvml") for g in nvml_part["gpus"]]
+    fallbacks.append(f"NVML unavailable ({nvml_part['error']}): GPUs from sysfs PCI scan")
+    gpus = [dict(g, source="sysfs") for g in sysfs_gpus(sysfs_root, proc_root)]
+    if not gpus and hw is not None:
+        gpus = [{"pci_bus_id": d.bus_id, "vendor": GPU_VENDORS[d.vendor_id],
+                 "minor_number": None, "source": "hwloc"} for d in hw.gpus]
+    return gpus
+
+
+def _gpu_groups(gpus: list[dict], nvml_part: dict, gres_conf: GresConf | None,
+                slurm_conf: SlurmConf | None, name: str, hw: HwlocTopology | None,
+                fallbacks: list[str]) -> list[dict]:
+    """The GPU groups: from the probe where every GPU was located, else from gres.conf's
+    Cores= binding, with the reason noted in ``fallbacks``."""
+    unplaced = [g for g in gpus if g["numa_node"] is None and g["socket"] is None]
+    if gpus and not unplaced:
+        return _groups_from_probe(gpus, hw)
+    why = []
+    if not nvml_part["available"]:
+        why.append("NVML unavailable")
+    minus_one = [g["pci_bus_id"] for g in unplaced if g.get("sysfs_numa_node_raw") == "-1"]
+    if minus_one:
+        why.append(f"sysfs numa_node = -1 for {', '.join(minus_one)}")
+    if not gpus:
+        why.append("no GPU found on the PCI bus")
+    groups = _groups_from_gres(gres_conf, slurm_conf, name, hw)
+    source = (f"gres.conf Cores= binding ({len(groups)} group(s))" if groups
+              else "nothing (no gres.conf lines for this node)")
+    fallbacks.append(f"{'; '.join(why) or 'GPU locality unknown'}: GPU groups taken "
+                     f"from {source}")
+    return groups
+
+
 def probe_node(*, nvml: Any | None = None, lstopo: Callable[[], str] | None = run_lstopo,
                sysfs_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
                gres_conf: GresConf | None = None, slurm_conf: SlurmConf | None = None,
@@ -148,42 +198,11 @@ def probe_node(*, nvml: Any | None = None, lstopo: Callable[[], str] | None = ru
         fallbacks.append(f"hwloc unavailable: {hw_part['error']}")
     cpu_count = hw.pu_count if hw is not None and hw.pu_count else (os.cpu_count() or 1)
 
-    if nvml is None and use_nvml:
-        nvml = import_pynvml()
-    if nvml is None:
-        nvml_part = {"available": False, "error": "nvidia-ml-py (pynvml) not importable"
-                     if use_nvml else "NVML not asked for", "gpus": [], "pairs": [],
-                     "warnings": []}
-    else:
-        nvml_part = probe_nvml(nvml, cpu_count)
-    if nvml_part["available"]:
-        gpus = [dict(g, source="nvml") for g in nvml_part["gpus"]]
-    else:
-        fallbacks.append(f"NVML unavailable ({nvml_part['error']}): GPUs from sysfs PCI scan")
-        gpus = [dict(g, source="sysfs") for g in sysfs_gpus(sysfs_root, proc_root)]
-        if not gpus and hw is not None:
-            gpus = [{"pci_bus_id": d.bus_id, "vendor": GPU_VENDORS[d.vendor_id],
-                     "minor_number": None, "source": "hwloc"} for d in hw.gpus]
+    nvml_part = _nvml_part(nvml, use_nvml, cpu_count)
+    gpus = _find_gpus(nvml_part, sysfs_root, proc_root, hw, fallbacks)
     _slurm_indices(gpus, gres_conf, name, notes)
     _locate_gpus(gpus, hw, sysfs_root)
-
-    unplaced = [g for g in gpus if g["numa_node"] is None and g["socket"] is None]
-    if gpus and not unplaced:
-        groups = _groups_from_probe(gpus, hw)
-    else:
-        why = []
-        if not nvml_part["available"]:
-            why.append("NVML unavailable")
-        minus_one = [g["pci_bus_id"] for g in unplaced if g.get("sysfs_numa_node_raw") == "-1"]
-        if minus_one:
-            why.append(f"sysfs numa_node = -1 for {', '.join(minus_one)}")
-        if not gpus:
-            why.append("no GPU found on the PCI bus")
-        groups = _groups_from_gres(gres_conf, slurm_conf, name, hw)
-        source = (f"gres.conf Cores= binding ({len(groups)} group(s))" if groups
-                  else "nothing (no gres.conf lines for this node)")
-        fallbacks.append(f"{'; '.join(why) or 'GPU locality unknown'}: GPU groups taken "
-                         f"from {source}")
+    groups = _gpu_groups(gpus, nvml_part, gres_conf, slurm_conf, name, hw, fallbacks)
     for message in fallbacks:
         log.warning("probe %s: %s", name, message)
     return {
