@@ -2,7 +2,8 @@
 
 Each job in rank order starts on free GPUs if it can (the place plugins' best candidate,
 claimed in the cycle state so later jobs see it); a job that cannot start runs the other
-actions (``actions.py``): preemption, then backfill's reservation or the end of its
+actions (``actions.py``) the profile lists, in its order (``Profile.action_order``; by
+default preemption, then backfill's reservation), and without backfill ends its
 partition's walk. What a blocked job does to the jobs after it holds in its own partition,
 as when the daemon decides each partition on its own view and as Slurm's main scheduler
 blocks a partition, not the cluster: the guard (a protected job that cannot start is passed
@@ -115,8 +116,13 @@ class Allocation:
                  preemption: Preemption | None, protected: Container[int],
                  monotone: bool) -> None:
         self.policy = policy
-        self.profile = profile
         self.state = state
+        # What a job that cannot start on free GPUs tries, in the profile's order
+        # (``Profile.action_order``): preemption, backfill's reservation.
+        actions = profile.action_order
+        self.when_blocked = tuple(a for a in actions if a in ("preempt", "reserve")
+                                  and (a != "preempt" or preemption is not None))
+        self.backfill = "backfill" in actions
         self.preemption = preemption
         self.memo = FailureMemo(monotone)
         self.blocks = _Blocks(protected)
@@ -133,11 +139,31 @@ class Allocation:
             known = self.memo.known_size(key)
             if (known is None or total < known) and self._start(r.job):
                 continue
-            if self.preemption is not None and self._preempt(r, key, total):
-                continue
-            self.memo.start_failed(key, total, known)
-            self._blocked(r.job)
+            self._not_started(r, key, total, known)
         return self.preempts + self.places
+
+    def _not_started(self, r: RankedJob, key: tuple | None, total: int,
+                     known: int | None) -> None:
+        """A job that cannot start on free GPUs: the profile's actions for it in order,
+        until one places it (preemption: now; a reservation: later). One it leaves waiting
+        (a reservation included) is blocked: the guard's hold, and without backfill the end
+        of its partition's walk. Its failure to start on free GPUs is remembered before a
+        reservation (which clears the memo) or once nothing placed it."""
+        remembered = False
+        for action in self.when_blocked:
+            if action == "preempt":
+                if self._preempt(r, key, total):
+                    return
+            else:
+                self.memo.start_failed(key, total, known)
+                remembered = True
+                if self._reserve(r.job):
+                    break
+        if not remembered:
+            self.memo.start_failed(key, total, known)
+        self.blocks.hold(r.job)
+        if not self.backfill:
+            self.blocks.stopped.add(r.job.partition)
 
     def _start(self, job: Job) -> bool:
         """Start the job on free GPUs if a candidate is feasible."""
@@ -169,17 +195,16 @@ class Allocation:
             self.memo.clear()
         return True
 
-    def _blocked(self, job: Job) -> None:
-        """A job that cannot start: the guard's hold, then the end of its partition's walk
-        without backfill, or with ``backfill_reserve`` its partition's one reservation."""
-        self.blocks.hold(job)
+    def _reserve(self, job: Job) -> bool:
+        """Backfill's reservation for the first job of its partition that cannot start:
+        the GPUs it will wait for, which later jobs may not take this cycle."""
         part = job.partition
-        if not self.profile.backfill:
-            self.blocks.stopped.add(part)
-            return
-        if self.profile.backfill_reserve and part not in self.blocks.reserved:
-            place = reserve_for_blocked(self.policy, job, self.state)
-            if place is not None:
-                self.blocks.reserved.add(part)
-                self.memo.clear()
-                self.places.append(place)
+        if part in self.blocks.reserved:
+            return False
+        place = reserve_for_blocked(self.policy, job, self.state)
+        if place is None:
+            return False
+        self.blocks.reserved.add(part)
+        self.memo.clear()
+        self.places.append(place)
+        return True
