@@ -21,7 +21,7 @@ Shadow variants (``--variant``, repeat):
 - ``mean``: the estimate of session 31: the mean of the ended runs longer than the job's
   run so far (the runs still alive are left out).
 - ``kmmean``: as shipped: the mean length of a run longer than the job's run so far on the
-  Kaplan-Meier curve of ended and alive runs (``policy/guard.py`` ``Survival``).
+  Kaplan-Meier curve of ended and alive runs (``policy/survival.py`` ``Survival``).
 - ``km50``, ``km25``: the length by which such a run has ended with probability 50% (the
   conditional median) or 75% on the same curve.
 - ``known``: a live job's length is unknown until it ends: it holds its shadow GPUs until

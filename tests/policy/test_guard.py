@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from slurm_marl.domain import (ClusterSnapshot, GpuGroup, Job, JobState, Node, Partition,
                                Place, Preempt)
 from slurm_marl.policy.framework import build_policy
-from slurm_marl.policy.guard import (GuardedOrder, GuardSettings, SlurmAloneShadow, Survival,
+from slurm_marl.policy.guard import (GuardedOrder, GuardSettings, SlurmAloneShadow,
                                      guard_settings, shadow_starts)
+from slurm_marl.policy.survival import Survival
 from slurm_marl.policy.profile import ProfileError, load_profile, profile_from_mapping
 from slurm_marl.sim.cluster import parse_cluster
 from slurm_marl.sim.engine import Simulator

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from slurm_marl.agent.family_counts import FamilyCounts
+from slurm_marl.agent.live_features import LiveFeatures, LocalCandidates
 from slurm_marl.agent.predict import Predictor
 from slurm_marl.agent.views import MAX_LAYOUTS, Observation, Topology, layout_key, same_layout
 from slurm_marl.colocation import POOR_VS_IDEAL
@@ -245,126 +246,58 @@ class Observer:
         single, splits, others = self._candidates(job, state, top, free, total, per_node,
                                                   count)
         rows = view.rows["gpu_group"]
-        g_count = len(rows)
         local = view.local_group
-        single = single[local[single] >= 0]
+        cands = LocalCandidates.within(single, splits, others, top, local)
         need = total if per_node == 0 else per_node
-        # Splits over the groups of one node: flattened to (candidate, group row, GPUs).
-        sp_cand, sp_row, sp_k = [], [], []
-        kept_splits = []
-        for allocs in splits:
-            grows = [top.state_group_rows[n][g] for n, g, _ in allocs]
-            if local[grows[0]] < 0:
-                continue
-            c = len(kept_splits)
-            kept_splits.append(allocs)
-            sp_cand.extend([c] * len(allocs))
-            sp_row.extend(grows)
-            sp_k.extend(k for _, _, k in allocs)
-        sp_cand_a = np.array(sp_cand, dtype=np.int64)
-        sp_row_a = np.array(sp_row, dtype=np.int64)
-        sp_k_a = np.array(sp_k, dtype=np.float32)
-        multi_local: dict[int, tuple] = {}
-        for c, row in zip(sp_cand, sp_row):
-            multi_local[int(local[row])] = kept_splits[c]
-        other_rows: list[tuple[tuple, list[int]]] = []
-        for allocs in others:
-            grows = [top.state_group_rows[n][g] for n, g, _ in allocs]
-            locs = [int(local[r]) for r in grows]
-            if min(locs) < 0:
-                continue
-            other_rows.append((allocs, grows))
-            for lg in locs:
-                prev = multi_local.get(lg)
-                if prev is None or len(allocs) < len(prev):
-                    multi_local[lg] = allocs
-
         speed_s, imposed_s, speed_p, imposed_p, speed_m, imposed_m = self.predictor.predict(
-            job, total, single, (sp_cand_a, sp_row_a, len(kept_splits)), other_rows,
-            counts, node_counts, state, top)
+            job, total, cands.single, (cands.split_cand, cands.split_row, len(cands.splits)),
+            cands.others, counts, node_counts, state, top)
         ideal = self.predictor.ideal_speed(job, total, state)
 
-        live = np.zeros((g_count, len(LIVE_FEATURES)), dtype=np.float32)
-        cap = top.group_cap[rows]
-        nrow = top.group_node[rows]
-        ncap = top.node_cap[nrow]
-        live[:, 1] = np.divide(free[rows], cap, out=np.zeros_like(cap), where=cap > 0)
-        live[:, 2] = np.log2(np.maximum(cap, 1.0))
-        live[:, 3] = np.divide(node_free[nrow], ncap, out=np.zeros_like(ncap), where=ncap > 0)
-        live[:, 4] = free[rows] >= total
-        group_jobs = counts[rows].sum(1)
-        live[:, 12] = np.log1p(group_jobs)
-        live[:, 13] = np.log1p(node_counts[nrow].sum(1) - group_jobs)
-        reward = np.zeros(g_count, dtype=np.float32)
-        mask = np.zeros(g_count + 1, dtype=bool)
-        mask[-1] = True
-
-        if len(single):
-            ls = local[single]
-            live[ls, 0] = 1.0
-            live[ls, 5] = (free[single] - need) / np.maximum(top.group_cap[single], 1.0)
-            nr = top.group_node[single]
-            live[ls, 6] = (node_free[nr] - need) / np.maximum(top.node_cap[nr], 1.0)
-            live[ls, 10] = speed_s
-            live[ls, 11] = imposed_s
-            reward[ls] = speed_s - imposed_s
-            mask[ls] = True
-        if len(sp_row_a):
-            ls = local[sp_row_a]
-            nr = top.group_node[sp_row_a]
-            n_groups = np.bincount(sp_cand_a, minlength=len(kept_splits))[sp_cand_a]
-            live[ls, 0] = 1.0
-            live[ls, 5] = (free[sp_row_a] - sp_k_a) / np.maximum(top.group_cap[sp_row_a], 1.0)
-            live[ls, 6] = (node_free[nr] - need) / np.maximum(top.node_cap[nr], 1.0)
-            live[ls, 7] = np.log2(n_groups)
-            live[ls, 10] = speed_p[sp_cand_a]
-            live[ls, 11] = imposed_p[sp_cand_a]
-            reward[ls] = speed_p[sp_cand_a] - imposed_p[sp_cand_a]
-            mask[ls] = True
-        for i, (allocs, grows) in enumerate(other_rows):
-            nodes = {top.group_node[r] for r in grows}
-            leaves = {top.node_leaf[n] for n in nodes}
-            for (n, g, k), row in zip(allocs, grows):
-                lg = int(local[row])
-                if multi_local.get(lg) is not allocs:
-                    continue
-                node = top.group_node[row]
-                take_node = sum(kk for (_, _, kk), rr in zip(allocs, grows)
-                                if top.group_node[rr] == node)
-                live[lg, 0] = 1.0
-                live[lg, 5] = (free[row] - k) / max(float(top.group_cap[row]), 1.0)
-                live[lg, 6] = (node_free[node] - take_node) / max(float(top.node_cap[node]),
-                                                                  1.0)
-                live[lg, 7] = math.log2(len(allocs))
-                live[lg, 8] = math.log2(len(nodes))
-                live[lg, 9] = float(len(leaves) > 1)
-                live[lg, 10] = speed_m[i]
-                live[lg, 11] = imposed_m[i]
-                reward[lg] = speed_m[i] - imposed_m[i]
-                mask[lg] = True
-
+        feats = LiveFeatures.base(top, rows, free, node_free, counts, node_counts, total,
+                                  len(LIVE_FEATURES))
+        feats.add_single(cands.single, local, top, free, node_free, need, speed_s, imposed_s)
+        feats.add_splits(cands, local, top, free, node_free, need, speed_p, imposed_p)
+        feats.add_others(cands, local, top, free, node_free, speed_m, imposed_m)
+        live, reward, mask = feats.live, feats.reward, feats.mask
         live[:, 14] = np.where(live[:, 0] > 0, live[:, 10] / max(ideal, 1e-6), 0.0)
-        wait = state.now_s - (job.queue_since_s if job.queue_since_s is not None
-                              else job.submit_time_s)
+        mask[-1] = self._may_defer(live, mask, state.now_s, deferred_since_s)
+        job_x = self._job_features(job, state.now_s, total, ideal, cyc, free[rows],
+                                   top.group_cap[rows], cands.n, mask[-1])
+        return Observation(agent, cyc.x[agent], view.parent, torch.from_numpy(job_x),
+                           torch.from_numpy(live), torch.from_numpy(mask), reward,
+                           job.job_id, need, cands.multi_local, top.row_state[rows])
+
+    def _may_defer(self, live: np.ndarray, mask: np.ndarray, now_s: float,
+                   deferred_since_s: float | None) -> bool:
+        """Whether defer stays valid (module docstring): not when a placement on offer
+        reaches ``defer_only_below`` of the ideal speed, nor, with ``max_defer_s``, once
+        the job has been deferred that long while some placement exists."""
+        may = bool(mask[-1])
         valid = mask[:-1]
         if valid.any() and float(live[valid, 14].max()) >= self.defer_only_below - 1e-9:
-            mask[-1] = False
+            may = False
         if (self.max_defer_s > 0 and valid.any() and deferred_since_s is not None
-                and state.now_s - deferred_since_s >= self.max_defer_s):
-            mask[-1] = False
+                and now_s - deferred_since_s >= self.max_defer_s):
+            may = False
+        return may
+
+    def _job_features(self, job: Job, now_s: float, total: int, ideal: float,
+                      cyc: CycleFeatures, free_here: np.ndarray, cap: np.ndarray,
+                      n_cands: int, may_defer: bool) -> np.ndarray:
+        """The job's own features (``JOB_FEATURES``) and its model family, one-hot."""
+        wait = now_s - (job.queue_since_s if job.queue_since_s is not None
+                        else job.submit_time_s)
         job_x = np.zeros(job_dim(self.n_vocab), dtype=np.float32)
         here_cap = float(cap.sum())
         job_x[:len(JOB_FEATURES)] = (
             math.log2(max(1, total)), math.log1p(max(0.0, job.attained_gpu_s) / 3600.0),
             math.log1p(max(0.0, wait) / 600.0),
             math.log1p(cyc.pending_by_partition.get(job.partition, 0)),
-            float(free[rows].sum()) / here_cap if here_cap else 0.0,
-            math.log1p(len(single) + len(kept_splits) + len(other_rows)),
-            math.log1p(job.preemptions), ideal, float(mask[-1]))
+            float(free_here.sum()) / here_cap if here_cap else 0.0,
+            math.log1p(n_cands), math.log1p(job.preemptions), ideal, float(may_defer))
         job_x[len(JOB_FEATURES) + self.vocab.index(job.model_type)] = 1.0
-        return Observation(agent, cyc.x[agent], view.parent, torch.from_numpy(job_x),
-                           torch.from_numpy(live), torch.from_numpy(mask), reward,
-                           job.job_id, need, multi_local, top.row_state[rows])
+        return job_x
 
     @staticmethod
     def _candidates(job: Job, state: PlacementState, top: Topology, free: np.ndarray,

@@ -2,9 +2,9 @@
 
 Mechanism apart from policy (as in the Kubernetes scheduler framework): the order plugin
 ranks jobs, place plugins filter and score candidate placements. The cycle allocates jobs in
-rank order; for a job that cannot start on free GPUs the other actions (``actions.py``:
-preemption, then backfill's reservation) run over the same snapshot and state. ``run_cycle`` is deterministic,
-so the daemon and the simulator reach the same decisions from the same snapshots; it is a
+rank order (``allocation.py``); for a job that cannot start on free GPUs the other actions
+(``actions.py``: preemption, then backfill's reservation) run over the same snapshot and
+state. ``run_cycle`` is deterministic, so the daemon and the simulator reach the same decisions from the same snapshots; it is a
 pure function of the snapshot except for an order plugin that keeps state across cycles
 (``CycleAwareOrder``: Tiresias' queue lists), which then depends on the snapshots seen before.
 
@@ -46,12 +46,12 @@ from dataclasses import fields
 from operator import attrgetter
 
 from slurm_marl.domain import ClusterSnapshot, Decision, GroupAlloc, Job, Place, SetPriority
-from slurm_marl.policy.actions import Preemption, RankedJob, reserve_for_blocked
+from slurm_marl.policy.actions import Preemption, RankedJob
+from slurm_marl.policy.allocation import Allocation
 from slurm_marl.policy.guard import GuardedOrder, guard_settings
 from slurm_marl.policy.plugins import (CycleAwareOrder, Delegating, OrderPlugin, PlacePlugin,
                                       Proposer, build_plugin)
-from slurm_marl.placement_shapes import (Candidate, generate_candidates, has_candidate,
-                                         job_shape)
+from slurm_marl.placement_shapes import Candidate, generate_candidates, has_candidate
 from slurm_marl.policy.profile import Profile, ProfileError, load_profile
 from slurm_marl.policy.replica import ReplicaShadow
 from slurm_marl.policy.state import ACTIVE_STATES, PENDING, CycleState
@@ -247,86 +247,11 @@ class Policy:
             self._last_state = state    # for the plugins' reuse_horizon
         state.dedupe_nodes = self._dedupe_nodes
         state.dedupe_host = self._dedupe_host
-        # The actions: allocate (here), then for a job that cannot start, preemption, then
-        # backfill (with its reservation) or a stop.
         preemption = (Preemption(self, snapshot.jobs, now, state, ranked=running)
                       if profile.preemption else None)
-        preempts: list[Decision] = []
-        places: list[Decision] = []
-        failed_sizes: dict[tuple, int] = {}
-        # Preemption searches that found no room: (cut, size) by job kind. A job alike with
-        # at least that size and at most those candidates (a cut as large) finds none
-        # either while the state only loses room (cleared where it gains some), so its
-        # search is skipped: O(pending x lower-ranked running) otherwise, 6 s a cycle at
-        # 10,000 nodes / 5,000 pending (docs/benchmarks.md). Walked in rank order, cuts
-        # only grow; the cut is compared all the same, so the rule holds whatever the order.
-        failed_takes: dict[tuple, list[tuple[int, int]]] = {}
-
-        # What a blocked job does to the jobs after it holds in its own partition, as when
-        # the daemon decides each partition on its own view and as Slurm's main scheduler
-        # blocks a partition, not the cluster: the guard (a protected job that cannot start
-        # is passed by no later arrival of its partition, ``policy/guard.py``), the end of
-        # the walk without backfill, backfill's one reservation.
         protected = self._guard.shadow.protected if self._guard is not None else {}
-        blocked_since: dict[str, float] = {}
-        stopped: set[str] = set()
-        reserved: set[str] = set()
-        for r in ranked:
-            job = r.job
-            total, _, _ = job_shape(job)
-            if total <= 0:
-                continue
-            part = job.partition
-            if part in stopped:
-                continue
-            since = blocked_since.get(part)
-            if since is not None and job.submit_time_s > since \
-                    and job.job_id not in protected:
-                continue
-            memo_key = _failure_key(job) if self._monotone else None
-            known_fail = failed_sizes.get(memo_key) if self._monotone else None
-            choice = None
-            if known_fail is None or total < known_fail:
-                choice = self._best(job, state, state.free)
-            if choice is not None:
-                cand, terms, _ = choice
-                state.claim(job, cand)
-                places.append(self.decision(job, cand, terms, True, state,
-                                            f"starts now on {len(cand.nodes)} node(s), "
-                                            f"{cand.groups} GPU group(s)"))
-                continue
-            if preemption is not None:
-                cut = preemption.cut(r)
-                known = failed_takes.get(memo_key, ()) if self._monotone else ()
-                taken = None
-                if not any(cut >= c and total >= t for c, t in known):
-                    taken = preemption.take(r)
-                    if taken is None and self._monotone:
-                        failed_takes.setdefault(memo_key, []).append((cut, total))
-                if taken is not None:
-                    victims, place = taken
-                    preempts.extend(victims)
-                    places.append(place)
-                    if victims:
-                        failed_sizes.clear()
-                        failed_takes.clear()
-                    continue
-            if self._monotone and (known_fail is None or total < known_fail):
-                failed_sizes[memo_key] = total
-            if job.job_id in protected:
-                blocked_since[part] = job.submit_time_s if since is None \
-                    else min(job.submit_time_s, since)
-            if not profile.backfill:
-                stopped.add(part)
-                continue
-            if profile.backfill_reserve and part not in reserved:
-                place = reserve_for_blocked(self, job, state)
-                if place is not None:
-                    reserved.add(part)
-                    failed_sizes.clear()
-                    failed_takes.clear()
-                    places.append(place)
-        return preempts + places
+        return Allocation(self, profile, state, preemption, protected,
+                          self._monotone).run(ranked)
 
     # -- placement helpers ---------------------------------------------------------------
     def score(self, job: Job, cands: list[Candidate], state: CycleState):
@@ -447,18 +372,6 @@ def _placement_inputs(snapshot: ClusterSnapshot, ranked: list[RankedJob],
     return (tuple(map(_PLACEMENT_INPUTS, snapshot.jobs)), snapshot.nodes,
             snapshot.partitions, snapshot.switches,
             tuple((r.job.job_id, r.queue) for r in ranked), cuts)
-
-
-def _failure_key(job: Job) -> tuple:
-    """Jobs alike in everything but size: if one of size s found no room this cycle, a
-    larger one will not either (free resources only shrink while the cycle walks)."""
-    total, per_node, count = job_shape(job)
-    cpus_per_gpu = job.cpus / total if total else 0
-    mem_per_gpu = job.mem_mib / total if total else 0
-    # the GPU type too: a job of type s0 that fits nowhere says nothing of an untyped one
-    return (job.partition, per_node, count if per_node else 0, job.model_type, job.gpu_type,
-            job.required_nodes, job.excluded_nodes, round(cpus_per_gpu, 6),
-            round(mem_per_gpu, 3))
 
 
 # -- building -------------------------------------------------------------------------------

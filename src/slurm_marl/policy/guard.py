@@ -12,7 +12,7 @@ have started around a blocked large one gets a later shadow start than it had (m
 docs/benchmarks.md "How far off is the shadow": the main error left for 1-GPU jobs).
 A job's length in the shadow is what is known at decision time: the run time it needed, if
 it has ended; else, given that it has run ``r`` seconds already, the mean length of a run
-longer than ``r`` on the Kaplan-Meier curve of every run seen (``Survival``): the ended
+longer than ``r`` on the Kaplan-Meier curve of every run seen (``survival.py``): the ended
 runs at their lengths, the runs still alive censored at their run time so far. No future
 enters: only what has ended or run before now. Not the ended runs alone: the runs that end
 first are the short ones, and a mean (or a median) of them ran the shadow ahead of Slurm
@@ -46,7 +46,6 @@ started it. No ``[guard]`` table: no guard.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 from collections import deque
@@ -56,6 +55,7 @@ from types import MappingProxyType
 
 from slurm_marl.domain import ClusterSnapshot, Job
 from slurm_marl.policy.plugins import CycleAwareOrder, OrderPlugin
+from slurm_marl.policy.survival import Survival
 
 # Ended run lengths the survival curve keeps, the latest: a site's recent workload, and a
 # shadow cost that does not grow with the daemon's uptime.
@@ -131,63 +131,6 @@ class _Seen:
     run_s: float = 0.0           # run time so far (the whole run once it has ended)
     ended: bool = False
     seen_s: float = -math.inf    # when it was last seen
-
-
-class Survival:
-    """The Kaplan-Meier estimate of the run-length distribution: ended runs are events at
-    their length, runs still alive are censored at their run time so far (they are known
-    to be longer, nothing more). Unlike the lengths of the ended runs alone, it is not
-    biased short by the long runs that have not ended yet."""
-
-    def __init__(self, ended: Sequence[float] = (), alive: Sequence[float] = ()) -> None:
-        points = sorted([(t, 0) for t in ended] + [(t, 1) for t in alive])
-        at_risk = len(points)
-        self.horizon = points[-1][0] if points else 0.0   # the longest run seen
-        self.times: list[float] = []     # event times, ascending
-        self.neg_s: list[float] = []     # -S(t) just after each (ascending, for bisect)
-        s = 1.0
-        i = 0
-        while i < len(points):
-            t = points[i][0]
-            events = censored = 0
-            while i < len(points) and points[i][0] == t:
-                if points[i][1]:
-                    censored += 1
-                else:
-                    events += 1
-                i += 1
-            if events:
-                s *= 1.0 - events / at_risk
-                self.times.append(t)
-                self.neg_s.append(-s)
-            at_risk -= events + censored
-        # area under S from 0 to each event time, for restricted means
-        self.area: list[float] = []
-        prev_t, prev_s, a = 0.0, 1.0, 0.0
-        for t, ns in zip(self.times, self.neg_s):
-            a += prev_s * (t - prev_t)
-            self.area.append(a)
-            prev_t, prev_s = t, -ns
-
-    def _area_to(self, x: float) -> float:
-        i = bisect.bisect_right(self.times, x)
-        if i == 0:
-            return x
-        return self.area[i - 1] + -self.neg_s[i - 1] * (x - self.times[i - 1])
-
-    def conditional_mean(self, ran_s: float) -> float:
-        """The mean length of a run longer than ``ran_s``, restricted to the longest run
-        seen (the runs alive beyond it count as ending there: a lower bound for them):
-        ``ran_s`` + the area under S from ``ran_s`` to that horizon / S(``ran_s``)."""
-        s_r = self.s(ran_s)
-        if s_r <= 0.0 or ran_s >= self.horizon:
-            return ran_s
-        return ran_s + (self._area_to(self.horizon) - self._area_to(ran_s)) / s_r
-
-    def s(self, t: float) -> float:
-        """S(t): the estimated share of runs longer than ``t``."""
-        i = bisect.bisect_right(self.times, t)
-        return 1.0 if i == 0 else -self.neg_s[i - 1]
 
 
 ShadowState = tuple[float, list[tuple[float, int]], int]   # last start, (end, GPUs) heap, free

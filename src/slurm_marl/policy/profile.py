@@ -18,6 +18,17 @@ small TOML file::
 
     [place_params.consolidate]
 
+The actions a cycle runs (as Volcano lists its actions in configuration) may be listed
+instead of the three flags: ``actions = ["allocate", "preempt", "backfill", "reserve"]``.
+``allocate`` comes first (the walk over the ranked jobs, starting each on free GPUs);
+``preempt`` and ``reserve`` are tried in the listed order for a job that cannot start on
+free GPUs, until one places it (``preempt``: now, on GPUs of lower-ranked running jobs;
+``reserve``: later, on the GPUs it will wait for, once per partition); ``backfill`` lets the
+walk go on past a blocked job (without it the partition's walk ends there), and ``reserve``
+needs it. Without ``actions`` the flags say it: ``allocate``, then ``preempt`` with
+``preemption``, ``backfill`` with ``backfill``, ``reserve`` with both ``backfill`` and
+``backfill_reserve``; a profile gives either ``actions`` or the flags, not both.
+
 Built-in profiles live next to this module in ``profiles/*.toml`` and are loaded by name.
 """
 
@@ -36,7 +47,10 @@ from slurm_marl.policy.plugins import registered_keys, validate_plugin
 PROFILES_DIR = Path(__file__).with_name("profiles")
 
 _TOP_KEYS = {"name", "description", "order", "place", "place_params", "preemption",
-             "backfill", "backfill_reserve", "guard"}
+             "backfill", "backfill_reserve", "guard", "actions"}
+_FLAGS = (("preemption", False), ("backfill", False), ("backfill_reserve", True))
+# The actions a profile may list (module docstring); ``allocate`` first.
+ACTIONS = ("allocate", "preempt", "backfill", "reserve")
 
 
 class ProfileError(ValueError):
@@ -77,6 +91,17 @@ class Profile:
     # The Slurm-alone guard's settings (``policy/guard.py``); empty: no guard.
     guard: Mapping = field(default_factory=lambda: MappingProxyType({}))
     source: str = field(default="<profile>", compare=False)   # the file it came from
+    # The actions as the profile listed them (``ACTIONS``); empty: from the flags.
+    actions: tuple[str, ...] = ()
+
+    @property
+    def action_order(self) -> tuple[str, ...]:
+        """The actions the cycle runs, in order (module docstring)."""
+        if self.actions:
+            return self.actions
+        return (("allocate",) + (("preempt",) if self.preemption else ())
+                + (("backfill",) if self.backfill else ())
+                + (("reserve",) if self.backfill and self.backfill_reserve else ()))
 
     def __hash__(self) -> int:
         return hash((self.name, self.order, self.place, self.preemption, self.backfill,
@@ -184,13 +209,7 @@ def profile_from_mapping(data: Mapping, source: str = "<profile>",
         if not isinstance(params, Mapping):
             raise ProfileError(f"{source}: [place_params.{key}] must be a table")
 
-    flags = {}
-    for flag, default in (("preemption", False), ("backfill", False),
-                          ("backfill_reserve", True)):
-        value = data.get(flag, default)
-        if not isinstance(value, bool):
-            raise ProfileError(f"{source}: {flag!r} must be true or false, got {value!r}")
-        flags[flag] = value
+    flags = _action_flags(data, source)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise ProfileError(f"{source}: 'description' must be a string")
@@ -215,6 +234,44 @@ def profile_from_mapping(data: Mapping, source: str = "<profile>",
     except (TypeError, ValueError) as exc:
         raise ProfileError(f"{source}: {exc}") from None
     return profile
+
+
+def _action_flags(data: Mapping, source: str) -> dict:
+    """The profile's ``actions`` (if listed) and the flags they imply, or the flags."""
+    if "actions" not in data:
+        flags = {}
+        for flag, default in _FLAGS:
+            value = data.get(flag, default)
+            if not isinstance(value, bool):
+                raise ProfileError(f"{source}: {flag!r} must be true or false, got {value!r}")
+            flags[flag] = value
+        return flags
+    given = sorted(flag for flag, _ in _FLAGS if flag in data)
+    if given:
+        raise ProfileError(f"{source}: 'actions' and {given} both given; list the actions "
+                           f"only")
+    actions = _check_actions(data["actions"], source)
+    return {"actions": actions, "preemption": "preempt" in actions,
+            "backfill": "backfill" in actions, "backfill_reserve": "reserve" in actions}
+
+
+def _check_actions(actions, source: str) -> tuple[str, ...]:
+    """A valid ``actions`` list (module docstring) as a tuple; a ProfileError otherwise."""
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+        raise ProfileError(f"{source}: 'actions' must be a list of action names, got "
+                           f"{actions!r}")
+    unknown = [a for a in actions if a not in ACTIONS]
+    if unknown:
+        raise ProfileError(f"{source}: 'actions': unknown action(s) {unknown}; allowed: "
+                           f"{list(ACTIONS)}")
+    if len(set(actions)) != len(actions):
+        raise ProfileError(f"{source}: 'actions' lists an action twice: {actions}")
+    if not actions or actions[0] != "allocate":
+        raise ProfileError(f"{source}: 'actions' must start with \"allocate\", got "
+                           f"{actions}")
+    if "reserve" in actions and "backfill" not in actions:
+        raise ProfileError(f"{source}: 'actions': \"reserve\" needs \"backfill\"")
+    return tuple(actions)
 
 
 def with_default_guard(profile: Profile) -> Profile:
