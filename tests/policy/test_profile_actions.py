@@ -94,3 +94,15 @@ def test_actions_and_flags_are_not_both_given(tmp_path):
     path.write_text('actions = ["allocate"]\npreemption = true\n[order]\nplugin = "fifo"\n')
     with pytest.raises(ProfileError, match="'actions' and \\['preemption'\\] both given"):
         load_profile(path)
+
+
+def test_a_profile_built_in_code_whose_flags_disagree_with_its_actions_is_refused():
+    from dataclasses import replace
+
+    from slurm_marl.policy.profile import Profile, ProfileError
+
+    listed = Profile(name="p", order="fifo", actions=("allocate", "preempt"), preemption=True,
+                     backfill_reserve=False)
+    assert listed.action_order == ("allocate", "preempt")
+    with pytest.raises(ProfileError, match="disagree"):
+        replace(listed, preemption=False)

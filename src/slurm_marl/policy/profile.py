@@ -94,6 +94,17 @@ class Profile:
     # The actions as the profile listed them (``ACTIONS``); empty: from the flags.
     actions: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # A profile that lists its actions carries the flags they imply (the allocation
+        # walk reads the flags); one built in code whose flags disagree is refused, never
+        # run with one of the two silently ignored.
+        if self.actions and (self.preemption, self.backfill, self.backfill_reserve) != (
+                "preempt" in self.actions, "backfill" in self.actions,
+                "reserve" in self.actions):
+            raise ProfileError(f"{self.source}: 'actions' {list(self.actions)} disagree with "
+                               f"preemption={self.preemption}, backfill={self.backfill}, "
+                               f"backfill_reserve={self.backfill_reserve}")
+
     @property
     def action_order(self) -> tuple[str, ...]:
         """The actions the cycle runs, in order (module docstring)."""
