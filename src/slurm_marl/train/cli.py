@@ -55,7 +55,7 @@ def store_samples(path: Path) -> list[dict]:
     db = path / "state.sqlite" if path.is_dir() else path
     try:
         store = Store.open_readonly(db)
-        raw = store.speed_samples()
+        raw = store.samples.all()
         store.close()
     except (StoreError, ValueError, sqlite3.Error) as exc:
         raise SampleError(str(exc)) from None
