@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from slurm_marl.daemon.store import JobRecord, decision_payload
@@ -26,6 +26,7 @@ from slurm_marl.daemon.store.ports import (DecisionLog, GuardSet, JobRecords, Pr
 from slurm_marl.domain import ClusterSnapshot, Decision
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, WriteResult,
                                                 WriteStatus)
+from slurm_marl.slurm_integration.runner import CommandResult, SlurmRunner
 
 
 class PortViolation(BaseException):
@@ -137,6 +138,29 @@ class FakeDecisionSink(_PortFake, port=DecisionSink):
 
     def starts_done(self) -> float | None:
         return self.done_at
+
+
+Answer = tuple[int, str, str]   # a client's exit status, stdout, stderr
+
+
+class ScriptedRunner:
+    """Stands in for ``SlurmRunner`` where the sink runs Slurm's clients: records each
+    call's arguments in ``calls`` and answers (exit status, stdout, stderr) from
+    ``script``, either one answer for every call or a function of the call's arguments.
+    ``run`` takes what ``SlurmRunner.run`` takes (checked when this module is imported)."""
+
+    def __init__(self, script: Answer | Callable[[list[str]], Answer] = (0, "", "")) -> None:
+        self.script = script
+        self.calls: list[list[str]] = []
+
+    def run(self, args: list[str], timeout_s: float | None = None) -> CommandResult:
+        self.calls.append(list(args))
+        rc, out, err = self.script(list(args)) if callable(self.script) else self.script
+        return CommandResult(list(args), rc, out, err)
+
+
+if _shape(inspect.signature(ScriptedRunner.run)) != _shape(inspect.signature(SlurmRunner.run)):
+    raise TypeError("ScriptedRunner.run must take what SlurmRunner.run takes")
 
 
 # ---- the state store's ports (``slurm_marl.daemon.store.ports``) ---------------------------
