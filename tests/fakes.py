@@ -1,4 +1,5 @@
-"""One fake of each Slurm port (``slurm_marl.slurm_integration.ports``), shared by all tests.
+"""One fake of each Slurm port (``slurm_marl.slurm_integration.ports``) and of each state
+store port (``slurm_marl.daemon.store.ports``), shared by all tests.
 
 ``from fakes import FakeClusterSource, FakeDecisionSink`` works in any test folder: pytest's
 default ("prepend") import mode puts ``tests/`` on ``sys.path`` when it loads
@@ -15,11 +16,17 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 
+from slurm_marl.daemon.store import JobRecord, decision_payload
+from slurm_marl.daemon.store.ports import (DecisionLog, GuardSet, JobRecords, Predictions,
+                                           Reservations, SpeedSamples, WrittenState)
 from slurm_marl.domain import ClusterSnapshot, Decision
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, WriteResult,
                                                 WriteStatus)
+from slurm_marl.slurm_integration.runner import CommandResult, SlurmRunner
 
 
 class PortViolation(BaseException):
@@ -131,3 +138,219 @@ class FakeDecisionSink(_PortFake, port=DecisionSink):
 
     def starts_done(self) -> float | None:
         return self.done_at
+
+
+Answer = tuple[int, str, str]   # a client's exit status, stdout, stderr
+
+
+class ScriptedRunner:
+    """Stands in for ``SlurmRunner`` where the sink runs Slurm's clients: records each
+    call's arguments in ``calls`` and answers (exit status, stdout, stderr) from
+    ``script``, either one answer for every call or a function of the call's arguments.
+    ``run`` takes what ``SlurmRunner.run`` takes (checked when this module is imported)."""
+
+    def __init__(self, script: Answer | Callable[[list[str]], Answer] = (0, "", "")) -> None:
+        self.script = script
+        self.calls: list[list[str]] = []
+
+    def run(self, args: list[str], timeout_s: float | None = None) -> CommandResult:
+        self.calls.append(list(args))
+        rc, out, err = self.script(list(args)) if callable(self.script) else self.script
+        return CommandResult(list(args), rc, out, err)
+
+
+if _shape(inspect.signature(ScriptedRunner.run)) != _shape(inspect.signature(SlurmRunner.run)):
+    raise TypeError("ScriptedRunner.run must take what SlurmRunner.run takes")
+
+
+# ---- the state store's ports (``slurm_marl.daemon.store.ports``) ---------------------------
+# In memory, each as the SQLite adapter behaves (tests/unit/test_store_ports.py runs the
+# same checks on both). Records come back as copies, as rows read from a file do.
+
+class FakeJobRecords(_PortFake, port=JobRecords):
+    def __init__(self) -> None:
+        self.rows: dict[int, JobRecord] = {}
+        self._live: dict[int, JobRecord] | None = None
+
+    def get(self, job_ids: Iterable[int] | None = None) -> dict[int, JobRecord]:
+        ids = sorted(self.rows) if job_ids is None else [i for i in job_ids if i in self.rows]
+        return {i: replace(self.rows[i]) for i in ids}
+
+    def live(self, job_ids: Iterable[int]) -> dict[int, JobRecord]:
+        ids = list(job_ids)
+        if self._live is None:
+            out = {rec.job_id: rec for rec in self.unfinished()}
+        else:
+            listed = set(ids)
+            out = {i: rec for i, rec in self._live.items()
+                   if rec.finished_s is None or i in listed}
+        out.update(self.get([i for i in ids if i not in out]))
+        self._live = out
+        return out
+
+    def forget_live(self) -> None:
+        self._live = None
+
+    def unfinished(self) -> list[JobRecord]:
+        return [replace(r) for _, r in sorted(self.rows.items()) if r.finished_s is None]
+
+    def signatures(self) -> dict[tuple[str, str], str]:
+        return {(r.user, r.name): r.model_type for _, r in sorted(self.rows.items())
+                if r.model_type is not None}
+
+    def save(self, records: Iterable[JobRecord]) -> None:
+        self.rows.update({r.job_id: replace(r) for r in records})
+
+    def set_queues(self, items: Iterable[tuple[int, int]]) -> None:
+        for job_id, queue in items:
+            if job_id in self.rows:
+                self.rows[job_id].queue = queue
+            if self._live is not None and job_id in self._live:
+                self._live[job_id].queue = queue
+
+
+class FakeWrittenState(_PortFake, port=WrittenState):
+    def __init__(self) -> None:
+        self.values: dict[tuple[int, str], str] = {}
+
+    def get(self, job_ids: Iterable[int]) -> dict[tuple[int, str], str]:
+        ids = set(job_ids)
+        return {key: v for key, v in self.values.items() if key[0] in ids}
+
+    def mark(self, items: Iterable[tuple[int, str, str]], now_s: float) -> None:
+        self.values.update({(j, k): v for j, k, v in items})
+
+    def forget(self, job_id: int, kinds: Iterable[str]) -> None:
+        for kind in kinds:
+            self.values.pop((job_id, kind), None)
+
+
+class FakeReservations(_PortFake, port=Reservations):
+    def __init__(self) -> None:
+        self.rows: dict[str, dict] = {}
+
+    def active(self) -> dict[str, dict]:
+        return {n: dict(r) for n, r in self.rows.items() if r["ended_s"] is None}
+
+    def add(self, name: str, job_id: int, nodes: str, now_s: float) -> None:
+        row = self.rows.setdefault(name, {"name": name, "created_s": now_s})
+        row.update(job_id=job_id, nodes=nodes, ended_s=None)
+
+    def end(self, name: str, now_s: float) -> None:
+        if name in self.rows:
+            self.rows[name]["ended_s"] = now_s
+
+
+_OUTCOME_COLUMNS = ("job_id", "run", "user", "name", "model_type", "num_gpus", "nodes",
+                    "gpu_alloc", "colocated", "start_s", "end_s", "state")
+
+
+class FakeDecisionLog(_PortFake, port=DecisionLog):
+    """``cycle_rows``: the cycle reports ``cycles`` reads (the store writes them)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.cycle_rows: list[dict] = []
+        self.outcome_rows: dict[tuple[int, int], dict] = {}
+
+    def record(self, cycle: int, now_s: float,
+               rows: Iterable[tuple[Decision, str, str]]) -> None:
+        for d, status, message in rows:
+            payload = json.loads(json.dumps(decision_payload(d), default=str))
+            self.rows.append({"id": len(self.rows) + 1, "cycle": cycle, "time_s": now_s,
+                              "job_id": d.job_id, "kind": type(d).__name__,
+                              "plugin": d.plugin, "reason": d.reason, "payload": payload,
+                              "status": status, "message": message})
+
+    def record_outcome(self, job_id: int, run: int, **values) -> None:
+        row = dict.fromkeys(_OUTCOME_COLUMNS)
+        row.update(job_id=job_id, run=run, **values)
+        self.outcome_rows[(job_id, run)] = row
+
+    def decisions(self, job_id: int | None = None, limit: int = 50,
+                  kind: str | None = None, since_s: float | None = None) -> list[dict]:
+        rows = [r for r in reversed(self.rows)
+                if (job_id is None or r["job_id"] == job_id) and (not kind or r["kind"] == kind)
+                and (since_s is None or r["time_s"] >= since_s)]
+        return [dict(r) for r in rows[:limit]]
+
+    def cycles(self, limit: int = 10) -> list[dict]:
+        return [dict(r) for r in sorted(self.cycle_rows, key=lambda r: -r["cycle"])[:limit]]
+
+    def outcomes(self) -> list[dict]:
+        # SQLite orders NULL first
+        return [dict(r) for r in sorted(self.outcome_rows.values(),
+                                        key=lambda r: (r["end_s"] is not None, r["end_s"] or 0))]
+
+
+class FakeGuardSet(_PortFake, port=GuardSet):
+    def __init__(self) -> None:
+        self.protected: dict[int, tuple[float, float | None]] = {}
+
+    def set(self, protected: dict[int, tuple[float, float | None]]) -> None:
+        self.protected = dict(protected)
+
+    def get(self) -> dict[int, dict]:
+        return {j: {"job_id": j, "protected_s": since, "shadow_start_s": start}
+                for j, (since, start) in self.protected.items()}
+
+
+class FakePredictions(_PortFake, port=Predictions):
+    """Keeps every history row: the SQLite adapter's pruning drops only rows no feature
+    reads (its own tests cover it), so what ``history`` feeds the features is the same."""
+
+    def __init__(self) -> None:
+        self.made: dict[int, tuple] = {}
+        self.scored_rows: list[tuple] = []      # with their id first
+        self.history_rows: list[tuple] = []     # with their id first
+        self._ids = 0                           # ids are never reused (AUTOINCREMENT)
+
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def live(self) -> list[tuple]:
+        return [self.made[j] for j in sorted(self.made)]
+
+    def scored(self, window: int) -> list[tuple]:
+        kept = []
+        for part in {r[2] for r in self.scored_rows}:
+            kept += [r for r in self.scored_rows if r[2] == part][-window:] if window else []
+        return sorted(kept)
+
+    def history(self) -> list[tuple]:
+        return list(self.history_rows)
+
+    def save(self, made: Iterable[tuple], scored: Iterable[tuple],
+             dropped: Iterable[int], window: int,
+             dropped_scored: Iterable[int] = (), history: Iterable[tuple] = (),
+             dropped_history: Iterable[int] = (), keep_recent: int = 10,
+             keep_submits_s: float = 2 * 86400.0,
+             prune_every: int = 1000) -> None:
+        self.made.update({row[0]: tuple(row) for row in made})
+        for job_id in dropped:
+            self.made.pop(job_id, None)
+        gone = set(dropped_scored)
+        self.scored_rows = [r for r in self.scored_rows if r[0] not in gone]
+        scored = [(self._next_id(), *row) for row in scored]
+        self.scored_rows += scored
+        for part in {row[2] for row in scored}:
+            rows = [r for r in self.scored_rows if r[2] == part]
+            old = {r[0] for r in rows[:max(len(rows) - window, 0)]}
+            self.scored_rows = [r for r in self.scored_rows if r[0] not in old]
+        gone = set(dropped_history)
+        self.history_rows = [r for r in self.history_rows if r[0] not in gone]
+        self.history_rows += [(self._next_id(), *row) for row in history]
+
+
+class FakeSpeedSamples(_PortFake, port=SpeedSamples):
+    def __init__(self) -> None:
+        self.stored: list[str] = []     # as JSON, like the table
+
+    def add(self, samples: Iterable[dict]) -> int:
+        rows = [(int(s["job_id"]), json.dumps(s, sort_keys=True)) for s in samples]
+        self.stored += [text for _, text in rows]
+        return len(rows)
+
+    def all(self) -> list[dict]:
+        return [json.loads(text) for text in self.stored]

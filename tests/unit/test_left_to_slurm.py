@@ -4,13 +4,14 @@ grace. Hand-built inputs; the real-Slurm counterparts live in tests/slurm."""
 
 from __future__ import annotations
 
+from fakes import ScriptedRunner
+
 from slurm_marl.domain import (ClusterSnapshot, Defer, GpuGroup, GroupAlloc, Job, Node, Place,
                                Release, Reserve, SetPriority)
 from slurm_marl.placement_shapes import generate_candidates, has_candidate
 from slurm_marl.policy.state import CycleState
 from slurm_marl.slurm_integration.marker import Marker, with_marker
 from slurm_marl.slurm_integration.parse import job_from_json
-from slurm_marl.slurm_integration.runner import CommandResult
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from test_daemon_agent import NODES, PARTS, agent, pending
 
@@ -106,15 +107,8 @@ def test_reservation_lasts_one_grace_and_is_renewed_while_the_job_waits(tmp_path
 
 
 def test_a_lease_batch_with_one_started_job_is_refused_for_that_job_only():
-    class Runner:
-        def __init__(self):
-            self.calls = []
-
-        def run(self, args, timeout_s=None):
-            self.calls.append(args)
-            return CommandResult(list(args), 1, "", "Job is no longer pending execution "
-                                                    "for job 12")
-    sink = CliDecisionSink(Runner(), retries=0, sleep=lambda s: None)
+    runner = ScriptedRunner((1, "", "Job is no longer pending execution for job 12"))
+    sink = CliDecisionSink(runner, retries=0, sleep=lambda s: None)
     res = sink.apply([Defer(j, "lease", "", seconds=30.0) for j in (11, 12, 13)])
     assert {r.decision.job_id: r.ok for r in res} == {11: True, 12: False, 13: True}
     assert "job 12" in [r for r in res if not r.ok][0].message
@@ -147,17 +141,12 @@ def test_an_old_config_with_reservation_minutes_still_loads_and_says_it_is_unuse
 
 
 def test_a_reservation_that_exists_is_extended_not_created_again():
-    class Runner:
-        def __init__(self):
-            self.calls = []
-
-        def run(self, args, timeout_s=None):
-            self.calls.append(args)
-            if args[1] == "create":   # what 22.05 answers for a name it already has
-                return CommandResult(list(args), 1, "", "Error creating the reservation: "
-                                     "Requested reservation overlaps with another reservation")
-            return CommandResult(list(args), 0, "", "")
-    runner = Runner()
+    def answer(args):
+        if args[1] == "create":   # what 22.05 answers for a name it already has
+            return (1, "", "Error creating the reservation: Requested reservation overlaps "
+                           "with another reservation")
+        return (0, "", "")
+    runner = ScriptedRunner(answer)
     [res] = CliDecisionSink(runner, retries=0, sleep=lambda s: None).apply(
         [Reserve(5, "test", "", name="slurm-marl-5", nodes=("n1", "n2"), duration_s=30)])
     assert res.ok and runner.calls[-1] == ["scontrol", "update", "ReservationName=slurm-marl-5",

@@ -5,6 +5,7 @@ deaths (the sink driven against a model of one job's request fields in slurmctld
 from __future__ import annotations
 
 from hypothesis import given, settings
+from fakes import ScriptedRunner
 from hypothesis import strategies as st
 
 from slurm_marl.domain import (ClusterSnapshot, GpuGroup, GroupAlloc, Job, Node, Place,
@@ -176,28 +177,16 @@ def test_a_stale_snapshot_never_plans_a_gpu_write_over_another_type():
 
 
 def test_read_back_ignores_what_a_job_name_could_inject():
-    class Runner:
-        def run(self, args, timeout_s=None):
-            # squeue -O prints only the asked fields, one line per job
-            return CommandResult(list(args), 0, "7|gres/gpu:s1:2|N/A|\n", "")
-    assert CliDecisionSink(Runner()).read_request(7) == {
+    # squeue -O prints only the asked fields, one line per job
+    runner = ScriptedRunner((0, "7|gres/gpu:s1:2|N/A|\n", ""))
+    assert CliDecisionSink(runner).read_request(7) == {
         "gpus_per_node": 2, "gpus_per_job": 0, "gpu_type": "s1"}
-
-    class Odd:
-        def run(self, args, timeout_s=None):
-            return CommandResult(list(args), 0, "7|gres:gpu:2|N/A|\n8|x|y|\n7|a|b|\n", "")
-    assert CliDecisionSink(Odd()).read_request(7) is None
+    odd = ScriptedRunner((0, "7|gres:gpu:2|N/A|\n8|x|y|\n7|a|b|\n", ""))
+    assert CliDecisionSink(odd).read_request(7) is None
 
 
 def test_repair_restores_an_emptied_request_in_one_update_and_leaves_gpu_0_alone():
-    class Runner:
-        def __init__(self):
-            self.calls = []
-
-        def run(self, args, timeout_s=None):
-            self.calls.append(args)
-            return CommandResult(list(args), 0, "", "")
-    runner = Runner()
+    runner = ScriptedRunner()
     sink = CliDecisionSink(runner, retries=0, sleep=lambda s: None)
     emptied = Job(1, partition="gpu", admin_comment=with_marker("", Marker("gres:gpu:2", "",
                                                                            "")))

@@ -129,7 +129,7 @@ def decisions(config: ConfigOpt = None, store: StoreOpt = None,
     st = _store(config, store)
     since_s = time.time() - since * 60 if since else None
     with _reading(st):
-        rows = st.decisions(job_id=job, kind=kind, since_s=since_s, limit=limit)
+        rows = st.log.decisions(job_id=job, kind=kind, since_s=since_s, limit=limit)
     if json_output:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -149,8 +149,8 @@ def explain(job_id: int, config: ConfigOpt = None, store: StoreOpt = None,
     """Why this job got its nodes, GPU group and priority."""
     st = _store(config, store)
     with _reading(st):
-        rec = st.job_records([job_id]).get(job_id)
-        rows = st.decisions(job_id=job_id, limit=200)
+        rec = st.records.get([job_id]).get(job_id)
+        rows = st.log.decisions(job_id=job_id, limit=200)
     if rec is None and not rows:
         typer.echo(f"job {job_id}: the agent has no record of it (not in a managed "
                    "partition, or older than the store's retention)", err=True)
@@ -199,9 +199,9 @@ def queues(config: ConfigOpt = None, store: StoreOpt = None,
     """Pending jobs by 2D-LAS queue, as the agent last ranked them."""
     st = _store(config, store)
     with _reading(st):
-        recs = [r for r in st.job_records().values()
+        recs = [r for r in st.records.get().values()
                 if r.last_state == "PENDING" and r.finished_s is None]
-        guarded = st.protected()
+        guarded = st.guard.get()
     recs.sort(key=lambda r: (r.queue if r.queue is not None else 99, r.queue_since_s or 0,
                              r.job_id))
     if json_output:
@@ -231,7 +231,7 @@ def status(config: ConfigOpt = None, store: StoreOpt = None,
 
     st = _store(config, store)
     with _reading(st):
-        cycles = st.cycles(limit=20)
+        cycles = st.log.cycles(limit=20)
     last = cycles[0] if cycles else None
     now = time.time()
     cfg = _load(config) if store is None or config is not None else None

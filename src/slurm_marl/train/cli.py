@@ -15,10 +15,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
-from rich.table import Table
 
 from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.console import output_console
+from slurm_marl.train.cli_tables import (mark_vs_best_heuristic, print_evaluation,
+                                         print_metrics, print_thresholds)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Train the interference (reward) model, the placement agents and "
@@ -54,7 +55,7 @@ def store_samples(path: Path) -> list[dict]:
     db = path / "state.sqlite" if path.is_dir() else path
     try:
         store = Store.open_readonly(db)
-        raw = store.speed_samples()
+        raw = store.samples.all()
         store.close()
     except (StoreError, ValueError, sqlite3.Error) as exc:
         raise SampleError(str(exc)) from None
@@ -124,13 +125,9 @@ def interference(
     if as_json:
         print(json.dumps(doc, indent=2))
         return
-    table = Table(title=f"interference model ({len(rows)} samples)")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key in ("val_mae", "baseline_val_mae", "train_mae", "best_epoch", "train_samples",
-                "val_samples", "val_jobs"):
-        table.add_row(key, str(doc[key]))
-    output_console().print(table)
+    print_metrics(f"interference model ({len(rows)} samples)", doc,
+                  ("val_mae", "baseline_val_mae", "train_mae", "best_epoch", "train_samples",
+                   "val_samples", "val_jobs"))
     output_console().print(f"wrote {pt} and {meta}")
 
 
@@ -275,12 +272,8 @@ def marl(
     if as_json:
         print(json.dumps(doc, indent=2))
         return
-    table = Table(title=f"{mode}-agent training ({out})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key in ("updates", "env_steps", "episodes", "wall_s", "best_eval_avg_jct_s"):
-        table.add_row(key, str(doc[key]))
-    output_console().print(table)
+    print_metrics(f"{mode}-agent training ({out})", doc,
+                  ("updates", "env_steps", "episodes", "wall_s", "best_eval_avg_jct_s"))
     output_console().print(f"wrote {out}/policy.pt, policy.json, train_log.csv, training_curve.png")
 
 
@@ -367,51 +360,8 @@ def thresholds(
     if as_json:
         print(json.dumps(doc, indent=2))
         return
-    _print_thresholds(vc, before_row, windows, result, verdict, min_gain)
+    print_thresholds(vc, before_row, windows, result, verdict, min_gain)
     output_console().print(f"wrote {out}: {escape(knobs.describe())}")
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
-
-
-def _print_thresholds(vc, before_row, windows, result, verdict, min_gain) -> None:
-    """Start and best on each training window, and on each validation window when the
-    guard simulated them: average JCT and the per-job numbers against fifo-backfill."""
-    table = Table(title=f"2D-LAS knobs learned on {vc}'s rows before {before_row} "
-                        f"({'subject to' if result.bound else 'without'} the per-job bound)")
-    for title in ("policy", "window", "avg JCT", ">1.1x", ">2x", "p99", "bound"):
-        table.add_column(title, justify="left" if title in ("policy", "window") else "right")
-    rows = [(label, "train", w.window, s)
-            for label, c in (("fixed (start)", result.start), ("learned", result.best))
-            for w, s in zip(windows, c.scores)]
-    if verdict is not None:
-        for label, scores in (("fixed (start)", verdict.start_scores),
-                              ("learned", verdict.learned_scores)):
-            rows += [(label, "validation", w, s) for w, s in zip(verdict.windows, scores)]
-    holds = {True: "holds", False: "broken", None: "-"}
-    for label, kind, window, s in rows:
-        table.add_row(escape(label), f"{kind} {window}",
-                      "unfinished" if s.avg_jct_s is None else f"{s.avg_jct_s:,.0f}",
-                      _pct(s.share_slower_1_1x), _pct(s.share_slower_2x),
-                      "-" if s.p99_ratio is None else f"{s.p99_ratio:.2f}",
-                      holds[s.bound_holds()])
-    output_console().print(table)
-    output_console().print(f"fixed (start): {escape(result.start.knobs.describe())}\n"
-                           f"learned: {escape(result.best.knobs.describe())}")
-    if verdict is None:
-        return
-    if not verdict.learned_scores:
-        output_console().print(f"validation on {', '.join(verdict.windows)}: the search's "
-                               "best is the start; fixed knobs kept")
-        return
-    ratio = "unfinished jobs" if verdict.ratio is None else f"{verdict.ratio:.3f}"
-    bound = (f"; violation of the bound learned {verdict.learned_violation:.3g}, fixed "
-             f"{verdict.start_violation:.3g}" if verdict.bound else "")
-    output_console().print(
-        f"validation on {', '.join(verdict.windows)}: learned / fixed JCT {ratio}{bound}; "
-        + ("learned knobs kept" if verdict.learned_kept else "fixed knobs kept")
-        + f" ({verdict.reason}; --min-gain {min_gain:.0%})")
 
 
 def evaluate(
@@ -435,41 +385,12 @@ def evaluate(
 ) -> None:
     """Run learned placement and the heuristics on a held-out window; print the JCT table."""
     _threads()
-    from slurm_marl.policy.profile import ProfileError, load_profile
-    from slurm_marl.train.evaluate import learned_profile, run_policies
-
     strengths = _strength(interference)
     sim_cluster, (jobs,) = _load_cluster_and_jobs(trace, [window], cluster)
-    profiles = []
-    for path in checkpoint:
-        if not Path(path).with_suffix(".pt").is_file():
-            _fail(f"checkpoint {path} does not exist")
-        folder = Path(path).resolve().parent.name
-        name = f"las-learned[{folder + '/' if folder else ''}{Path(path).stem}]"
-        profiles.append(learned_profile(path, allow_defer=allow_defer, name=name))
-    try:
-        profiles += [load_profile(p.strip()) for p in baselines.split(",") if p.strip()]
-    except ProfileError as exc:
-        _fail(str(exc))
-    results = []
-    with _progress("evaluate") as bar:
-        task = bar.add_task("runs", total=len(profiles) * len(strengths), status="")
-        try:
-            for s in strengths:
-                results += run_policies(jobs, sim_cluster, profiles, s, seed,
-                                        on_done=lambda name, row: bar.update(
-                                            task, advance=1, status=escape(name)))
-        except ProfileError as exc:   # a plugin's model or samples file unreadable
-            _fail(str(exc))
-    learned_names = [p.name for p in profiles[:len(checkpoint)]]
-    for s in strengths:
-        base = [r["avg_jct_s"] for r in results if r["interference"] == s
-                and r["profile"] not in learned_names and r["avg_jct_s"] is not None]
-        best = min(base) if base else None
-        for r in results:
-            if r["interference"] == s:
-                r["vs_best_heuristic"] = (round(r["avg_jct_s"] / best - 1, 4)
-                                          if best and r["avg_jct_s"] is not None else None)
+    profiles = _checkpoint_profiles(checkpoint, allow_defer) + _baseline_profiles(baselines)
+    results = _run_profiles(jobs, sim_cluster, profiles, strengths, seed)
+    mark_vs_best_heuristic(results, strengths,
+                           [p.name for p in profiles[:len(checkpoint)]])
     doc = {"trace": str(trace), "window": window, "cluster": cluster, "seed": seed,
            "jobs": len(jobs), "checkpoints": [str(c) for c in checkpoint],
            "results": results}
@@ -479,18 +400,45 @@ def evaluate(
     if as_json:
         print(json.dumps(doc, indent=2))
         return
-    table = Table(title=f"{trace.name} {window} on {cluster}: average JCT (s)")
-    table.add_column("profile")
-    for s in strengths:
-        table.add_column(s, justify="right")
-        table.add_column("vs best heuristic", justify="right")
-    for prof in profiles:
-        row = [escape(prof.name)]   # "las-learned[run/best]" is not rich markup
-        for s in strengths:
-            r = next(x for x in results if x["profile"] == prof.name
-                     and x["interference"] == s)
-            row.append(f"{r['avg_jct_s']:,.0f}" if r["avg_jct_s"] is not None else "-")
-            row.append(f"{r['vs_best_heuristic']:+.1%}" if r["vs_best_heuristic"] is not None
-                       else "-")
-        table.add_row(*row)
-    output_console().print(table)
+    print_evaluation(f"{trace.name} {window} on {cluster}: average JCT (s)", profiles,
+                     strengths, results)
+
+
+def _checkpoint_profiles(checkpoint: list[Path], allow_defer: bool) -> list:
+    """A learned profile per checkpoint, named after its folder and file so that several
+    runs' ``best`` stay apart in the table."""
+    from slurm_marl.train.evaluate import learned_profile
+    profiles = []
+    for path in checkpoint:
+        if not Path(path).with_suffix(".pt").is_file():
+            _fail(f"checkpoint {path} does not exist")
+        folder = Path(path).resolve().parent.name
+        name = f"las-learned[{folder + '/' if folder else ''}{Path(path).stem}]"
+        profiles.append(learned_profile(path, allow_defer=allow_defer, name=name))
+    return profiles
+
+
+def _baseline_profiles(baselines: str) -> list:
+    from slurm_marl.policy.profile import ProfileError, load_profile
+    try:
+        return [load_profile(p.strip()) for p in baselines.split(",") if p.strip()]
+    except ProfileError as exc:
+        _fail(str(exc))
+
+
+def _run_profiles(jobs, sim_cluster, profiles: list, strengths: list[str],
+                  seed: int) -> list[dict]:
+    """Every profile at every interference strength, one result row each."""
+    from slurm_marl.policy.profile import ProfileError
+    from slurm_marl.train.evaluate import run_policies
+    results: list[dict] = []
+    with _progress("evaluate") as bar:
+        task = bar.add_task("runs", total=len(profiles) * len(strengths), status="")
+        try:
+            for s in strengths:
+                results += run_policies(jobs, sim_cluster, profiles, s, seed,
+                                        on_done=lambda name, row: bar.update(
+                                            task, advance=1, status=escape(name)))
+        except ProfileError as exc:   # a plugin's model or samples file unreadable
+            _fail(str(exc))
+    return results
