@@ -49,7 +49,7 @@ class Accounting:
 
     def enrich(self, cycle: Enriched) -> Enriched:
         raw = cycle.snapshot
-        records = self.store.live_records(j.job_id for j in raw.jobs)
+        records = self.store.records.live(j.job_id for j in raw.jobs)
         acc = account(raw, records, self._colocated, self._memo)
         return Enriched(acc.snapshot, records, acc.finished_runs)
 
@@ -63,7 +63,7 @@ class Signatures:
 
     def enrich(self, cycle: Enriched) -> Enriched:
         if self._history is None:
-            self._history = self.store.signature_history()
+            self._history = self.store.records.signatures()
         snap = cycle.snapshot
         sigs = infer_signatures(snap.jobs, self._history)
         for job_id, model in sigs.items():
@@ -90,7 +90,7 @@ class SpeedSamples:
         try:
             samples = self.sampler.observe(cycle.snapshot)
             if samples:
-                self.store.add_speed_samples(samples)
+                self.store.samples.add(samples)
         except Exception:
             log.exception("speed sampling failed this cycle; samples in progress dropped")
             self.sampler.forget()
@@ -119,7 +119,7 @@ class Predictions:
             out = snap
         try:
             made, scored, dropped, bad, history, bad_history = self.predictor.unsaved()
-            self.store.save_predictions(made, scored, dropped, self.predictor.window, bad,
+            self.store.prediction_state.save(made, scored, dropped, self.predictor.window, bad,
                                         history, bad_history,
                                         keep_recent=self.predictor.keep_recent)
             self.predictor.saved()

@@ -48,9 +48,9 @@ class Recorder:
 
     def accounting(self, records, finished_runs) -> None:
         """The job records folded this cycle and the runs that ended."""
-        self.store.save_jobs(records)
+        self.store.records.save(records)
         for run in finished_runs:
-            self.store.record_outcome(run.job_id, run.run, user=run.user, name=run.name,
+            self.store.log.record_outcome(run.job_id, run.run, user=run.user, name=run.name,
                                       model_type=run.model_type,
                                       num_gpus=run.num_gpus, nodes=run.nodes,
                                       gpu_alloc=run.gpu_alloc,
@@ -59,7 +59,7 @@ class Recorder:
 
     def rows(self, cycle: int, now_s: float, rows: list[tuple[Decision, str, str]]) -> None:
         if rows:
-            self.store.record_decisions(cycle, now_s, rows)
+            self.store.log.record(cycle, now_s, rows)
 
     def alone(self, cycle: int, now_s: float, alone: dict[int, str]) -> None:
         """Record, once per change, why pending jobs were left alone this cycle (held, a
@@ -83,7 +83,7 @@ class Recorder:
             for job_id, since in g.shadow.protected.items():
                 if job_id in live:
                     protected[job_id] = (since, g.shadow.starts.get(job_id))
-        self.store.set_protected(protected)
+        self.store.guard.set(protected)
         return len(protected)
 
     def repairs(self, cycle: int, snap: ClusterSnapshot, job_ids: list[int]) -> None:
@@ -103,7 +103,7 @@ class Recorder:
             rows.append((Release(job_id, "repair", why), "ok", ""))
         if rows:
             try:
-                self.store.record_decisions(cycle, snap.time_s, rows)
+                self.store.log.record(cycle, snap.time_s, rows)
             except Exception:
                 log.exception("could not record the repairs of jobs %s", job_ids)
 
@@ -111,7 +111,7 @@ class Recorder:
         """What the agent would write, recorded when it changes (a decision equal but for
         its reason to the last one recorded for its job is not recorded again): an
         unchanged queue of 5,000 jobs is not 10,000 rows a cycle."""
-        self.store.record_decisions(cycle, snap.time_s,
+        self.store.log.record(cycle, snap.time_s,
                                     [(d, "shadow", "") for d in self._shadow_changes(
                                         decisions, snap)])
 
@@ -141,16 +141,16 @@ class Recorder:
         where it does."""
         now = snap.time_s
         for name, job_id, nodes in written.reservations_added:
-            self.store.add_reservation(name, job_id, nodes, now)
+            self.store.reservations.add(name, job_id, nodes, now)
         for name in written.reservations_ended:
-            self.store.end_reservation(name, now)
+            self.store.reservations.end(name, now)
         if written.marks:
-            self.store.mark_written(written.marks, now)
-        self.store.mark_written([(d.job_id, "place", place_key(d)) for d in advice], now)
+            self.store.written_state.mark(written.marks, now)
+        self.store.written_state.mark([(d.job_id, "place", place_key(d)) for d in advice], now)
         done = {r.decision.job_id for r in results if isinstance(r.decision, SetPriority)}
         kept = [d for d in decisions if isinstance(d, SetPriority) and d.job_id not in done
                 and last_queue.get(d.job_id) != d.queue]
-        self.store.record_decisions(
+        self.store.log.record(
             cycle, now,
             [(r.decision, r.status.value, r.message) for r in results]
             + [(d, "planned", "waits; nothing written") for d in advice]

@@ -158,16 +158,16 @@ class Agent:
         try:
             self._cycle(report)
         except SlurmError as exc:
-            self.store.forget_live()    # records may be folded but not saved
+            self.store.records.forget_live()    # records may be folded but not saved
             report.error = f"slurm: {exc.message or exc}"
             log.warning("cycle %d: Slurm did not answer (%s); retrying next tick",
                         report.cycle, exc.message or exc)
         except sqlite3.Error as exc:  # the disk is full, the file damaged: one line
-            self.store.forget_live()
+            self.store.records.forget_live()
             report.error = f"store: cannot write {self.store.path}: {exc}"
             log.error("cycle %d failed: %s", report.cycle, report.error)
         except Exception as exc:  # one bad cycle must not end the agent
-            self.store.forget_live()
+            self.store.records.forget_live()
             report.error = f"internal: {exc!r}"
             log.exception("cycle %d failed", report.cycle)
         finally:
@@ -218,7 +218,7 @@ class Agent:
         records = enriched.records
         last_queue = {d.job_id: records[d.job_id].queue for d in decided.decisions
                       if isinstance(d, SetPriority) and d.job_id in records}
-        self.store.set_queues((d.job_id, d.queue) for d in decided.decisions
+        self.store.records.set_queues((d.job_id, d.queue) for d in decided.decisions
                               if isinstance(d, SetPriority))
         writes, advice = self._plan(snap, decided, admitted)
         if self.config.agent.shadow:
@@ -253,8 +253,8 @@ class Agent:
         whose refusal pause is not over."""
         writes, advice = translate(
             snap, decided.decisions, decided.orders, self.config.agent,
-            written=self.store.written({d.job_id for d in decided.decisions}),
-            reservations=self.store.active_reservations(),
+            written=self.store.written_state.get({d.job_id for d in decided.decisions}),
+            reservations=self.store.reservations.active(),
             left=self.admission.left_waiting(snap),
             inflight_nodes=self.memory.inflight_nodes(),
             resv_renewed=self.memory.resv_renewed)
@@ -307,15 +307,15 @@ class Agent:
         guards = self._guards()
         if guards:       # the jobs they protected before a restart
             guarded = {job_id: (r["protected_s"], r["shadow_start_s"])
-                       for job_id, r in self.store.protected().items()}
+                       for job_id, r in self.store.guard.get().items()}
             for g in guards:
                 g.shadow.restore(guarded)
         if self.predictor is not None:
             try:
                 self.predictor.restore(
-                    self.store.predictions(),
-                    self.store.scored_predictions(self.predictor.window), snap,
-                    self.store.feature_history())
+                    self.store.prediction_state.live(),
+                    self.store.prediction_state.scored(self.predictor.window), snap,
+                    self.store.prediction_state.history())
             except Exception:
                 log.exception("could not restore the GPU-time predictions from the store; "
                               "the skill gate starts empty")
@@ -327,9 +327,9 @@ class Agent:
             self.recorder.repairs(self._cycle_no, snap, repaired)
         # Reservations named like ours that the store does not know (a crash right after
         # creating one) are adopted, so they are ended like any other.
-        known = self.store.active_reservations()
+        known = self.store.reservations.active()
         for job in snap.jobs:
             name = job.reservation
             if is_agent_reservation(name) and name not in known:
-                self.store.add_reservation(name, job.job_id, ",".join(job.required_nodes),
+                self.store.reservations.add(name, job.job_id, ",".join(job.required_nodes),
                                            snap.time_s)
