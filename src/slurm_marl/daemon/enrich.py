@@ -119,9 +119,9 @@ class Predictions:
             out = snap
         try:
             made, scored, dropped, bad, history, bad_history = self.predictor.unsaved()
-            self.store.prediction_state.save(made, scored, dropped, self.predictor.window, bad,
-                                        history, bad_history,
-                                        keep_recent=self.predictor.keep_recent)
+            self.store.prediction_state.save(made, scored, dropped, self.predictor.window,
+                                             bad, history, bad_history,
+                                             keep_recent=self.predictor.keep_recent)
             self.predictor.saved()
         except Exception:
             log.exception("could not store the GPU-time predictions; tried again next cycle")

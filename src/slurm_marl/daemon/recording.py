@@ -51,11 +51,12 @@ class Recorder:
         self.store.records.save(records)
         for run in finished_runs:
             self.store.log.record_outcome(run.job_id, run.run, user=run.user, name=run.name,
-                                      model_type=run.model_type,
-                                      num_gpus=run.num_gpus, nodes=run.nodes,
-                                      gpu_alloc=run.gpu_alloc,
-                                      colocated=json.dumps(run.colocated),
-                                      start_s=run.start_s, end_s=run.end_s, state=run.state)
+                                          model_type=run.model_type,
+                                          num_gpus=run.num_gpus, nodes=run.nodes,
+                                          gpu_alloc=run.gpu_alloc,
+                                          colocated=json.dumps(run.colocated),
+                                          start_s=run.start_s, end_s=run.end_s,
+                                          state=run.state)
 
     def rows(self, cycle: int, now_s: float, rows: list[tuple[Decision, str, str]]) -> None:
         if rows:
@@ -112,8 +113,7 @@ class Recorder:
         its reason to the last one recorded for its job is not recorded again): an
         unchanged queue of 5,000 jobs is not 10,000 rows a cycle."""
         self.store.log.record(cycle, snap.time_s,
-                                    [(d, "shadow", "") for d in self._shadow_changes(
-                                        decisions, snap)])
+                              [(d, "shadow", "") for d in self._shadow_changes(decisions, snap)])
 
     def _shadow_changes(self, decisions: list[Decision], snap: ClusterSnapshot
                         ) -> list[Decision]:

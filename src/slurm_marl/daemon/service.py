@@ -219,7 +219,7 @@ class Agent:
         last_queue = {d.job_id: records[d.job_id].queue for d in decided.decisions
                       if isinstance(d, SetPriority) and d.job_id in records}
         self.store.records.set_queues((d.job_id, d.queue) for d in decided.decisions
-                              if isinstance(d, SetPriority))
+                                      if isinstance(d, SetPriority))
         writes, advice = self._plan(snap, decided, admitted)
         if self.config.agent.shadow:
             self.recorder.shadow(report.cycle, snap, writes + advice)
