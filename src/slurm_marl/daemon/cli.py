@@ -139,8 +139,8 @@ def decisions(config: ConfigOpt = None, store: StoreOpt = None,
         table.add_column(col)
     for r in rows:
         answer = r["status"] + (f": {r['message']}" if r["message"] else "")
-        table.add_row(format_time(r["time_s"]), str(r["cycle"]), str(r["job_id"]), describe_decision(r),
-                      r["plugin"] or "", r["reason"] or "", answer)
+        table.add_row(format_time(r["time_s"]), str(r["cycle"]), str(r["job_id"]),
+                      describe_decision(r), r["plugin"] or "", r["reason"] or "", answer)
     output_console().print(table)
 
 

@@ -112,8 +112,8 @@ class Recorder:
         """What the agent would write, recorded when it changes (a decision equal but for
         its reason to the last one recorded for its job is not recorded again): an
         unchanged queue of 5,000 jobs is not 10,000 rows a cycle."""
-        self.store.log.record(cycle, snap.time_s,
-                              [(d, "shadow", "") for d in self._shadow_changes(decisions, snap)])
+        changed = self._shadow_changes(decisions, snap)
+        self.store.log.record(cycle, snap.time_s, [(d, "shadow", "") for d in changed])
 
     def _shadow_changes(self, decisions: list[Decision], snap: ClusterSnapshot
                         ) -> list[Decision]:
