@@ -17,7 +17,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 install_system() {
   local need=()
-  # chromium: the report's HTML is rendered headless in tests/unit/test_report_html.py
+  # chromium: the report's HTML is rendered headless in tests/sim/test_report_html.py
   for bin in slurmctld slurmd sbatch munged slurmdbd mariadbd lstopo-no-graphics systemd-analyze \
       chromium; do
     PATH="$PATH:/usr/sbin:/sbin" command -v "$bin" >/dev/null 2>&1 || need+=("$bin")

@@ -3,11 +3,11 @@ as headless Chromium renders it (issue 34).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/report_screenshot.py --out docs/img/report.png
 
-The site is the two-partition slurm.conf of tests/unit/test_report.py (``gpu``: one 4-GPU
+The site is the two-partition slurm.conf of tests/sim/test_report.py (``gpu``: one 4-GPU
 node, ``big``: two), the history ``--days`` days of GPU jobs (seeded; 1-8 GPUs, 5 min to
 3 h, four users in two accounts, waits as if recorded) of which the last day is the period
 (``--from``) and the days before it are what ``--tune`` learns on. Chromium's command is the
-one of tests/unit/test_report_html.py; the shot is cropped below the page's last content
+one of tests/sim/test_report_html.py; the shot is cropped below the page's last content
 and saved as a 256-colour PNG to stay small.
 """
 

@@ -164,7 +164,7 @@ if _shape(inspect.signature(ScriptedRunner.run)) != _shape(inspect.signature(Slu
 
 
 # ---- the state store's ports (``slurm_marl.daemon.store.ports``) ---------------------------
-# In memory, each as the SQLite adapter behaves (tests/unit/test_store_ports.py runs the
+# In memory, each as the SQLite adapter behaves (tests/daemon/test_store_ports.py runs the
 # same checks on both). Records come back as copies, as rows read from a file do.
 
 class FakeJobRecords(_PortFake, port=JobRecords):

@@ -8,7 +8,7 @@ the whole site, how many jobs of
 that kind ended, the median and the last of their log GPU-times. ``FeatureState`` holds
 that history as it grows; it learns of a job only through ``ended`` (at the job's end),
 and ``features`` reads nothing else, so no job's own or later outcome can leak into what
-is known at its submission (``tests/unit/test_history_predictor.py`` checks this).
+is known at its submission (``tests/history/test_history_predictor.py`` checks this).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fakes import FakeClusterSource, FakeDecisionSink
-from test_daemon_agent import NODES, PARTS
+from agent_builders import NODES, PARTS
 from test_daemon_cli_errors import one_line_error
 from slurm_marl.cli import app
 from slurm_marl.daemon.config import ConfigError, parse_config

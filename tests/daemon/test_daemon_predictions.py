@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_daemon_agent import NODES, PARTS
-from test_history_predictor import history
+from agent_builders import NODES, PARTS
+from history_builders import history
 
 from fakes import FakeClusterSource, FakeDecisionSink
 from slurm_marl.daemon.config import parse_config

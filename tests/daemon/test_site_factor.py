@@ -3,7 +3,7 @@ multifactor priority) with as few writes as Priority mode, remembered in the sto
 Slurm shows it only through sprio; other partitions keep Priority."""
 
 import pytest
-from test_daemon_agent import NODES, PARTS, agent, pending
+from agent_builders import NODES, PARTS, agent, pending
 
 from slurm_marl.daemon.config import ConfigError, parse_config
 from slurm_marl.daemon.writes import site_factor_writes

@@ -13,7 +13,7 @@ from slurm_marl.policy.state import CycleState
 from slurm_marl.slurm_integration.marker import Marker, with_marker
 from slurm_marl.slurm_integration.parse import job_from_json
 from slurm_marl.slurm_integration.sink import CliDecisionSink
-from test_daemon_agent import NODES, PARTS, agent, pending
+from agent_builders import NODES, PARTS, agent, pending
 
 BASE = {"job_id": 7, "job_state": "PENDING", "partition": "gpu", "tres_per_node": "gres:gpu:1",
         "node_count": 1}

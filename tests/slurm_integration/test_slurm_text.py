@@ -1,7 +1,7 @@
 """The Slurm-text toolkit (slurm_marl.slurm_integration.text): hand-built inputs,
 one test per behaviour.
 
-Recorded output is read through the callers' tests (tests/unit/test_parse.py,
+Recorded output is read through the callers' tests (tests/slurm_integration/test_parse.py,
 tests/topology/test_scontrol.py).
 """
 

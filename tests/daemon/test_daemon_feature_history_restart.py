@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_daemon_agent import NODES, PARTS
+from agent_builders import NODES, PARTS
 # ``site``: the trained model and its history CSV, a pytest fixture shared with that module
 from test_daemon_predictions import job, site  # noqa: F401
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from test_history_predictor import history
+from history_builders import history
 from typer.testing import CliRunner
 
 from slurm_marl.cli import app

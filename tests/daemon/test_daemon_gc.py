@@ -3,7 +3,7 @@ and on again after it, also when the cycle fails."""
 
 import gc
 
-from test_daemon_agent import NODES, PARTS, agent, pending
+from agent_builders import NODES, PARTS, agent, pending
 
 from slurm_marl.domain import ClusterSnapshot
 
