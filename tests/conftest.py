@@ -1,9 +1,14 @@
 """Shared test setup: one torch thread (the machine's 2 cores are shared); property tests
-draw the same examples on every run unless ``HYPOTHESIS_PROFILE=explore``."""
+draw the same examples on every run unless ``HYPOTHESIS_PROFILE=explore``; the paths to
+the topology fixtures (topology's and the agent's features' tests read them)."""
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
+
+TOPOLOGY_DATA = Path(__file__).resolve().parent / "data" / "topology"
 
 # A red run is reproduced by running it again: hypothesis derives each property test's
 # examples from the test itself (derandomize), and keeps no example database between runs.
@@ -22,3 +27,18 @@ try:  # torch is heavy; only pin threads if something already needs it
     torch.set_num_threads(1)
 except ImportError:  # pragma: no cover - torch is a hard dependency
     pass
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return TOPOLOGY_DATA
+
+
+@pytest.fixture
+def testcluster_dir() -> Path:
+    return TOPOLOGY_DATA / "testcluster"
+
+
+@pytest.fixture
+def site_dir() -> Path:
+    return TOPOLOGY_DATA / "site"
