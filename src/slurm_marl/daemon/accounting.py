@@ -39,7 +39,7 @@ class FinishedRun:
 @dataclass
 class AccountingResult:
     snapshot: ClusterSnapshot
-    records: list[JobRecord]
+    records: dict[int, JobRecord]   # the records handed in, folded (by job id)
     finished_runs: list[FinishedRun] = field(default_factory=list)
 
 
@@ -123,7 +123,7 @@ def account(snapshot: ClusterSnapshot, records: dict[int, JobRecord],
     snap = ClusterSnapshot(time_s=snapshot.time_s, nodes=snapshot.nodes,
                            jobs=tuple(enriched), partitions=snapshot.partitions,
                            switches=snapshot.switches)
-    return AccountingResult(snap, list(records.values()), fold.runs)
+    return AccountingResult(snap, records, fold.runs)
 
 
 def _new_record(job: Job) -> JobRecord:

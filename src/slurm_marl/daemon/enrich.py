@@ -51,7 +51,7 @@ class Accounting:
         raw = cycle.snapshot
         records = self.store.records.live(j.job_id for j in raw.jobs)
         acc = account(raw, records, self._colocated, self._memo)
-        return Enriched(acc.snapshot, records, acc.finished_runs)
+        return Enriched(acc.snapshot, acc.records, acc.finished_runs)
 
 
 class Signatures:
