@@ -214,13 +214,8 @@ def test_a_stateful_place_plugin_without_a_horizon_never_reuses():
     assert build_policy(load_profile("las-consolidate"))._reusable
     assert build_policy(load_profile("las-learned"))._reusable
 
-    class Stateful:
+    class Stateful:                 # neither Pure nor ReuseHorizon
         key = name = "stateful"
-        needs_colocation = filters = node_specific = reads_host = False
-        pure = False
-
-        def feasible(self, job, cand, state):
-            return True
 
         def score(self, job, cand, state):
             return 1.0

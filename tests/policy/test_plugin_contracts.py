@@ -1,27 +1,45 @@
-"""Plugins declare their contract (policy/plugins.py Protocols); the framework reads the
-declared flags and capabilities, never guesses them, and a plugin missing a member is
-refused by name when it is built."""
+"""Plugins declare their contract (policy/plugins.py): every place plugin scores; what else
+it does it implements (Filtering, ReuseHorizon, Proposer, Delegating) or declares
+(LocalFilter, ReadsColocation, NodeIdentity, ReadsHost, Pure). The framework reads those
+abilities, never guesses them; the declarations are checked against what the built-in
+plugins really read, and a plugin missing a member or contradicting itself is refused by
+name when it is built."""
 
 import types
 
 import pytest
 
-from policy_builders import node, pending, snapshot
+from policy_builders import node, pending, running, snapshot
 from slurm_marl.policy import plugins
 from slurm_marl.policy.framework import build_policy
-from slurm_marl.policy.plugins import (Delegating, PlacePlugin, PluginError, Proposer,
+from slurm_marl.policy.plugins import (Delegating, Filtering, LocalFilter, PlacePlugin,
+                                       PluginError, Proposer, Pure, ReuseHorizon, abilities,
                                        build_plugin)
 from slurm_marl.policy.profile import profile_from_mapping
 from slurm_marl.policy.state import CycleState
 
 
-class NoFlags:
-    key = "noflags"
+class NoScore:
+    key = "noscore"
 
     def feasible(self, job, cand, state):
         return True
 
+
+class LocalWithoutFilter(LocalFilter):
+    key = "localwithoutfilter"
+
     def score(self, job, cand, state):
+        return 0.0
+
+
+class PureWithHorizon(Pure):
+    key = "purewithhorizon"
+
+    def score(self, job, cand, state):
+        return 0.0
+
+    def reuse_horizon(self, state):
         return 0.0
 
 
@@ -29,27 +47,126 @@ def _fake_module(plugin_cls):
     return types.SimpleNamespace(build=lambda params, **context: plugin_cls())
 
 
-def test_a_place_plugin_missing_a_declared_flag_is_refused_by_name(monkeypatch):
-    monkeypatch.setattr(plugins, "load_plugin_module", lambda kind, key: _fake_module(NoFlags))
-    with pytest.raises(PluginError, match="does not declare filters, needs_colocation, "
-                                          "node_specific"):
-        build_plugin("place", "noflags")
+@pytest.mark.parametrize("cls, message", [
+    (NoScore, "place plugin 'noscore' does not declare score"),
+    (LocalWithoutFilter, "declares LocalFilter but has no feasible()"),
+    (PureWithHorizon, "declares Pure and also has reuse_horizon()"),
+])
+def test_a_place_plugin_missing_a_member_or_contradicting_itself_is_refused_by_name(
+        monkeypatch, cls, message):
+    monkeypatch.setattr(plugins, "load_plugin_module", lambda kind, key: _fake_module(cls))
+    with pytest.raises(PluginError, match=message):
+        build_plugin("place", cls.key)
 
 
-@pytest.mark.parametrize("key", ["consolidate", "binpack", "spread", "tiresias_skew",
-                                 "least_interference"])
-def test_heuristics_honour_the_contract_and_decide_nothing_themselves(key):
-    plugin = build_plugin("place", key)
+# What each built-in plugin implements and declares; the tests below check the
+# declarations against what the plugins read.
+ABILITIES = {
+    ("consolidate", ()): {"pure"},
+    ("spread", ()): {"pure"},
+    ("binpack", ()): {"pure", "reads_host"},
+    ("tiresias_skew", ()): {"pure", "filters", "local_filter"},
+    ("least_interference", ()): {"pure", "reads_colocation"},
+    ("least_interference", (("defer_below", 0.5),)): {"pure", "reads_colocation", "filters",
+                                                       "local_filter"},
+    ("learned", ()): {"filters", "reads_colocation", "node_identity", "reads_host",
+                      "reuse_horizon", "proposes", "delegates"},
+}
+
+
+@pytest.mark.parametrize("key, params", list(ABILITIES))
+def test_each_built_in_plugin_implements_and_declares_what_it_does(key, params):
+    plugin = build_plugin("place", key, dict(params))
+    ab = abilities(plugin)
+    assert {k for k, v in vars(ab).items() if v} == ABILITIES[key, params]
     assert isinstance(plugin, PlacePlugin)
-    assert not isinstance(plugin, Proposer) and not isinstance(plugin, Delegating)
-    assert plugin.node_specific is False
+    assert isinstance(plugin, Filtering) == ab.filters
+    assert isinstance(plugin, ReuseHorizon) == ab.reuse_horizon
+    assert isinstance(plugin, Proposer) == ab.proposes
+    assert isinstance(plugin, Delegating) == ab.delegates
 
 
-def test_the_learned_plugin_declares_what_it_does():
-    plugin = build_plugin("place", "learned")
-    assert isinstance(plugin, PlacePlugin) and isinstance(plugin, Proposer) \
-        and isinstance(plugin, Delegating)
-    assert plugin.node_specific and plugin.filters and plugin.needs_colocation
+def _cluster():
+    """Two alike nodes (a model running on each) and a third with another model and fewer
+    free CPUs: candidates differ by node identity, co-location and host."""
+    nodes = [node("a1", leaf="l1"), node("a2", leaf="l1"), node("b1", leaf="l2", cpus=64,
+                                                                  alloc_cpus=40)]
+    jobs = [running(1, {"a1": (0,)}, model_type="resnet50"),
+            running(2, {"a2": (0,)}, model_type="resnet50"),
+            running(3, {"b1": (4,)}, model_type="bert"),
+            pending(9, 2, cpus=8, model_type="vgg16")]
+    return snapshot(nodes, jobs)
+
+
+def _scores(plugin, state, job):
+    policy = build_policy(profile_from_mapping({"name": "t", "order": {"plugin": "fifo"},
+                                                "place": {"consolidate": 1.0}}))
+    cands = policy.generate(job, state, state.free, flags=(False, True, True))
+    assert len(cands) > 3
+    return [(c.allocs, plugin.score(job, c, state)) for c in cands]
+
+
+HEURISTICS = [k for k in ABILITIES if k[0] != "learned"]
+
+
+@pytest.mark.parametrize("key, params", HEURISTICS)
+def test_a_plugin_not_declaring_reads_colocation_never_reads_it(key, params):
+    plugin = build_plugin("place", key, dict(params))
+
+    class Blind(CycleState):
+        def colocated_by_level(self, cand):
+            raise AssertionError("read co-location")
+
+    snap = _cluster()
+    job = snap.jobs[-1]
+    state = Blind(snap)
+    if abilities(plugin).reads_colocation:
+        with pytest.raises(AssertionError, match="read co-location"):
+            _scores(plugin, state, job)
+    else:
+        _scores(plugin, state, job)
+
+
+@pytest.mark.parametrize("key, params", HEURISTICS)
+def test_a_plugin_not_declaring_reads_host_scores_alike_whatever_hosts_have_free(key,
+                                                                                 params):
+    plugin = build_plugin("place", key, dict(params))
+    snap = _cluster()
+    job = snap.jobs[-1]
+    before = _scores(plugin, CycleState(snap), job)
+    moved = CycleState(snap)
+    moved.free_cpus = [c // 2 + 1 for c in moved.free_cpus]
+    moved.free_mem = [m // 3 + 1 for m in moved.free_mem]
+    after = _scores(plugin, moved, job)
+    assert (before != after) == abilities(plugin).reads_host
+
+
+@pytest.mark.parametrize("key, params", HEURISTICS)
+def test_plugins_without_node_identity_score_alike_nodes_alike(key, params):
+    """a1 and a2 are alike (same resources, same model running): a plugin that does not
+    declare NodeIdentity gives a candidate on one the score of its twin on the other."""
+    plugin = build_plugin("place", key, dict(params))
+    snap = _cluster()
+    job = snap.jobs[-1]
+    state = CycleState(snap)
+    scores = dict(_scores(plugin, state, job))
+    a1, a2 = (state.index[n] for n in ("a1", "a2"))
+    twins = [(allocs, tuple((a2, g, k) for _, g, k in allocs)) for allocs in scores
+             if all(n == a1 for n, _, _ in allocs)]
+    assert twins and not abilities(plugin).node_identity
+    assert all(scores[x] == scores[y] for x, y in twins)
+
+
+@pytest.mark.parametrize("key, params", HEURISTICS)
+def test_pure_plugins_answer_the_same_whatever_they_were_asked_before(key, params):
+    plugin = build_plugin("place", key, dict(params))
+    assert abilities(plugin).pure
+    snap = _cluster()
+    job = snap.jobs[-1]
+    first = _scores(plugin, CycleState(snap), job)
+    _scores(plugin, CycleState(snapshot(snap.nodes, snap.jobs[:1] + snap.jobs[-1:])), job)
+    assert _scores(build_plugin("place", key, dict(params)), CycleState(snap), job) == first
+    assert _scores(plugin, CycleState(snap), job) == first
 
 
 def test_what_if_is_a_flag_set_while_judging_an_overlay():
@@ -64,13 +181,22 @@ def test_what_if_is_a_flag_set_while_judging_an_overlay():
     assert state.view is state.free and not state.what_if
 
 
-def test_framework_reads_declared_flags():
+def test_framework_reads_declared_abilities():
     prof = profile_from_mapping({"name": "t", "order": {"plugin": "fifo"},
                                  "place": {"consolidate": 1.0, "tiresias_skew": 0.5}})
     policy = build_policy(prof)
     assert policy._dedupe_nodes and not policy._needs_colocation
     assert not policy._monotone          # tiresias_skew filters
     assert policy._proposers == () and not policy._delegating
+    assert policy.decides_partitions_apart and not policy.reads_leaves
+    lif = build_policy(profile_from_mapping({
+        "name": "t", "order": {"plugin": "fifo"}, "place": {"least_interference": 1.0},
+        "place_params": {"least_interference": {"defer_below": 0.5}}}))
+    assert lif._needs_colocation and not lif._monotone and lif.reads_leaves
+    learned = build_policy(profile_from_mapping({"name": "t", "order": {"plugin": "fifo"},
+                                                 "place": {"learned": 1.0}}))
+    assert not learned._dedupe_nodes and learned._delegating and learned._proposers
+    assert not learned.decides_partitions_apart and learned._reusable
 
 
 def test_out_of_tree_plugins_join_the_registry_by_module_path(monkeypatch):

@@ -47,8 +47,8 @@ import torch
 
 from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.domain import Job
-from slurm_marl.policy.plugins import (PlacePlugin, PluginError, build_plugin, check_params,
-                                       validate_plugin)
+from slurm_marl.policy.plugins import (NodeIdentity, accepts, PlacePlugin, PluginError, ReadsColocation,
+                                       ReadsHost, build_plugin, check_params, validate_plugin)
 from slurm_marl.placement_shapes import Candidate, make_candidate
 from slurm_marl.policy.state import CycleState
 
@@ -97,17 +97,15 @@ def choice_from_action(action: int, obs) -> Choice:
     return Choice(allocs=obs.allocs_for(action), action=action)
 
 
-class LearnedPlacement:
+class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
     """The plugin mechanics; ``chooser(obs, state) -> Choice`` is the agent (the model at
-    inference, the environment's caller in training)."""
+    inference, the environment's caller in training). Filters (only the agent's own
+    placement is feasible), knows nodes by identity (a group's score depends on its place
+    in the topology; host reading is declared too, conservatively), is not ``Pure`` (keeps
+    its observer and standing deferrals across cycles) but says until when a cycle may be
+    reused (``reuse_horizon``), proposes and delegates."""
 
     key = KEY
-    needs_colocation = True
-    filters = True         # only the agent's own placement is feasible
-    node_specific = True   # a group's score depends on its place in the topology
-    reads_host = True      # conservative; node_specific already keeps every node
-    pure = False           # keeps its observer and standing deferrals across cycles (reuse:
-    #                        reuse_horizon)
 
     def __init__(self, observer, chooser: Callable | None, fallback: PlacePlugin,
                  fallback_key: str = DEFAULT_FALLBACK,
@@ -280,18 +278,18 @@ class LearnedPlacement:
 
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
         if not self.active:
-            return self.fallback.feasible(job, cand, state)
+            return accepts(self.fallback, job, cand, state)
         self._sync(state)
         if state.what_if:       # a what-if question, not an agent decision
             if job.job_id in self._deferred and all(
                     k <= state.free[n][g] for n, g, k in cand.allocs):
                 return False   # free GPUs only: the agent has judged those and waits
-            return self._what_if_for(job, state).feasible(job, cand, state)
+            return accepts(self._what_if_for(job, state), job, cand, state)
         if job.job_id in self._deferred:
             return False
         choice = self._choice(job, state)
         if choice is _FALLBACK or choice is _PAST_DEPTH:
-            return self._delegate(choice).feasible(job, cand, state)
+            return accepts(self._delegate(choice), job, cand, state)
         if choice.defer:
             return False
         return cand.allocs == choice.allocs

@@ -26,13 +26,13 @@ Reuse (``Policy.reuse_decisions``, the daemon's ``agent.reuse_decisions``): prio
 computed every cycle (the ranking, and reasons that name attained service), but the
 preemptions and placements that follow are a function of the ranking and of the
 snapshot's jobs and nodes without what only the clock moves (``NOT_READ_BY_PLACEMENT``):
-when all place plugins declare themselves ``pure`` and neither the ranking (of pending jobs,
+when all place plugins declare themselves ``Pure`` and neither the ranking (of pending jobs,
 and of running ones where preemption may pick victims) nor those inputs changed since the
 last cycle of the same partitions, that cycle's preemptions and placements are returned
 again instead of being searched for. On an unchanged cluster most of a cycle's work is that
 search. A plugin that is not pure (the learned one: deferrals kept across cycles, a clock
 in its features) takes part when it says, after each cycle, until when that cycle's
-decisions would be made again on the same inputs (``reuse_horizon(state)``: a time, inf
+decisions would be made again on the same inputs (``ReuseHorizon``: a time, inf
 for ever, -inf not at all); the reuse then also needs the clock before that time.
 """
 
@@ -49,8 +49,8 @@ from slurm_marl.domain import ClusterSnapshot, Decision, GroupAlloc, Job, Place,
 from slurm_marl.policy.actions import Preemption, RankedJob
 from slurm_marl.policy.allocation import Allocation
 from slurm_marl.policy.guard import GuardedOrder, guard_settings
-from slurm_marl.policy.plugins import (CycleAwareOrder, Delegating, OrderPlugin, PlacePlugin,
-                                      Proposer, build_plugin)
+from slurm_marl.policy.plugins import (CycleAwareOrder, OrderPlugin, PlacePlugin, abilities,
+                                      build_plugin)
 from slurm_marl.placement_shapes import Candidate, generate_candidates, has_candidate
 from slurm_marl.policy.profile import Profile, ProfileError, load_profile
 from slurm_marl.policy.replica import ReplicaShadow
@@ -79,21 +79,25 @@ class Policy:
         self._guard = order if isinstance(order, GuardedOrder) else None
         self._guard_nodes = None
         self.place = tuple(place)
-        self._needs_colocation = any(p.needs_colocation for p, _ in self.place)
+        # What the plugins implement and declare (``plugins.abilities``).
+        ab = [abilities(p) for p, _ in self.place]
+        self._needs_colocation = any(a.reads_colocation for a in ab)
         # Plugins that score by node identity (not only resources) opt out of evaluating
         # one node per class of alike nodes.
-        self._dedupe_nodes = not any(p.node_specific for p, _ in self.place)
+        self._dedupe_nodes = not any(a.node_identity for a in ab)
         # Hosts' free CPUs and memory are part of a node's class only when a plugin scores
         # by them; otherwise alike-GPU nodes score alike and CPUs/memory only filter.
-        self._dedupe_host = any(p.reads_host for p, _ in self.place)
+        self._dedupe_host = any(a.reads_host for a in ab)
         # Plugins that hand some jobs to another plugin (the learned plugin's fallback):
         # candidates for such a job are generated as that plugin needs them.
-        self._delegates = tuple(isinstance(p, Delegating) for p, _ in self.place)
+        self._delegates = tuple(a.delegates for a in ab)
         self._delegating = any(self._delegates)
-        self._proposers = tuple(p.propose for p, _ in self.place if isinstance(p, Proposer))
+        self._proposers = tuple(p.propose for (p, _), a in zip(self.place, ab) if a.proposes)
         # "A job of size s found no room, so a larger alike job will not either" holds only
         # when no plugin filters candidates (a filter may accept a larger job's shape).
-        self._monotone = not any(p.filters for p, _ in self.place)
+        self._monotone = not any(a.filters for a in ab)
+        self._abilities = ab
+        self._filters = [p.feasible for (p, _), a in zip(self.place, ab) if a.filters]
         # Reuse of the last cycle's preemptions and placements (module docstring).
         self.reuse_decisions = False
         # A caller that never writes priorities (the simulator) turns the per-job
@@ -102,8 +106,8 @@ class Policy:
         self._settled_at: float | None = None    # settle_order's time, if it was called
         # Reuse needs every place plugin pure, or able to say until when the cycle it just
         # decided would be decided the same on the same inputs (``reuse_horizon``).
-        self._timed = [p for p, _ in self.place if not p.pure]
-        self._reusable = all(callable(getattr(p, "reuse_horizon", None)) for p in self._timed)
+        self._timed = [p for (p, _), a in zip(self.place, ab) if not a.pure]
+        self._reusable = all(abilities(p).reuse_horizon for p in self._timed)
         self._last_state: CycleState | None = None
         self._reuse: dict[tuple, tuple[tuple, list[Decision], float]] = {}
         self.reused_cycles = 0
@@ -178,14 +182,13 @@ class Policy:
         predicted remaining time measured against progress)."""
         return (self._guard is None
                 and getattr(self.order, "settles_at_wakes", False)
-                and all(not p.filters or getattr(p, "local_filter", False)
-                        for p, _ in self.place))
+                and all(not a.filters or a.local_filter for a in self._abilities))
 
     @property
     def reads_leaves(self) -> bool:
         """A filter reads co-location, whose leaf level (multi-node candidates) holds the
         multi-node jobs of every partition on the leaf switch."""
-        return any(p.filters and p.needs_colocation for p, _ in self.place)
+        return any(a.filters and a.reads_colocation for a in self._abilities)
 
     def run_cycle(self, snapshot: ClusterSnapshot,
                   partitions: frozenset[str] | None = None) -> list[Decision]:
@@ -262,10 +265,12 @@ class Policy:
         n_ok = 0
         place = self._deciders(job, state)
         keys = tuple(p.key for p, _ in place)
+        filters = self._filters if place is self.place else \
+            [p.feasible for p, _ in place if abilities(p).filters]
         for cand in cands:
             ok = True
-            for plugin, _ in place:
-                if not plugin.feasible(job, cand, state):
+            for feasible in filters:
+                if not feasible(job, cand, state):
                     ok = False
                     break
             if not ok:
@@ -308,10 +313,10 @@ class Policy:
         if not self._delegating:
             return state.dedupe_nodes, state.dedupe_colocation, state.dedupe_host
         # what-if questions included: candidates come as the job's own decider needs them
-        plugins = [p for p, _ in self._resolved(job, state)]
-        return (not any(p.node_specific for p in plugins),
-                any(p.needs_colocation for p in plugins),
-                any(p.reads_host for p in plugins))
+        ab = [abilities(p) for p, _ in self._resolved(job, state)]
+        return (not any(a.node_identity for a in ab),
+                any(a.reads_colocation for a in ab),
+                any(a.reads_host for a in ab))
 
     def generate(self, job: Job, state: CycleState, cap,
                  flags: tuple[bool, bool, bool] | None = None, alike_in=None

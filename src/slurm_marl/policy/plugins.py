@@ -9,10 +9,12 @@ declared parameters checked without building anything: no model or sample file i
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from slurm_marl.domain import Job
@@ -60,34 +62,119 @@ class CycleAwareOrder(Protocol):
 
 @runtime_checkable
 class PlacePlugin(Protocol):
-    """Every place plugin declares the four flags (class attributes) and the two methods.
-    The capacity being judged is ``state.view``: the free GPUs, or a tentative overlay
-    while the framework asks a what-if question (``state.what_if``: planning a
-    reservation, choosing preemption victims)."""
+    """The score extension point, the one member every place plugin implements. What else
+    a plugin does it says by the abilities below it implements (``Filtering``,
+    ``ReuseHorizon``, ``Proposer``, ``Delegating``) or declares (``LocalFilter``,
+    ``ReadsColocation``, ``NodeIdentity``, ``ReadsHost``, ``Pure``); the framework reads
+    them through ``abilities(plugin)``. The capacity being judged is ``state.view``: the
+    free GPUs, or a tentative overlay while the framework asks a what-if question
+    (``state.what_if``: planning a reservation, choosing preemption victims)."""
 
     key: str
-    needs_colocation: bool   # reads state.colocated_by_level
-    filters: bool            # feasible() may reject candidates the framework offers
-    node_specific: bool      # scores depend on a node's identity, not only its resources,
-    #                          so the framework must not offer one node per class of alike
-    #                          nodes
-    reads_host: bool         # feasible()/score() read hosts' free CPUs or memory (or their
-    #                          sizes), so those are part of a class of alike nodes; else
-    #                          they only filter (the first fitting node of a class is kept)
-    pure: bool               # feasible()/score() read only the job, the candidate and the
-    #                          cycle state (no state kept across cycles, no clock, none of
-    #                          framework.NOT_READ_BY_PLACEMENT): a cycle's placements may be
-    #                          reused while those inputs and the ranking are unchanged.
-    #                          A plugin that is not pure may still allow it with a method
-    #                          ``reuse_horizon(state) -> float``: until when the cycle that
-    #                          decided ``state`` would be decided the same on equal inputs
-    #                          (inf: for ever; -inf: not at all; the learned plugin)
-
-    def feasible(self, job: Job, cand: "Candidate", state: "CycleState") -> bool:
-        """Extra filtering on top of the framework's (free GPUs, CPUs, memory, partition)."""
 
     def score(self, job: Job, cand: "Candidate", state: "CycleState") -> float:
         """Higher is better, roughly in [0, 1] so weights mean something."""
+
+
+@runtime_checkable
+class Filtering(Protocol):
+    """A place plugin that may reject candidates the framework offers, on top of the
+    framework's own filter (free GPUs, CPUs, memory, partition). Without one, "a job of
+    size s found no room, so a larger alike job will not either" holds (a filter may accept
+    a larger job's shape)."""
+
+    def feasible(self, job: Job, cand: "Candidate", state: "CycleState") -> bool:
+        """Whether the candidate may be taken; asked before ``score`` of the same one."""
+
+
+@runtime_checkable
+class ReuseHorizon(Protocol):
+    """A place plugin that keeps state across cycles (or reads the clock) and can still say
+    until when the cycle that decided ``state`` would be decided the same on equal inputs,
+    so the framework may reuse that cycle's placements (the learned plugin)."""
+
+    def reuse_horizon(self, state: "CycleState") -> float:
+        """inf: for ever; -inf: not at all; else a time."""
+
+
+# Declared abilities: what a plugin's methods read, which no signature shows. A plugin
+# declares one by naming it as a base class; the framework asks ``isinstance``.
+
+class LocalFilter:
+    """A ``Filtering`` plugin whose ``feasible`` reads only the job, the candidate's nodes
+    and their co-location, so a partition's placements depend only on what is in it
+    (``Policy.decides_partitions_apart``)."""
+
+
+class ReadsColocation:
+    """Reads ``state.colocated_by_level``: the cycle state tracks the model types on every
+    GPU group, and co-located models are part of a class of alike nodes."""
+
+
+class NodeIdentity:
+    """Scores depend on a node's identity (its place in the topology), not only on its
+    resources, so the framework must not offer one node per class of alike nodes."""
+
+
+class ReadsHost:
+    """Reads hosts' free CPUs or memory (or their sizes), so those are part of a class of
+    alike nodes; otherwise they only filter (the first fitting node of a class is kept)."""
+
+
+class Pure:
+    """``feasible``/``score`` read only the job, the candidate and the cycle state: no state
+    kept across cycles, no clock, none of ``framework.NOT_READ_BY_PLACEMENT``. A cycle's
+    placements may then be reused while those inputs and the ranking are unchanged. A
+    plugin neither ``Pure`` nor ``ReuseHorizon`` keeps its policy from reusing any."""
+
+
+@dataclass(frozen=True)
+class Abilities:
+    """What a place plugin implements and declares, as the framework reads it."""
+
+    filters: bool
+    local_filter: bool
+    reads_colocation: bool
+    node_identity: bool
+    reads_host: bool
+    pure: bool
+    reuse_horizon: bool
+    proposes: bool
+    delegates: bool
+
+
+@functools.cache
+def _class_abilities(cls: type) -> Abilities:
+    def has(name: str) -> bool:
+        return callable(getattr(cls, name, None))
+    return Abilities(filters=has("feasible"), local_filter=issubclass(cls, LocalFilter),
+                     reads_colocation=issubclass(cls, ReadsColocation),
+                     node_identity=issubclass(cls, NodeIdentity),
+                     reads_host=issubclass(cls, ReadsHost), pure=issubclass(cls, Pure),
+                     reuse_horizon=has("reuse_horizon"), proposes=has("propose"),
+                     delegates=has("plugin_for"))
+
+
+def abilities(plugin: object) -> Abilities:
+    """The plugin's abilities, read from its class (methods and declared bases are class
+    members; cached per class, as the framework asks per job)."""
+    return _class_abilities(type(plugin))
+
+
+def accepts(plugin: PlacePlugin, job: Job, cand: "Candidate", state: "CycleState") -> bool:
+    """Whether the plugin lets the candidate be taken: its ``feasible`` if it filters."""
+    return not abilities(plugin).filters or plugin.feasible(job, cand, state)
+
+
+def check_abilities(key: str, plugin: object) -> None:
+    """Refuse a place plugin whose declarations contradict each other, naming them."""
+    ab = abilities(plugin)
+    if ab.local_filter and not ab.filters:
+        raise PluginError(f"place plugin {key!r} declares LocalFilter but has no "
+                          f"feasible() (see Filtering in slurm_marl.policy.plugins)")
+    if ab.pure and ab.reuse_horizon:
+        raise PluginError(f"place plugin {key!r} declares Pure and also has "
+                          f"reuse_horizon(): one or the other")
 
 
 @runtime_checkable
@@ -96,7 +183,7 @@ class Proposer(Protocol):
 
     def propose(self, job: Job, state: "CycleState") -> "list[Candidate] | None":
         """The only candidates worth scoring on free GPUs ([]: none, the job waits), or
-        None to let the framework generate them. Asked only for jobs a node-specific
+        None to let the framework generate them. Asked only for jobs a ``NodeIdentity``
         plugin decides, and only when the framework's generator would find room."""
 
 
@@ -203,7 +290,8 @@ def validate_plugin(kind: str, key: str, params: Mapping | None = None) -> None:
 
 def build_plugin(kind: str, key: str, params: Mapping | None = None, **context):
     """Build a plugin and check it honours its contract (``OrderPlugin`` or
-    ``PlacePlugin``, every member declared)."""
+    ``PlacePlugin``, every member declared; a place plugin's declared abilities agreeing
+    with each other)."""
     module = load_plugin_module(kind, key)
     plugin = module.build(dict(params or {}), **context)
     contract = OrderPlugin if kind == "order" else PlacePlugin
@@ -214,6 +302,8 @@ def build_plugin(kind: str, key: str, params: Mapping | None = None, **context):
     if plugin.key != key:
         raise PluginError(f"{kind} plugin module {key!r} built a plugin with key "
                           f"{plugin.key!r}")
+    if kind == "place":
+        check_abilities(key, plugin)
     return plugin
 
 

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from slurm_marl.domain import Job
-from slurm_marl.policy.plugins import check_params
+from slurm_marl.policy.plugins import Pure, ReadsHost, check_params
 from slurm_marl.policy.state import Candidate, CycleState, per_node_share
 
 KEY = "binpack"
@@ -36,19 +36,11 @@ def binpack_node_score(demand: Sequence[float], free: Sequence[float],
         + (1 - alignment_weight) * fullness_after(demand, free)
 
 
-class Binpack:
+class Binpack(ReadsHost, Pure):
     key = KEY
-    needs_colocation = False
-    node_specific = False
-    reads_host = True
-    pure = True
-    filters = False
 
     def __init__(self, alignment_weight: float = 0.5) -> None:
         self.alignment_weight = alignment_weight
-
-    def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
-        return True
 
     def score(self, job: Job, cand: Candidate, state: CycleState) -> float:
         total = cand.gpus

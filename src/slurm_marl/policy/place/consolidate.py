@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from slurm_marl.domain import Job
 from slurm_marl.policy.place._common import fill_stats, min_groups
-from slurm_marl.policy.plugins import check_params
+from slurm_marl.policy.plugins import Pure, check_params
 from slurm_marl.policy.state import Candidate, CycleState
 
 KEY = "consolidate"
@@ -30,16 +30,8 @@ def consolidate_score(nodes: int, fewest_nodes: int, groups: int, fewest_groups:
     return 0.4 * node_term + 0.2 * group_term + 0.2 * leaf_term + 0.2 * fill
 
 
-class Consolidate:
+class Consolidate(Pure):
     key = KEY
-    needs_colocation = False
-    node_specific = False
-    reads_host = False
-    pure = True
-    filters = False
-
-    def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
-        return True
 
     def score(self, job: Job, cand: Candidate, state: CycleState) -> float:
         if len(cand.allocs) == 1:  # one group of one node: the common case, kept cheap

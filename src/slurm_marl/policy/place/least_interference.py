@@ -24,7 +24,8 @@ from slurm_marl.colocation import ideal_span, span_tags
 from slurm_marl.domain import Job
 from slurm_marl.policy.interference import (FittedEstimator, InterferenceEstimator,
                                             NeutralEstimator)
-from slurm_marl.policy.plugins import PluginError, check_params, load_model_estimator
+from slurm_marl.policy.plugins import (LocalFilter, PluginError, Pure, ReadsColocation,
+                                       check_params, load_model_estimator)
 from slurm_marl.policy.state import Candidate, CycleState, job_shape
 
 KEY = "least_interference"
@@ -38,21 +39,17 @@ def combined_speed(own: float, neighbours: list[float]) -> float:
     return out
 
 
-class LeastInterference:
-    key = KEY
-    needs_colocation = True
-    node_specific = False
-    reads_host = False
-    pure = True
-    local_filter = True      # feasible() reads only the job, the candidate's nodes and
-    #                          their co-location (``Policy.decides_partitions_apart``)
+class LeastInterference(ReadsColocation, Pure):
+    """Scores only; ``DeferringLeastInterference`` (``defer_below`` > 0) also filters."""
 
-    def __init__(self, estimator: InterferenceEstimator, defer_below: float = 0.0,
+    key = KEY
+
+    defer_below = 0.0
+
+    def __init__(self, estimator: InterferenceEstimator,
                  include_neighbours: bool = True) -> None:
         self.estimator = estimator
-        self.defer_below = defer_below
         self.include_neighbours = include_neighbours
-        self.filters = defer_below > 0
         self._last: tuple | None = None
         self._last_ideal: tuple | None = None
         self._neighbour_memo: dict[tuple[str, str, str], float] = {}
@@ -85,12 +82,6 @@ class LeastInterference:
         self._last_ideal = (job, weakref.ref(state), speed)
         return speed
 
-    def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
-        if self.defer_below <= 0:
-            return True
-        return self.own_speed(job, cand, state) >= \
-            self.defer_below * self.ideal_speed(job, state) - 1e-12
-
     def _neighbour_speed(self, neighbour_model: str, level: str, model: str) -> float:
         key = (neighbour_model, level, model)
         hit = self._neighbour_memo.get(key)
@@ -108,6 +99,22 @@ class LeastInterference:
         hurt = [self._neighbour_speed(m, level, model)
                 for level in ("group", "node") for m in coloc.get(level, ())]
         return combined_speed(own, hurt)
+
+
+class DeferringLeastInterference(LeastInterference, LocalFilter):
+    """Least interference with ``defer_below`` > 0: a candidate where the job's predicted
+    speed is below that fraction of its ideal speed is not taken (the job waits)."""
+
+    def __init__(self, estimator: InterferenceEstimator, defer_below: float,
+                 include_neighbours: bool = True) -> None:
+        if not defer_below > 0:
+            raise ValueError("DeferringLeastInterference needs defer_below > 0")
+        super().__init__(estimator, include_neighbours)
+        self.defer_below = defer_below
+
+    def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
+        return self.own_speed(job, cand, state) >= \
+            self.defer_below * self.ideal_speed(job, state) - 1e-12
 
 
 def validate(params: Mapping) -> None:
@@ -142,4 +149,7 @@ def build(params: Mapping, interference_estimator: InterferenceEstimator | None 
     if not hasattr(estimator, "predict_speed"):
         raise PluginError(f"plugin {KEY!r}: interference_estimator must have "
                           f"predict_speed(job, colocated_by_level)")
-    return LeastInterference(estimator, defer, params.get("include_neighbours", True))
+    include = params.get("include_neighbours", True)
+    if defer > 0:
+        return DeferringLeastInterference(estimator, defer, include)
+    return LeastInterference(estimator, include)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from slurm_marl.domain import Job
 from slurm_marl.policy.place._common import fill_stats
-from slurm_marl.policy.plugins import check_params
+from slurm_marl.policy.plugins import Pure, check_params
 from slurm_marl.policy.state import Candidate, CycleState
 
 KEY = "spread"
@@ -25,16 +25,8 @@ def spread_score(group_free_before: int, group_cap: int, node_free_before: int,
     return 0.5 * g + 0.5 * n
 
 
-class Spread:
+class Spread(Pure):
     key = KEY
-    needs_colocation = False
-    node_specific = False
-    reads_host = False
-    pure = True
-    filters = False
-
-    def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
-        return True
 
     def score(self, job: Job, cand: Candidate, state: CycleState) -> float:
         group_left, group_cap, node_left, node_cap = fill_stats(cand, state)

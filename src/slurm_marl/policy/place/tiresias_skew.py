@@ -14,7 +14,7 @@ from slurm_marl.domain import Job
 from slurm_marl.colocation import CONSOLIDATION_SENSITIVE, model_family
 from slurm_marl.policy.place._common import fill_stats, min_groups
 from slurm_marl.policy.place.consolidate import consolidate_score
-from slurm_marl.policy.plugins import PluginError, check_params
+from slurm_marl.policy.plugins import LocalFilter, PluginError, Pure, check_params
 from slurm_marl.policy.state import Candidate, CycleState
 
 KEY = "tiresias_skew"
@@ -25,15 +25,8 @@ def fragment_fill_score(node_left: int, node_cap: int) -> float:
     return 1.0 - node_left / node_cap if node_cap else 1.0
 
 
-class TiresiasSkew:
+class TiresiasSkew(LocalFilter, Pure):
     key = KEY
-    needs_colocation = False
-    node_specific = False
-    reads_host = False
-    pure = True
-    local_filter = True      # feasible() reads only the job, the candidate's nodes and
-    #                          their co-location (``Policy.decides_partitions_apart``)
-    filters = True
 
     def __init__(self, sensitive: frozenset[str]) -> None:
         self.sensitive = sensitive
