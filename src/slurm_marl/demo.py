@@ -89,7 +89,7 @@ def _show_decisions(store_path: Path, console: Console, title: str, limit: int =
     # a few of each kind: priorities that carry a prediction, placements, preemptions
     picks: list[dict] = []
     for kind, keep in (("SetPriority", 3), ("Place", 3), ("Preempt", 3)):
-        rows = store.decisions(kind=kind, limit=500)
+        rows = store.log.decisions(kind=kind, limit=500)
         if kind == "SetPriority":
             rows = [r for r in rows if "predict" in (r["reason"] or "")]
         picks += rows[:keep]

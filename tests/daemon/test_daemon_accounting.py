@@ -80,13 +80,13 @@ def test_records_round_trip_through_the_store(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     records = {}
     r = account(snap(100, running(1, 50)), records)
-    store.save_jobs(r.records.values())
-    again = store.job_records([1])
+    store.records.save(r.records.values())
+    again = store.records.get([1])
     assert again[1].run_start_s == 50 and again[1].num_gpus == 2
     r = account(snap(130, pending(1, restarts=1)), again)
-    store.save_jobs(r.records.values())
-    assert store.job_records([1])[1].attained_gpu_s == 2 * 50
-    assert [rec.job_id for rec in store.unfinished_records()] == [1]
+    store.records.save(r.records.values())
+    assert store.records.get([1])[1].attained_gpu_s == 2 * 50
+    assert [rec.job_id for rec in store.records.unfinished()] == [1]
 
 
 def test_colocation_is_given_again_only_while_its_inputs_are_the_same():

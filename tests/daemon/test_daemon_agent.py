@@ -94,7 +94,7 @@ def test_reservation_for_waiting_multinode_job_then_ended_when_it_runs(tmp_path)
     a.cycle()
     ends = [d for d in sink.calls[-1] if isinstance(d, EndReservation)]
     assert [e.name for e in ends] == ["slurm-marl-5"]
-    assert a.store.active_reservations() == {}
+    assert a.store.reservations.active() == {}
 
 
 def test_preemption_only_in_opted_in_partitions(tmp_path):
@@ -117,7 +117,7 @@ def test_shadow_mode_writes_nothing_but_records(tmp_path):
                     [SetPriority(1, "las", "", 2, 0)], shadow=True)
     report = a.cycle()
     assert report.error is None and sink.calls == []
-    assert [r["status"] for r in a.store.decisions(job_id=1)] == ["shadow"]
+    assert [r["status"] for r in a.store.log.decisions(job_id=1)] == ["shadow"]
 
 
 def test_shadow_mode_records_a_decision_when_it_changes(tmp_path):
@@ -131,7 +131,7 @@ def test_shadow_mode_records_a_decision_when_it_changes(tmp_path):
     a.cycle()
     a.policy.decisions = [SetPriority(1, "las", "9 s attained", 2, 0), place]
     a.cycle()
-    rows = lambda job: [(r["kind"], r["reason"]) for r in a.store.decisions(job_id=job)]
+    rows = lambda job: [(r["kind"], r["reason"]) for r in a.store.log.decisions(job_id=job)]
     assert rows(1) == [("SetPriority", "0 s attained")] and len(rows(2)) == 1
     moved = Place(2, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 1, 1),))
     a.policy.decisions = [SetPriority(1, "las", "9 s attained", 3, 1), moved]
@@ -210,7 +210,7 @@ def test_an_order_that_needs_no_write_is_recorded_when_its_queue_changes(tmp_pat
     a, sink = agent(tmp_path, snap, [SetPriority(1, "las", "predicted 50 GPU-s", 1, 1)])
     a.cycle()
     a.cycle()
-    rows = lambda: [(r["status"], r["reason"]) for r in a.store.decisions(job_id=1)
+    rows = lambda: [(r["status"], r["reason"]) for r in a.store.log.decisions(job_id=1)
                     if r["kind"] == "SetPriority"]
     assert not any(isinstance(d, SetPriority) for c in sink.calls for d in c)
     assert rows() == [("planned", "predicted 50 GPU-s")]

@@ -162,7 +162,7 @@ def test_read_only_store_reads_what_a_running_daemon_wrote(tmp_path):
     daemon.record_cycle(1, 1000.0, 0.2, 3, 2, 4, 1, 0)  # still in the -wal file
     try:
         reader = Store.open_readonly(tmp_path / "state.sqlite")
-        assert [c["cycle"] for c in reader.cycles()] == [1]
+        assert [c["cycle"] for c in reader.log.cycles()] == [1]
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
             reader.record_cycle(2, 1001.0, 0.2, 0, 0, 0, 0, 0)
         reader.close()

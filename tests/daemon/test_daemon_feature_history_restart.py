@@ -34,7 +34,7 @@ USERS = [("ann", "resnet-a"), ("bob", "bert_b"), ("cy", "gpt"), ("ann", "gpt"),
 def save(p: DaemonPredictor, store: Store, keep_submits_s: float = 2 * 86400.0) -> None:
     """What the agent does at the end of each cycle."""
     made, scored, dropped, bad, history, bad_history = p.unsaved()
-    store.save_predictions(made, scored, dropped, p.window, bad, history, bad_history,
+    store.predictions.save(made, scored, dropped, p.window, bad, history, bad_history,
                            keep_recent=p.keep_recent, keep_submits_s=keep_submits_s,
                            prune_every=1)
     p.saved()
@@ -97,7 +97,7 @@ def restarted(folder, stored: tuple, snap: ClusterSnapshot, history: bool = True
 
 
 def held(store: Store) -> tuple:
-    return store.predictions(), store.scored_predictions(10), store.feature_history()
+    return store.predictions.live(), store.predictions.scored(10), store.predictions.history()
 
 
 def straight_and_restarted(folder, now, cycles, split, tmp_path, **save_kw):
@@ -184,13 +184,13 @@ def test_rows_seen_after_the_restart_are_not_used(site, tmp_path, caplog):
     insert(store, good + late)
     p = DaemonPredictor(folder / "model", folder / "history.csv", T, gate=None)
     with caplog.at_level(logging.WARNING):
-        p.restore([], [], ClusterSnapshot(T, NODES, (), PARTS), store.feature_history())
+        p.restore([], [], ClusterSnapshot(T, NODES, (), PARTS), store.predictions.history())
     got = probe(p, "zed", "zzz", T + 10)
     assert (got["user_stem_n"], got["user_stem_last"]) == (1.0, math.log1p(500.0))
     assert got["recent_same_submits"] == 0.0      # zed's 10,004 was not submitted by T
     assert "4 stored rows skipped" in caplog.text and "seen after the restart" in caplog.text
     save(p, store)
-    assert [r[0] for r in store.feature_history()] == [1, 2]
+    assert [r[0] for r in store.predictions.history()] == [1, 2]
 
 
 def test_a_job_both_in_the_csv_and_in_the_store_counts_once(site, tmp_path):
@@ -247,8 +247,8 @@ def test_an_array_task_both_in_the_csv_and_in_the_store_counts_once(site, tmp_pa
         "10123_4", "zzz", "zed", "", "gpu", "", 2, 1, None, task.submit_time_s, start, end,
         "COMPLETED")])
     p = DaemonPredictor(folder / "model", csv, t[3], gate=None)
-    p.restore(store.predictions(), [], ClusterSnapshot(t[3], NODES, later[0][2], PARTS),
-              store.feature_history())
+    p.restore(store.predictions.live(), [], ClusterSnapshot(t[3], NODES, later[0][2], PARTS),
+              store.predictions.history())
     assert drive(p, later)[10_001] == expected
     # the task's end and its submission known once (the model may round a double count
     # away in this prediction, not in every one)
@@ -262,12 +262,12 @@ def test_a_job_that_ends_after_a_restart_is_stored_with_its_sacct_id(site, tmp_p
     row), so a later restart matches it to the CSV even once that row is pruned."""
     folder, now = site
     store = Store(tmp_path / "s.sqlite")
-    store.save_predictions([(10_130, "gpu", 500.0, now - 60, None, 0.0)], [], [], 10,
+    store.predictions.save([(10_130, "gpu", 500.0, now - 60, None, 0.0)], [], [], 10,
                            history=[row(0, 10_130, "zed", "zzz", 2, now - 65, None, None,
                                         now - 60, sacct_id="10123_4")[1:]])
     p = restarted(folder, held(store), ClusterSnapshot(now, NODES, (), PARTS))
     drive(p, [(now, [(10_130, 2, now - 50, now - 10, "COMPLETED")], ())], store)
-    assert [r[-1] for r in store.feature_history()] == ["10123_4", "10123_4"]
+    assert [r[-1] for r in store.predictions.history()] == ["10123_4", "10123_4"]
 
 
 def test_strange_rows_are_skipped_with_a_warning_and_deleted(site, tmp_path, caplog):
@@ -288,14 +288,14 @@ def test_strange_rows_are_skipped_with_a_warning_and_deleted(site, tmp_path, cap
     insert(store, [ok] + strange)
     p = DaemonPredictor(folder / "model", None, now, gate=None)
     with caplog.at_level(logging.WARNING):
-        p.restore([], [], ClusterSnapshot(now, NODES, (), PARTS), store.feature_history())
+        p.restore([], [], ClusterSnapshot(now, NODES, (), PARTS), store.predictions.history())
     assert "9 stored rows skipped" in caplog.text
     assert "history row of job 10002 (not a number or missing)" in caplog.text
     got = probe(p, "zed", "zzz", now)
     assert (got["user_stem_n"], got["user_stem_last"]) == (1.0, math.log1p(777.0))
     assert got["site_n"] == 1.0
     save(p, store)
-    assert [r[0] for r in store.feature_history()] == [1]
+    assert [r[0] for r in store.predictions.history()] == [1]
 
 
 def test_an_older_store_without_the_table_opens(site, tmp_path):
@@ -307,10 +307,10 @@ def test_an_older_store_without_the_table_opens(site, tmp_path):
     db.commit()
     db.close()
     store = Store(path)
-    assert store.feature_history() == []
+    assert store.predictions.history() == []
     p = restarted(folder, held(store), ClusterSnapshot(now, NODES, (), PARTS))
     drive(p, [(now, [], (job(10_001, "ann", "gpt", now),))], store)
-    assert [r[1] for r in store.feature_history()] == [10_001]
+    assert [r[1] for r in store.predictions.history()] == [10_001]
 
 
 def test_an_older_store_without_sacct_ids_opens_and_matches_by_job_id(site, tmp_path):
@@ -335,12 +335,12 @@ def test_an_older_store_without_sacct_ids_opens_and_matches_by_job_id(site, tmp_
     db.commit()
     db.close()
     store = Store(path)
-    assert [r[-1] for r in store.feature_history()] == [None]
+    assert [r[-1] for r in store.predictions.history()] == [None]
     base = DaemonPredictor(folder / "model", folder / "history.csv", now, gate=None)
     p = restarted(folder, held(store), ClusterSnapshot(now, NODES, (), PARTS))
     assert p.state._count == base.state._count
     drive(p, [(now, [], (job(10_001, "ann", "gpt", now),))], store)
-    assert [r[-1] for r in store.feature_history()] == [None, "10001"]
+    assert [r[-1] for r in store.predictions.history()] == [None, "10001"]
 
 
 def test_the_store_keeps_what_the_features_read(tmp_path):
@@ -348,7 +348,7 @@ def test_the_store_keeps_what_the_features_read(tmp_path):
     they belong to go once submitted ``keep_submits_s`` before the newest row; submission
     rows of jobs no longer predicted go then too, those of live jobs stay."""
     store = Store(tmp_path / "s.sqlite")
-    store.save_predictions([(50, "gpu", 1.0, 0.0, None, 0.0)], [], [], 10)   # job 50 live
+    store.predictions.save([(50, "gpu", 1.0, 0.0, None, 0.0)], [], [], 10)   # job 50 live
     rows = [row(0, 50, "ann", "gpt", 1, 0.0, None, None, 0.0)[1:],       # live: kept
             row(0, 51, "ann", "gpt", 1, 0.0, None, None, 0.0)[1:]]       # gone: pruned
     # ann's 12 gpt jobs on 1 GPU (two names, one stem), then bob's 3: ann's first 9 are
@@ -357,13 +357,13 @@ def test_the_store_keeps_what_the_features_read(tmp_path):
              for k in range(12)]
     rows += [row(0, 200 + k, "bob", "bert", 1, 20.0 + k, 21.0 + k, 1.0, 22.0 + k)[1:]
              for k in range(3)]
-    store.save_predictions([], [], [], 10, history=rows, keep_recent=3,
+    store.predictions.save([], [], [], 10, history=rows, keep_recent=3,
                            keep_submits_s=1000.0, prune_every=1)
-    assert len(store.feature_history()) == len(rows)      # all submitted within 1000 s
-    store.save_predictions([], [], [], 10, history=[
+    assert len(store.predictions.history()) == len(rows)      # all submitted within 1000 s
+    store.predictions.save([], [], [], 10, history=[
         row(0, 300, "cy", "gpt", 2, 5000.0, None, None, 5000.0)[1:]], keep_recent=3,
         keep_submits_s=1000.0, prune_every=1)
-    kept = [r[1] for r in store.feature_history()]
+    kept = [r[1] for r in store.predictions.history()]
     # ann's last 3 (user + stem, user + GPUs, user, account...), bob's 3, the live job 50
     # and the newest row
     assert kept == [50, 109, 110, 111, 200, 201, 202, 300]

@@ -56,20 +56,20 @@ def test_a_job_that_vanishes_and_comes_back_is_live_again(tmp_path):
     # job 2 gone from Slurm's list (its partition renamed, slurmctld restarted): finished
     a.source.snap = snap(now + 10, pending(1, now))
     assert a.cycle().pending == 1
-    assert a.store.job_records([2])[2].finished_s is not None
+    assert a.store.records.get([2])[2].finished_s is not None
     # ... and back (the partition restored): live again, in the pending count, the store
     # and `queues`, with the record it had
     a.source.snap = snap(now + 20, pending(1, now), pending(2, now))
     report = a.cycle()
     assert report.error is None and report.pending == 2
     assert {d.job_id for d in report.decisions} == {1, 2}
-    rec = a.store.job_records([2])[2]
+    rec = a.store.records.get([2])[2]
     assert rec.finished_s is None and rec.last_state == "PENDING"
     assert rec.submit_time_s == now - 5 and rec.queue is not None
     # a later agent reading the file (a restart) sees it unfinished too
     a.store.close()
     again = Store(tmp_path / "state.sqlite")
-    assert {r.job_id for r in again.unfinished_records()} == {1, 2}
+    assert {r.job_id for r in again.records.unfinished()} == {1, 2}
     # retention keeps it: it is not finished
     assert again.prune(keep_days=0.01, now_s=now + 10 * 86400)["jobs"] == 0
     out = CliRunner().invoke(app, ["queues", "--json", "--store",
@@ -86,10 +86,10 @@ def test_a_running_job_that_comes_back_keeps_its_service(tmp_path):
     a.cycle()
     a.source.snap = snap(now + 30)          # gone: its run is closed at the last sight
     a.cycle()
-    assert a.store.job_records([3])[3].finished_s == now
+    assert a.store.records.get([3])[3].finished_s == now
     a.source.snap = snap(now + 60, run)     # back, still running
     report = a.cycle()
-    rec = a.store.job_records([3])[3]
+    rec = a.store.records.get([3])[3]
     assert report.running == 1 and rec.finished_s is None and rec.last_state == "RUNNING"
     assert rec.attained_gpu_s == pytest.approx(100.0)   # the first run's service is kept
 
@@ -188,7 +188,7 @@ def test_no_managed_partition_in_slurm_is_a_failing_cycle(tmp_path, caplog):
     # the watchdog stops: 3 intervals without a good cycle
     assert len(pings) == 3 and gate.stopped
     # the store, `status --json` and the metrics say so
-    assert a.store.cycles(1)[0]["error"] == report.error
+    assert a.store.log.cycles(1)[0]["error"] == report.error
     info = status_json(tmp_path)
     assert info["healthy"] is False and info["last_cycle"]["error"] == report.error
     assert any("nosuch" in p for p in info["problems"]), info["problems"]
@@ -211,7 +211,7 @@ def test_some_managed_partitions_unknown_is_a_warning(tmp_path, caplog):
     assert report.error is None and report.pending == 1      # gpu is managed
     assert report.warning.startswith("managed partitions not in Slurm: typo (Slurm has: ")
     assert len([r for r in caplog.records if "typo" in r.getMessage()]) == 1
-    assert a.store.cycles(1)[0]["warning"] == report.warning
+    assert a.store.log.cycles(1)[0]["warning"] == report.warning
     info = status_json(tmp_path)
     assert info["healthy"] is True and info["warnings"] == [report.warning]
     assert a.metrics.healthy._value.get() == 1
@@ -295,7 +295,7 @@ def test_a_full_disk_is_a_failed_cycle_in_one_line_that_status_shows(small_disk,
         [(r.getMessage(), r.exc_info) for r in errors]
     assert "Traceback" not in caplog.text and again.error is not None
     # the store still says cycle 1 was fine; status learns the failure from the side file
-    assert a.store.cycles(1)[0]["cycle"] == 1
+    assert a.store.log.cycles(1)[0]["cycle"] == 1
     info = status_json(small_disk)
     assert info["healthy"] is False and info["last_cycle"]["cycle"] == 1
     assert info["agent_report"]["cycle"] == again.cycle

@@ -81,7 +81,7 @@ def test_kept_records_give_what_reading_the_file_every_cycle_gives(tmp_path_fact
                       build_policy(load_profile("las-consolidate")))
         for snap in snaps:
             if read_every_cycle:
-                store.forget_live()
+                store.records.forget_live()
             agent.source.snap = snap
             assert agent.cycle().error is None
         store.db.close()
@@ -95,17 +95,17 @@ def test_kept_records_give_what_reading_the_file_every_cycle_gives(tmp_path_fact
 
 def test_live_records_are_kept_and_let_go_when_finished_and_unlisted(tmp_path):
     st = Store(tmp_path / "s.sqlite")
-    st.save_jobs([JobRecord(job_id=1), JobRecord(job_id=2),
+    st.records.save([JobRecord(job_id=1), JobRecord(job_id=2),
                   JobRecord(job_id=3, finished_s=5.0)])
-    first = st.live_records([1, 3])
+    first = st.records.live([1, 3])
     assert sorted(first) == [1, 2, 3]
     first[2].finished_s = 9.0                   # the cycle saw job 2 end...
-    st.save_jobs(first.values())
-    st.set_queues([(1, 3)])
-    second = st.live_records([1])
+    st.records.save(first.values())
+    st.records.set_queues([(1, 3)])
+    second = st.records.live([1])
     assert sorted(second) == [1]                # ...and finished unlisted records go
     assert second[1] is first[1] and second[1].queue == 3
-    assert sorted(st.live_records([1, 2])) == [1, 2]       # listed again: read back
+    assert sorted(st.records.live([1, 2])) == [1, 2]       # listed again: read back
     first[1].attained_gpu_s = 77.0              # folded but never saved (a failed cycle)
-    st.forget_live()
-    assert st.live_records([1])[1].attained_gpu_s == 0.0   # the file's word
+    st.records.forget_live()
+    assert st.records.live([1])[1].attained_gpu_s == 0.0   # the file's word

@@ -38,7 +38,7 @@ USERS = [("ann", "resnet-a"), ("bob", "bert_b"), ("cy", "gpt"), ("ann", "gpt"),
 def save(p: DaemonPredictor, store: Store) -> None:
     """What the agent does at the end of each cycle."""
     made, scored, dropped, bad, ended, bad_ended = p.unsaved()
-    store.save_predictions(made, scored, dropped, p.window, bad, ended, bad_ended,
+    store.predictions.save(made, scored, dropped, p.window, bad, ended, bad_ended,
                            keep_recent=p.keep_recent)
     p.saved()
 
@@ -70,7 +70,7 @@ def test_the_gate_s_verdict_after_a_restart_is_the_one_before(site, tmp_path, tr
     before = p.gate.skill("gpu")
     assert before[1] == PARAMS.window == 6      # 14 finished: the window is full
     assert (p.gate.withheld("gpu") == "") is gate_open
-    assert len(store.scored_predictions(100)) == PARAMS.window     # the table is bounded
+    assert len(store.predictions.scored(100)) == PARAMS.window     # the table is bounded
     waiting = {k: v for k, v in p.predicted.items()}
     assert len(waiting) == 4
     store.close()
@@ -79,7 +79,7 @@ def test_the_gate_s_verdict_after_a_restart_is_the_one_before(site, tmp_path, tr
     store = Store(tmp_path / "s.sqlite")
     after = DaemonPredictor(folder / "model", folder / "history.csv", t + 2000, gate=PARAMS)
     snap = ClusterSnapshot(t + 2000, NODES, tuple(alive), PARTS)
-    after.restore(store.predictions(), store.scored_predictions(after.window), snap)
+    after.restore(store.predictions.live(), store.predictions.scored(after.window), snap)
     value, n = after.gate.skill("gpu")
     assert n == before[1] and value == pytest.approx(before[0], abs=1e-12)
     assert after.gate.withheld("gpu") == p.gate.withheld("gpu")
@@ -137,8 +137,8 @@ def test_a_gain_gate_restarted_goes_on_as_one_that_ran_straight_through(site, tm
     drive(first, cycles[:4], store)
     t, _, jobs = cycles[4]
     after = predictor(t)
-    after.restore(store.predictions(), store.scored_predictions(after.window),
-                  ClusterSnapshot(t, NODES, jobs, PARTS), store.feature_history())
+    after.restore(store.predictions.live(), store.predictions.scored(after.window),
+                  ClusterSnapshot(t, NODES, jobs, PARTS), store.predictions.history())
     drive(straight, cycles[:4])
     seen = []
     for cycle in cycles[4:]:
@@ -188,10 +188,10 @@ def test_a_live_job_keeps_its_prediction_across_a_restart(site, tmp_path):
     done = running.with_(state=JobState.COMPLETED, end_time_s=later + 110)
     source.snap = ClusterSnapshot(later + 120, NODES, (done,), PARTS)
     assert agent.cycle().error is None
-    (row,) = agent.store.scored_predictions(10)
+    (row,) = agent.store.predictions.scored(10)
     assert row[1:] == (1, "gpu", before, 100.0, now, later + 110, later + 120, 0)
     assert second.gate.skill("gpu") == (None, 1)
-    assert agent.store.predictions() == []      # job 1 scored, job 2 gone: nothing kept
+    assert agent.store.predictions.live() == []      # job 1 scored, job 2 gone: nothing kept
 
 
 def scored_row(i, made, finished, scored, pred, truth, part="gpu"):
@@ -210,10 +210,10 @@ def test_restore_scores_only_pairs_known_before_the_restart(site, tmp_path, capl
            scored_row(6, now, T - 5, T + 1, pred=2.0, truth=1e8),     # seen after T
            scored_row(7, T - 1, T - 9, T - 8, pred=3.0, truth=1e7)]   # predicted after
     store = Store(tmp_path / "s.sqlite")
-    store.save_predictions([], [r[1:] for r in sorted(good + bad)], [], PARAMS.window)
-    assert len(store.scored_predictions(PARAMS.window)) == 6     # window 6 of 7 rows
-    store.save_predictions([], [], [], 100)
-    rows = store.scored_predictions(100)
+    store.predictions.save([], [r[1:] for r in sorted(good + bad)], [], PARAMS.window)
+    assert len(store.predictions.scored(PARAMS.window)) == 6     # window 6 of 7 rows
+    store.predictions.save([], [], [], 100)
+    rows = store.predictions.scored(100)
     p = DaemonPredictor(folder / "model", None, T, gate=GateParams(window=10, min_scored=3,
                                                                    threshold=0.7))
     with caplog.at_level(logging.WARNING):
@@ -228,7 +228,7 @@ def test_restore_scores_only_pairs_known_before_the_restart(site, tmp_path, capl
     assert "finished after the restart" in caplog.text
     assert "predicted after it was scored" in caplog.text
     save(p, store)
-    assert [r[0] for r in store.scored_predictions(100)] == [2, 3, 4]
+    assert [r[0] for r in store.predictions.scored(100)] == [2, 3, 4]
 
 
 @settings(max_examples=60, deadline=None)
@@ -265,7 +265,7 @@ def test_an_older_store_opens_and_strange_rows_are_skipped(site, tmp_path, caplo
     db.commit()
     db.close()
     store = Store(path)
-    assert store.predictions() == [] and store.scored_predictions(10) == []
+    assert store.predictions.live() == [] and store.predictions.scored(10) == []
     # strange rows, as a bad disk or a hand edit might leave them, and one good row each
     store.db.executemany("INSERT INTO predictions VALUES (?, ?, ?, ?, ?, ?)", [
         (1, "gpu", float("nan"), now, 0, 0.0),        # NaN: stored as NULL
@@ -293,7 +293,7 @@ def test_an_older_store_opens_and_strange_rows_are_skipped(site, tmp_path, caplo
     assert p.predicted[5] == 250.0 and p._gpu_s[5] == 30.0
     assert p.gate.skill("gpu") == (None, 1)
     # jobs 1-4 were predicted afresh (finite, not negative), and stored so
-    stored = {r[0]: r[2] for r in store.predictions()}
+    stored = {r[0]: r[2] for r in store.predictions.live()}
     assert stored[5] == 250.0
     assert all(math.isfinite(stored[k]) and stored[k] >= 0 for k in range(1, 5))
-    assert [r[1] for r in store.scored_predictions(10)] == [13]
+    assert [r[1] for r in store.predictions.scored(10)] == [13]

@@ -33,26 +33,26 @@ def test_retention_settings_default_and_validate():
 def fill(st: Store, times: list[float]) -> None:
     for i, t in enumerate(times, start=1):
         st.record_cycle(i, t, 0.1, 1, 0, 1, 1, 0)
-        st.record_decisions(i, t, [(SetPriority(i, "las", "q0", 5, 0), "ok", "")])
+        st.log.record(i, t, [(SetPriority(i, "las", "q0", 5, 0), "ok", "")])
 
 
 def test_prune_deletes_what_is_older_than_the_retention_and_keeps_the_rest(tmp_path):
     st = Store(tmp_path / "s.sqlite")
     fill(st, [NOW - 20 * DAY, NOW - 15 * DAY, NOW - 13 * DAY, NOW - 60])
-    st.save_jobs([JobRecord(1, finished_s=NOW - 20 * DAY), JobRecord(2, finished_s=NOW - DAY),
+    st.records.save([JobRecord(1, finished_s=NOW - 20 * DAY), JobRecord(2, finished_s=NOW - DAY),
                   JobRecord(3)])
-    st.mark_written([(1, "priority", "5"), (2, "priority", "6"), (3, "priority", "7")], NOW)
-    st.add_reservation("slurm-marl-1", 1, "n1", NOW - 21 * DAY)
-    st.end_reservation("slurm-marl-1", NOW - 20 * DAY)
-    st.add_reservation("slurm-marl-3", 3, "n2", NOW - 20 * DAY)  # still active
+    st.written.mark([(1, "priority", "5"), (2, "priority", "6"), (3, "priority", "7")], NOW)
+    st.reservations.add("slurm-marl-1", 1, "n1", NOW - 21 * DAY)
+    st.reservations.end("slurm-marl-1", NOW - 20 * DAY)
+    st.reservations.add("slurm-marl-3", 3, "n2", NOW - 20 * DAY)  # still active
     counts = st.prune(14, now_s=NOW, batch=1)  # batch=1: every delete loops
     assert counts == {"decisions": 2, "cycles": 2, "written": 1, "jobs": 1,
                       "reservations": 1, "done": 1}
-    assert [c["cycle"] for c in st.cycles()] == [4, 3]
-    assert sorted(d["job_id"] for d in st.decisions()) == [3, 4]
-    assert sorted(st.job_records()) == [2, 3]
-    assert st.written([1, 2, 3]) == {(2, "priority"): "6", (3, "priority"): "7"}
-    assert list(st.active_reservations()) == ["slurm-marl-3"]
+    assert [c["cycle"] for c in st.log.cycles()] == [4, 3]
+    assert sorted(d["job_id"] for d in st.log.decisions()) == [3, 4]
+    assert sorted(st.records.get()) == [2, 3]
+    assert st.written.get([1, 2, 3]) == {(2, "priority"): "6", (3, "priority"): "7"}
+    assert list(st.reservations.active()) == ["slurm-marl-3"]
     assert st.next_cycle() == 5
 
 
@@ -60,11 +60,11 @@ def test_prune_caps_rows_and_keeps_the_newest_cycle(tmp_path):
     st = Store(tmp_path / "s.sqlite")
     fill(st, [NOW - 100 + i for i in range(10)])
     st.prune(14, now_s=NOW, max_rows=3, batch=2)
-    assert [c["cycle"] for c in st.cycles(limit=100)] == [10, 9, 8]
-    assert [d["cycle"] for d in st.decisions(limit=100)] == [10, 9, 8]
+    assert [c["cycle"] for c in st.log.cycles(limit=100)] == [10, 9, 8]
+    assert [d["cycle"] for d in st.log.decisions(limit=100)] == [10, 9, 8]
     # everything older than the retention: the newest cycle report stays (numbering goes on)
     st.prune(14, now_s=NOW + 30 * DAY)
-    assert [c["cycle"] for c in st.cycles()] == [10] and st.decisions() == []
+    assert [c["cycle"] for c in st.log.cycles()] == [10] and st.log.decisions() == []
     assert st.next_cycle() == 11
 
 
@@ -76,7 +76,7 @@ def test_prune_stops_at_its_deadline_and_resumes(tmp_path):
     assert counts["done"] == 0 and counts["decisions"] == 4
     counts = st.prune(14, now_s=NOW, batch=2)
     assert counts["done"] == 1 and counts["decisions"] == 2 and counts["cycles"] == 6
-    assert [d["cycle"] for d in st.decisions()] == [7]
+    assert [d["cycle"] for d in st.log.decisions()] == [7]
 
 
 class Clock:

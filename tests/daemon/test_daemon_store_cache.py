@@ -44,24 +44,24 @@ class CountingStore(Store):
 def test_unchanged_records_are_not_written_again(tmp_path):
     st = CountingStore(tmp_path / "s.sqlite")
     recs = [JobRecord(job_id=i, user="u", num_gpus=1, attained_gpu_s=float(i)) for i in range(5)]
-    st.save_jobs(recs)
+    st.records.save(recs)
     assert st.written_rows == 5
-    st.save_jobs(recs)
+    st.records.save(recs)
     assert st.written_rows == 5                      # nothing changed: nothing written
     recs[2] = replace(recs[2], attained_gpu_s=99.0)
-    st.save_jobs(recs)
+    st.records.save(recs)
     assert st.written_rows == 6
-    st.set_queues([(3, 1)])                          # changed under the cache
-    st.save_jobs(recs)
+    st.records.set_queues([(3, 1)])                          # changed under the cache
+    st.records.save(recs)
     assert st.written_rows == 7
-    assert st.job_records([2, 3])[2].attained_gpu_s == 99.0
-    assert st.job_records([3])[3].queue is None      # the record said no queue: it wins
+    assert st.records.get([2, 3])[2].attained_gpu_s == 99.0
+    assert st.records.get([3])[3].queue is None      # the record said no queue: it wins
     st.prune(keep_days=1.0, now_s=1e9)
-    st.save_jobs(recs)
+    st.records.save(recs)
     assert st.written_rows == 12                     # after a prune all are written again
     # another store object on the same file starts with no cache
     other = CountingStore(tmp_path / "s.sqlite")
-    other.save_jobs(recs)
+    other.records.save(recs)
     assert other.written_rows == 5
 
 
@@ -94,26 +94,26 @@ def test_job_with_is_dataclasses_replace_without_its_cost():
 def test_seen_times_are_written_when_they_move_a_minute(tmp_path):
     st = CountingStore(tmp_path / "s.sqlite")
     rec = JobRecord(job_id=1, last_seen_s=6000.0, last_running_s=6000.0)
-    st.save_jobs([rec])
-    st.save_jobs([replace(rec, last_seen_s=6030.0, last_running_s=6030.0)])
+    st.records.save([rec])
+    st.records.save([replace(rec, last_seen_s=6030.0, last_running_s=6030.0)])
     assert st.written_rows == 1
     # the file lags; this store object (the daemon's) reads the exact times back
-    assert Store(tmp_path / "s.sqlite").job_records([1])[1].last_running_s == 6000.0
-    assert st.job_records([1])[1].last_running_s == 6030.0
-    assert st.unfinished_records()[0].last_seen_s == 6030.0
+    assert Store(tmp_path / "s.sqlite").records.get([1])[1].last_running_s == 6000.0
+    assert st.records.get([1])[1].last_running_s == 6030.0
+    assert st.records.unfinished()[0].last_seen_s == 6030.0
     st.prune(keep_days=1.0, now_s=1e9)               # clears the row cache, not the times
-    assert st.job_records([1])[1].last_running_s == 6030.0
-    st.save_jobs([replace(rec, last_seen_s=6061.0, last_running_s=6061.0)])
-    assert st.written_rows == 2 and st.job_records([1])[1].last_seen_s == 6061.0
-    st.save_jobs([replace(rec, last_seen_s=6062.0, preemptions=1)])
+    assert st.records.get([1])[1].last_running_s == 6030.0
+    st.records.save([replace(rec, last_seen_s=6061.0, last_running_s=6061.0)])
+    assert st.written_rows == 2 and st.records.get([1])[1].last_seen_s == 6061.0
+    st.records.save([replace(rec, last_seen_s=6062.0, preemptions=1)])
     assert st.written_rows == 3                      # any other change is written at once
 
 
 def test_live_records_are_the_unfinished_and_the_listed_ones(tmp_path):
     st = Store(tmp_path / "s.sqlite")
-    st.save_jobs([JobRecord(1, attained_gpu_s=1.0), JobRecord(2, finished_s=50.0),
+    st.records.save([JobRecord(1, attained_gpu_s=1.0), JobRecord(2, finished_s=50.0),
                   JobRecord(3, finished_s=60.0), JobRecord(4)])
-    live = st.live_records([2, 4, 9])
+    live = st.records.live([2, 4, 9])
     assert sorted(live) == [1, 2, 4]   # unfinished 1 and 4, finished 2 still listed
-    assert live == {**{k: v for k, v in st.job_records([2, 4]).items()},
-                    1: st.unfinished_records()[0]}
+    assert live == {**{k: v for k, v in st.records.get([2, 4]).items()},
+                    1: st.records.unfinished()[0]}

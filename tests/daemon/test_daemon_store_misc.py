@@ -12,19 +12,19 @@ def test_decisions_written_and_reservations(tmp_path):
     st = Store(tmp_path / "s.sqlite")
     p = Place(7, "consolidate", "best fit", nodes=("n1",), allocs=(GroupAlloc("n1", 1, 2),),
               scores=(("consolidate", 0.9),))
-    st.record_decisions(1, 10.0, [(p, "ok", ""), (SetPriority(7, "las", "q0", 5, 0),
+    st.log.record(1, 10.0, [(p, "ok", ""), (SetPriority(7, "las", "q0", 5, 0),
                                                   "refused", "held")])
-    rows = st.decisions(job_id=7)
+    rows = st.log.decisions(job_id=7)
     assert [r["kind"] for r in rows] == ["SetPriority", "Place"]
     assert rows[1]["payload"]["allocs"] == [{"node": "n1", "group": 1, "gpus": 2}]
-    assert st.decisions(kind="Place")[0]["status"] == "ok"
-    st.mark_written([(7, "place", "x")], 10.0)
-    st.mark_written([(7, "place", "y")], 11.0)
-    assert st.written([7]) == {(7, "place"): "y"}
-    st.add_reservation("slurm-marl-7", 7, "n1,n2", 10.0)
-    assert list(st.active_reservations()) == ["slurm-marl-7"]
-    st.end_reservation("slurm-marl-7", 12.0)
-    assert st.active_reservations() == {}
+    assert st.log.decisions(kind="Place")[0]["status"] == "ok"
+    st.written.mark([(7, "place", "x")], 10.0)
+    st.written.mark([(7, "place", "y")], 11.0)
+    assert st.written.get([7]) == {(7, "place"): "y"}
+    st.reservations.add("slurm-marl-7", 7, "n1,n2", 10.0)
+    assert list(st.reservations.active()) == ["slurm-marl-7"]
+    st.reservations.end("slurm-marl-7", 12.0)
+    assert st.reservations.active() == {}
     assert st.next_cycle() == 1
     st.record_cycle(1, 10.0, 0.1, 1, 0, 2, 1, 1)
     assert st.next_cycle() == 2
@@ -123,4 +123,4 @@ def test_a_column_added_by_another_process_meanwhile_is_no_error(tmp_path):
     finally:
         st.db = real
     st.record_cycle(1, 0.0, 0.1, 0, 0, 0, 0, 0, None, protected=3)
-    assert st.cycles(1)[0]["protected"] == 3
+    assert st.log.cycles(1)[0]["protected"] == 3

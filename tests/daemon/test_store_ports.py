@@ -13,11 +13,11 @@ from slurm_marl.domain import Place, SetPriority
 
 # port -> (the Store attribute of its SQLite adapter, its fake)
 PORTS = {ports.JobRecords: ("records", FakeJobRecords),
-         ports.WrittenState: ("written_state", FakeWrittenState),
+         ports.WrittenState: ("written", FakeWrittenState),
          ports.Reservations: ("reservations", FakeReservations),
          ports.DecisionLog: ("log", FakeDecisionLog),
          ports.GuardSet: ("guard", FakeGuardSet),
-         ports.Predictions: ("prediction_state", FakePredictions),
+         ports.Predictions: ("predictions", FakePredictions),
          ports.SpeedSamples: ("samples", FakeSpeedSamples)}
 
 

@@ -10,7 +10,7 @@ from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, GpuGroup, GroupAlloc, Job, JobState, Node,
                                Partition, Place, Preempt, SetPriority)
-from slurm_marl.slurm_integration.marker import Marker, parse_marker, user_begin
+from slurm_marl.slurm_integration.marker import parse_marker, user_begin
 from slurm_marl.slurm_integration.parse import job_from_json
 from slurm_marl.slurm_integration.ports import WriteStatus
 from slurm_marl.slurm_integration.sink_plan import plan_gpu_pin, plan_unstick, spread_over_groups
@@ -121,7 +121,7 @@ def test_held_jobs_are_neither_decided_nor_released(tmp_path):
     a.cycle()
     assert policy.seen[0].job(1) is None and policy.seen[0].job(2) is None
     assert not [d for call in sink.calls for d in call]
-    rows = a.store.decisions(job_id=1)
+    rows = a.store.log.decisions(job_id=1)
     assert len(rows) == 1 and "held by Slurm" in rows[0]["reason"]   # once, for explain
 
 
@@ -135,7 +135,7 @@ def test_a_users_begin_time_is_kept_until_it_passes(tmp_path):
     a, sink = agent(tmp_path, ClusterSnapshot(NOW + 20, NODES, (job,), PARTS), policy)
     a.cycle()
     assert policy.seen[-1].job(1) is None and not sink.calls
-    assert "begin time" in a.store.decisions(job_id=1)[0]["reason"]
+    assert "begin time" in a.store.log.decisions(job_id=1)[0]["reason"]
     a.source = FakeClusterSource(ClusterSnapshot(begin + 1, NODES, (job,), PARTS))
     a.cycle()
     assert policy.seen[-1].job(1) is not None
@@ -160,7 +160,7 @@ def test_a_begin_time_moved_earlier_by_its_owner_counts(tmp_path):
     a, sink = agent(tmp_path, ClusterSnapshot(NOW, NODES, (job,), PARTS), policy)
     a.cycle()
     assert policy.seen[-1].job(1) is None and not sink.calls
-    assert "begin time" in a.store.decisions(job_id=1)[0]["reason"]
+    assert "begin time" in a.store.log.decisions(job_id=1)[0]["reason"]
     a.source = FakeClusterSource(ClusterSnapshot(moved + 1, NODES, (job,), PARTS))
     a.cycle()
     assert policy.seen[-1].job(1) is not None

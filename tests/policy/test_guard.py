@@ -350,11 +350,11 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path, model):
     agent.cycle()
     written = [d for call in sink.calls for d in call]
     assert any(isinstance(d, Preempt) and d.job_id == 1 for d in written), written
-    reasons = [r["reason"] for r in agent.store.decisions(job_id=2)]
+    reasons = [r["reason"] for r in agent.store.log.decisions(job_id=2)]
     assert any("protected by the Slurm-alone guard" in r for r in reasons), reasons
     # the admin's view: status counts it, queues marks it, the metric has it
     assert agent.last_report.protected == 1
-    assert set(agent.store.protected()) == {2}
+    assert set(agent.store.guard.get()) == {2}
     from typer.testing import CliRunner
 
     from slurm_marl.cli import app
@@ -375,8 +375,8 @@ def test_the_daemon_runs_the_guard_and_explain_says_so(tmp_path, model):
     again.cycle()
     # (protecting running jobs too, the replica has the hog running since its real start,
     # past due: protected as well)
-    assert set(again.store.protected()) == ({1, 2} if "running" in model else {2})
-    assert again.store.protected()[2]["protected_s"] == 5000.0
+    assert set(again.store.guard.get()) == ({1, 2} if "running" in model else {2})
+    assert again.store.guard.get()[2]["protected_s"] == 5000.0
 
 
 def test_a_guarded_policy_watches_ends():

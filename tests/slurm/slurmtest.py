@@ -215,7 +215,7 @@ class Daemon:
     def cycles(self) -> int:
         if not self.store_path.exists():
             return 0
-        rows = Store(self.store_path).cycles(1)
+        rows = Store(self.store_path).log.cycles(1)
         return rows[0]["cycle"] if rows else 0
 
     def stop(self, sig=signal.SIGTERM) -> int:

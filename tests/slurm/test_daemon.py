@@ -54,7 +54,7 @@ def test_decision_reaches_slurm_within_3s_and_job_runs_on_chosen_group(gated, cf
         started = time.monotonic() - t0
         assert reached < 3.0 and started < GRACE_S / 2, (reached, started)
         store = Store(load_config(cfg_path).store_path)
-        place = [d for d in store.decisions(job_id=job) if d["kind"] == "Place"][0]
+        place = [d for d in store.log.decisions(job_id=job) if d["kind"] == "Place"][0]
         assert place["status"] == "ok"
         (node, idx), = ran.gpu_alloc
         snap = c.source.snapshot()
@@ -83,7 +83,7 @@ def test_learned_profile_places_jobs_with_its_agent_on_real_slurm(gated, cfg_pat
         for job in jobs:
             ran = c.wait_state(job, "RUNNING", timeout_s=GRACE_S - 5)
             store = Store(load_config(cfg_path).store_path)
-            place = [d for d in store.decisions(job_id=job) if d["kind"] == "Place"][0]
+            place = [d for d in store.log.decisions(job_id=job) if d["kind"] == "Place"][0]
             assert place["status"] == "ok", place
             assert place["plugin"] == "learned", place
             (node, idx), = ran.gpu_alloc
@@ -112,9 +112,9 @@ def test_las_demotes_and_preempts_long_running_job_for_new_one(gated, cfg_path):
         o = c.job(old)
         assert o.is_pending and o.restart_count == 1
         store = Store(load_config(cfg_path).store_path)
-        pre = [d for d in store.decisions(job_id=old) if d["kind"] == "Preempt"]
+        pre = [d for d in store.log.decisions(job_id=old) if d["kind"] == "Preempt"]
         assert pre and pre[0]["status"] == "ok"
-        rec = c.wait_for(lambda: (r := store.job_records([old])[old]).queue == 1 and r, 5,
+        rec = c.wait_for(lambda: (r := store.records.get([old])[old]).queue == 1 and r, 5,
                          "the requeued job to be ranked in queue 1")
         assert rec.attained_gpu_s >= 40 and rec.preemptions == 1
     finally:
@@ -136,11 +136,11 @@ def test_kill9_fail_open_then_restart_resumes_without_duplicates(gated, cfg_path
         c.wait_state(j, "RUNNING", timeout_s=GRACE_S + 15)
     # Restart: resumes from its store (cycle numbers continue), no errors.
     store_path = load_config(cfg_path).store_path
-    before = Store(store_path).cycles(1)[0]["cycle"]
+    before = Store(store_path).log.cycles(1)[0]["cycle"]
     daemon = Daemon(cfg_path, c.local.env)
     try:
         time.sleep(1.5)
-        cycles = Store(store_path).cycles(3)
+        cycles = Store(store_path).log.cycles(3)
         assert cycles[0]["cycle"] > before and all(cy["error"] is None for cy in cycles)
         shown = c.run("scontrol", "show", "reservation", check=False).stdout
         assert shown.count("ReservationName=slurm-marl-") <= 1
@@ -249,7 +249,7 @@ def test_daemon_survives_slurmctld_restart(gated, cfg_path):
         c.local.start_slurmctld()
         job = c.sbatch("--gres=gpu:1", "-J", "after-restart", gated=False)
         c.wait_state(job, "RUNNING", timeout_s=GRACE_S - 2)
-        cycles = Store(load_config(cfg_path).store_path).cycles(200)
+        cycles = Store(load_config(cfg_path).store_path).log.cycles(200)
         assert any(cy["error"] for cy in cycles), "no cycle saw the controller down"
         assert cycles[0]["error"] is None
     finally:
@@ -332,7 +332,7 @@ def test_a_gated_array_is_released_at_once_and_explained(gated, cfg_path):
                    GRACE_S - 5, "every task to run and end before the grace would")
         assert time.monotonic() - t0 < GRACE_S - 5
         store = Store(load_config(cfg_path).store_path)
-        rows = store.decisions(job_id=array, limit=50)
+        rows = store.log.decisions(job_id=array, limit=50)
         assert [r["kind"] for r in rows] == ["Release"] and rows[0]["status"] == "ok", rows
         assert "left to Slurm: job array" in rows[0]["reason"]
         out = subprocess.run([*SLURM_MARL, "explain", str(array), "--config", str(cfg_path)],

@@ -298,7 +298,7 @@ def test_a_job_slurm_requeued_off_a_down_node_keeps_slurms_requeue_delay(setup, 
         eligible = requeued.eligible_time_s
         assert eligible and eligible > time.time()   # Slurm's delay (cred_expire + 1 s)
         c.wait_state(job, "RUNNING", timeout_s=CRED_EXPIRE_S + 1 + SLACK_S + 10)
-        started = Store(load_config(cfg).store_path).decisions(job_id=job, limit=200)
+        started = Store(load_config(cfg).store_path).log.decisions(job_id=job, limit=200)
         early = [d for d in started if d["kind"] in ("Place", "Release") and d["status"] == "ok"
                  and ran.start_time_s + 1 < d["time_s"] < eligible - 1]
         assert early == [], early

@@ -46,7 +46,7 @@ def test_replay_completes_every_job(mode, tmp_path, monkeypatch):
         # the agent turned the payloads' progress reports into observed-speed samples
         from slurm_marl.daemon.store import Store
         from slurm_marl.colocation import check_sample
-        samples = Store(tmp_path / "state" / "state.sqlite").speed_samples()
+        samples = Store(tmp_path / "state" / "state.sqlite").samples.all()
         assert res.speed_samples == len(samples) >= 1
         from slurm_marl.colocation import model_family
         names = {model_family(j.model_type) for j in plan.jobs}
@@ -95,7 +95,7 @@ def test_replay_history_from_sacct_trains_the_agent_s_predictor(tmp_path):
     store = Store(out / "state" / "state.sqlite")
     # every job's order is recorded at least once (written, or planned when Slurm's order
     # already agreed), with the prediction it was ranked by
-    orders = store.decisions(kind="SetPriority", limit=500)
+    orders = store.log.decisions(kind="SetPriority", limit=500)
     store.close()
     assert {d["job_id"] for d in orders} == {t.job_id for t in res.jobs}
     assert any((d["reason"] or "").startswith("predicted ") for d in orders), orders[:5]

@@ -71,7 +71,7 @@ def ended(c, job_id: int, timeout_s: float):
 
 
 def decisions(cfg_path, job_id: int) -> list[dict]:
-    return Store(load_config(cfg_path).store_path).decisions(job_id=job_id, limit=200)
+    return Store(load_config(cfg_path).store_path).log.decisions(job_id=job_id, limit=200)
 
 
 def explain(c, cfg_path, job_id: int) -> str:

@@ -62,17 +62,17 @@ def test_gated_unmodelable_jobs_are_released_at_once_never_leased_and_recorded(t
     writes = sink.calls[0]
     assert sorted(d.job_id for d in writes if isinstance(d, Release)) == [1, 2]
     assert [d.job_id for d in writes if isinstance(d, Defer)] == [4]   # lease: job 4 only
-    rows = {r["job_id"]: r for r in a.store.decisions(limit=50)}
+    rows = {r["job_id"]: r for r in a.store.log.decisions(limit=50)}
     assert "left to Slurm: job array" in rows[1]["reason"]
     assert "left to Slurm" in rows[3]["reason"] and rows[3]["status"] == "skipped"
     released = tuple(j.with_(eligible_time_s=now) if j.job_id in (1, 2) else j
                      for j in a.source.snap.jobs)
     a.source.snap = ClusterSnapshot(now + 1, NODES, released, PARTS)
-    before = len(a.store.decisions(limit=50))
+    before = len(a.store.log.decisions(limit=50))
     a.cycle()  # released: not written again, not recorded again
     assert not [d for d in sink.calls[-1] if isinstance(d, Release)]
-    assert len([r for r in a.store.decisions(limit=50) if "left to Slurm" in r["reason"]]) == 3
-    assert len(a.store.decisions(limit=50)) >= before
+    assert len([r for r in a.store.log.decisions(limit=50) if "left to Slurm" in r["reason"]]) == 3
+    assert len(a.store.log.decisions(limit=50)) >= before
 
 
 def test_a_job_emptied_by_an_old_half_done_re_pin_is_repaired_never_released(tmp_path):
@@ -165,7 +165,7 @@ def test_no_reservation_on_nodes_a_job_is_being_started_on(tmp_path):
     wait = Place(2, nodes=("n1", "n2"), start_now=False,
                  allocs=tuple(GroupAlloc(n, g, 2) for n in ("n1", "n2") for g in (0, 1)))
     a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (first, big), PARTS), [start, wait])
-    a.store.add_reservation("slurm-marl-2", 2, "n1,n2", now - 5)
+    a.store.reservations.add("slurm-marl-2", 2, "n1,n2", now - 5)
     a.cycle()
     writes = sink.calls[0]
     assert not [d for d in writes if isinstance(d, Reserve)]

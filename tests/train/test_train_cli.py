@@ -55,7 +55,7 @@ def test_train_interference_from_the_agents_store(files, tiny_samples, tmp_path)
     from slurm_marl.daemon.store import Store
 
     store = Store(tmp_path / "state" / "state.sqlite")
-    store.add_speed_samples({**s, "source": "observed"} for s in tiny_samples)
+    store.samples.add({**s, "source": "observed"} for s in tiny_samples)
     store.close()
     result = runner.invoke(app, ["interference", "--from-store", str(tmp_path / "state"),
                                  "--out", str(tmp_path / "im"), "--epochs", "2", "--json"])

@@ -119,7 +119,7 @@ class Predictions:
             out = snap
         try:
             made, scored, dropped, bad, history, bad_history = self.predictor.unsaved()
-            self.store.prediction_state.save(made, scored, dropped, self.predictor.window,
+            self.store.predictions.save(made, scored, dropped, self.predictor.window,
                                              bad, history, bad_history,
                                              keep_recent=self.predictor.keep_recent)
             self.predictor.saved()

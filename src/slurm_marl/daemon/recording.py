@@ -145,8 +145,8 @@ class Recorder:
         for name in written.reservations_ended:
             self.store.reservations.end(name, now)
         if written.marks:
-            self.store.written_state.mark(written.marks, now)
-        self.store.written_state.mark([(d.job_id, "place", place_key(d)) for d in advice], now)
+            self.store.written.mark(written.marks, now)
+        self.store.written.mark([(d.job_id, "place", place_key(d)) for d in advice], now)
         done = {r.decision.job_id for r in results if isinstance(r.decision, SetPriority)}
         kept = [d for d in decisions if isinstance(d, SetPriority) and d.job_id not in done
                 and last_queue.get(d.job_id) != d.queue]

@@ -253,7 +253,7 @@ class Agent:
         whose refusal pause is not over."""
         writes, advice = translate(
             snap, decided.decisions, decided.orders, self.config.agent,
-            written=self.store.written_state.get({d.job_id for d in decided.decisions}),
+            written=self.store.written.get({d.job_id for d in decided.decisions}),
             reservations=self.store.reservations.active(),
             left=self.admission.left_waiting(snap),
             inflight_nodes=self.memory.inflight_nodes(),
@@ -313,9 +313,9 @@ class Agent:
         if self.predictor is not None:
             try:
                 self.predictor.restore(
-                    self.store.prediction_state.live(),
-                    self.store.prediction_state.scored(self.predictor.window), snap,
-                    self.store.prediction_state.history())
+                    self.store.predictions.live(),
+                    self.store.predictions.scored(self.predictor.window), snap,
+                    self.store.predictions.history())
             except Exception:
                 log.exception("could not restore the GPU-time predictions from the store; "
                               "the skill gate starts empty")

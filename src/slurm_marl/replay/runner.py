@@ -379,7 +379,7 @@ def _speed_samples(store_path: Path) -> int:
     """How many speed samples the agent's store kept."""
     from slurm_marl.daemon.store import Store
     store = Store(store_path)
-    count = len(store.speed_samples())
+    count = len(store.samples.all())
     store.close()
     return count
 
@@ -402,7 +402,7 @@ def _wait_first_cycle(store_path: Path, daemon: subprocess.Popen, timeout_s: flo
     while time.monotonic() < deadline:
         if daemon.poll() is not None:
             raise ReplayError(f"the agent exited at start ({daemon.returncode})")
-        if store_path.exists() and Store(store_path).cycles(1):
+        if store_path.exists() and Store(store_path).log.cycles(1):
             return
         time.sleep(0.2)
     raise ReplayError("the agent did not finish a cycle within a minute")

@@ -3,28 +3,26 @@ migration, cycle numbering and retention, and one adapter per concern sharing th
 connection (``store.records``, ``.written``, ``.reservations``, ``.log``, ``.guard``,
 ``.predictions``, ``.samples``; their ports are in ports.py).
 
-The methods below the adapters' attributes are the store's older interface, kept as
-delegations for the callers not yet moved to the ports.
+Callers use the adapters (``store.log.decisions(...)``); the unit itself keeps only what
+spans them: the schema version, cycle numbering and reports, retention.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from slurm_marl.daemon.store.guard import SqliteGuardSet
 from slurm_marl.daemon.store.log import SqliteDecisionLog
 from slurm_marl.daemon.store.predictions import SqlitePredictions
-from slurm_marl.daemon.store.records import JobRecord, SqliteJobRecords
+from slurm_marl.daemon.store.records import SqliteJobRecords
 from slurm_marl.daemon.store.reservations import SqliteReservations
 from slurm_marl.daemon.store.samples import SqliteSpeedSamples
 from slurm_marl.daemon.store.schema import (SCHEMA_VERSION, StoreError, add_columns, connect,
                                             transaction)
 from slurm_marl.daemon.store.written import SqliteWrittenState
-from slurm_marl.domain import Decision
 
 
 class Store:
@@ -45,11 +43,11 @@ class Store:
             raise StoreError(f"cannot open state store {self.path}: {exc}") from exc
         begin = lambda: self.transaction()    # noqa: E731 (looked up when called)
         self.records = SqliteJobRecords(self.db, begin)
-        self.written_state = SqliteWrittenState(self.db, begin)
+        self.written = SqliteWrittenState(self.db, begin)
         self.reservations = SqliteReservations(self.db)
         self.log = SqliteDecisionLog(self.db, begin)
         self.guard = SqliteGuardSet(self.db, begin)
-        self.prediction_state = SqlitePredictions(self.db, begin)
+        self.predictions = SqlitePredictions(self.db, begin)
         self.samples = SqliteSpeedSamples(self.db, begin)
         self._check_version(version)
 
@@ -165,84 +163,3 @@ class Store:
                 if n < batch:
                     break
         return counts
-
-    # ---- the older interface: delegations to the adapters ------------------------------
-    def job_records(self, job_ids: Iterable[int] | None = None) -> dict[int, JobRecord]:
-        return self.records.get(job_ids)
-
-    def live_records(self, job_ids: Iterable[int]) -> dict[int, JobRecord]:
-        return self.records.live(job_ids)
-
-    def forget_live(self) -> None:
-        self.records.forget_live()
-
-    def unfinished_records(self) -> list[JobRecord]:
-        return self.records.unfinished()
-
-    def signature_history(self) -> dict[tuple[str, str], str]:
-        return self.records.signatures()
-
-    def save_jobs(self, records: Iterable[JobRecord]) -> None:
-        self.records.save(records)
-
-    def set_queues(self, items: Iterable[tuple[int, int]]) -> None:
-        self.records.set_queues(items)
-
-    def written(self, job_ids: Iterable[int]) -> dict[tuple[int, str], str]:
-        return self.written_state.get(job_ids)
-
-    def mark_written(self, items: Iterable[tuple[int, str, str]], now_s: float) -> None:
-        self.written_state.mark(items, now_s)
-
-    def forget_written(self, job_id: int, kinds: Iterable[str]) -> None:
-        self.written_state.forget(job_id, kinds)
-
-    def active_reservations(self) -> dict[str, dict]:
-        return self.reservations.active()
-
-    def add_reservation(self, name: str, job_id: int, nodes: str, now_s: float) -> None:
-        self.reservations.add(name, job_id, nodes, now_s)
-
-    def end_reservation(self, name: str, now_s: float) -> None:
-        self.reservations.end(name, now_s)
-
-    def record_decisions(self, cycle: int, now_s: float,
-                         rows: Iterable[tuple[Decision, str, str]]) -> None:
-        self.log.record(cycle, now_s, rows)
-
-    def record_outcome(self, job_id: int, run: int, **values) -> None:
-        self.log.record_outcome(job_id, run, **values)
-
-    def decisions(self, job_id: int | None = None, limit: int = 50,
-                  kind: str | None = None, since_s: float | None = None) -> list[dict]:
-        return self.log.decisions(job_id, limit, kind, since_s)
-
-    def cycles(self, limit: int = 10) -> list[dict]:
-        return self.log.cycles(limit)
-
-    def outcomes(self) -> list[dict]:
-        return self.log.outcomes()
-
-    def set_protected(self, protected: dict[int, tuple[float, float | None]]) -> None:
-        self.guard.set(protected)
-
-    def protected(self) -> dict[int, dict]:
-        return self.guard.get()
-
-    def add_speed_samples(self, samples: Iterable[dict]) -> int:
-        return self.samples.add(samples)
-
-    def speed_samples(self) -> list[dict]:
-        return self.samples.all()
-
-    def predictions(self) -> list[tuple]:
-        return self.prediction_state.live()
-
-    def scored_predictions(self, window: int) -> list[tuple]:
-        return self.prediction_state.scored(window)
-
-    def feature_history(self) -> list[tuple]:
-        return self.prediction_state.history()
-
-    def save_predictions(self, *args, **kwargs) -> None:
-        self.prediction_state.save(*args, **kwargs)
