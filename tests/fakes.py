@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import io
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import Any
 
 from slurm_marl.daemon.store import JobRecord, decision_payload
 from slurm_marl.daemon.store.ports import (DecisionLog, GuardSet, JobRecords, Predictions,
@@ -26,7 +28,9 @@ from slurm_marl.daemon.store.ports import (DecisionLog, GuardSet, JobRecords, Pr
 from slurm_marl.domain import ClusterSnapshot, Decision
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, WriteResult,
                                                 WriteStatus)
-from slurm_marl.slurm_integration.runner import CommandResult, SlurmRunner
+from slurm_marl.slurm_integration.json_stream import CHUNK, JsonStreamError, stream_object
+from slurm_marl.slurm_integration.runner import (CommandResult, SlurmOutputError, SlurmRunner,
+                                                 _errors_text, failure)
 
 
 class PortViolation(BaseException):
@@ -143,24 +147,59 @@ class FakeDecisionSink(_PortFake, port=DecisionSink):
 Answer = tuple[int, str, str]   # a client's exit status, stdout, stderr
 
 
-class ScriptedRunner:
-    """Stands in for ``SlurmRunner`` where the sink runs Slurm's clients: records each
-    call's arguments in ``calls`` and answers (exit status, stdout, stderr) from
-    ``script``, either one answer for every call or a function of the call's arguments.
-    ``run`` takes what ``SlurmRunner.run`` takes (checked when this module is imported)."""
+class ScriptedRunner(SlurmRunner):
+    """Stands in for ``SlurmRunner``: records each call's arguments in ``calls`` and
+    answers (exit status, stdout, stderr) from ``script``, either one answer for every call
+    or a function of the call's arguments (which may also raise, e.g. ``SlurmUnavailable``
+    as the real runner does for a timeout or a missing client).
 
-    def __init__(self, script: Answer | Callable[[list[str]], Answer] = (0, "", "")) -> None:
+    Only the running of a client is scripted: ``run_checked`` and ``run_json`` are
+    ``SlurmRunner``'s own, on top of the scripted ``run``, and ``run_json_streamed`` hands
+    the scripted stdout to the real streaming parser (``json_stream.stream_object``, read
+    ``chunk`` characters at a time) and raises what ``SlurmRunner.run_json_streamed``
+    raises: a failed client, an answer that is not one JSON object, JSON ``errors``.
+    Each method takes what ``SlurmRunner``'s takes (checked when this module is imported).
+    ``calls`` (a list of argument lists) replaces ``SlurmRunner``'s call counter."""
+
+    def __init__(self, script: Answer | Callable[[list[str]], Answer] = (0, "", ""),
+                 chunk: int = CHUNK) -> None:
+        super().__init__("/nonexistent/slurm.conf")     # never read: no client runs
         self.script = script
+        self.chunk = chunk
         self.calls: list[list[str]] = []
 
-    def run(self, args: list[str], timeout_s: float | None = None) -> CommandResult:
+    def _answer(self, args: list[str]) -> Answer:
         self.calls.append(list(args))
-        rc, out, err = self.script(list(args)) if callable(self.script) else self.script
+        return self.script(list(args)) if callable(self.script) else self.script
+
+    def run(self, args: list[str], timeout_s: float | None = None) -> CommandResult:
+        rc, out, err = self._answer(args)
         return CommandResult(list(args), rc, out, err)
 
+    def run_json_streamed(self, args: list[str],
+                          items: dict[str, Callable[[Any], None] | None]
+                          ) -> tuple[dict, dict[str, int]]:
+        rc, out, err = self._answer(args)
+        # as the real runner: the elements are handed over before the exit status is known
+        parsed: tuple[dict, dict[str, int]] | None = None
+        problem: JsonStreamError | None = None
+        try:
+            parsed = stream_object(io.StringIO(out).read, items, chunk=self.chunk)
+        except JsonStreamError as exc:
+            problem = exc
+        if rc != 0:
+            raise failure(args, rc, err.strip() or (_errors_text(parsed[0]) if parsed
+                                                     else "") or f"exit status {rc}")
+        if problem is not None or parsed is None:
+            raise SlurmOutputError(args, 0, f"not one JSON object: {problem}")
+        self._raise_json_errors(args, parsed[0])
+        return parsed
 
-if _shape(inspect.signature(ScriptedRunner.run)) != _shape(inspect.signature(SlurmRunner.run)):
-    raise TypeError("ScriptedRunner.run must take what SlurmRunner.run takes")
+
+for _name in ("run", "run_checked", "run_json", "run_json_streamed"):
+    if (_shape(inspect.signature(getattr(ScriptedRunner, _name)))
+            != _shape(inspect.signature(getattr(SlurmRunner, _name)))):
+        raise TypeError(f"ScriptedRunner.{_name} must take what SlurmRunner.{_name} takes")
 
 
 # ---- the state store's ports (``slurm_marl.daemon.store.ports``) ---------------------------
