@@ -12,7 +12,6 @@ from slurm_marl.domain import (ClusterSnapshot, GpuGroup, GroupAlloc, Job, Node,
                                SetPriority)
 from slurm_marl.slurm_integration.text import gres as G
 from slurm_marl.slurm_integration.marker import Marker, with_marker
-from slurm_marl.slurm_integration.runner import CommandResult
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.sink_plan import plan_gpu_pin
 
@@ -68,7 +67,8 @@ class SlurmJobModel:
     """One pending job's request fields in slurmctld, with what 22.05.8 was measured to do
     to them: an update is applied whole or refused whole; a typed value written into the
     field that already holds a different type ADDS (refused here: the test fails on it);
-    typed over untyped (or back) in one field is refused. Answers ``squeue --json``."""
+    typed over untyped (or back) in one field is refused. Answers ``squeue -O`` and
+    ``scontrol update`` (``ScriptedRunner(model.answer)`` runs the clients against it)."""
 
     def __init__(self, job: Job, refuse: list[bool], read_fails: list[bool]) -> None:
         self.fields = {"TresPerNode": G.format_gpu_request({job.gpu_type: job.gpus_per_node})
@@ -80,17 +80,16 @@ class SlurmJobModel:
         self.writes = 0
         self.violations: list[str] = []
 
-    def run(self, args, timeout_s=None):
+    def answer(self, args: list[str]) -> tuple[int, str, str]:
         if args[0] == "squeue":
             if self.read_fails and self.read_fails.pop(0):
-                return CommandResult(list(args), 1, "", "slurm_load_jobs error: timeout")
+                return 1, "", "slurm_load_jobs error: timeout"
             pn, pj = (self.fields[k] or "N/A" for k in ("TresPerNode", "TresPerJob"))
-            return CommandResult(list(args), 0, f"{self.job.job_id}|{pn}|{pj}|\n", "")
+            return 0, f"{self.job.job_id}|{pn}|{pj}|\n", ""
         self.writes += 1
         updates = dict(a.split("=", 1) for a in args[3:])
         if self.refuse and self.refuse.pop(0):
-            return CommandResult(list(args), 1, "", "Requested operation is presently "
-                                                    "disabled for job 1")
+            return 1, "", "Requested operation is presently disabled for job 1"
         new = dict(self.fields)
         for key in ("TresPerNode", "TresPerJob"):
             if key not in updates:
@@ -100,8 +99,8 @@ class SlurmJobModel:
             old_typed = {r.gpu_type is not None for r in old_t}
             new_typed = {r.gpu_type is not None for r in new_t}
             if old_t and new_t and old_typed != new_typed:
-                return CommandResult(list(args), 1, "", "Invalid GRES specification (with "
-                                     "and without type identification) for job 1")
+                return 1, "", ("Invalid GRES specification (with and without type "
+                               "identification) for job 1")
             if old_t and new_t and {r.gpu_type for r in old_t} != {r.gpu_type for r in new_t}:
                 self.violations.append(f"{key}: {self.fields[key]!r} -> {updates[key]!r} "
                                        "would ADD GPUs on 22.05")
@@ -110,7 +109,7 @@ class SlurmJobModel:
                                        "Slurm may spread the GPUs over nodes")
             new[key] = updates[key]
         self.fields = new
-        return CommandResult(list(args), 0, "", "")
+        return 0, "", ""
 
     def request(self) -> tuple[int, set]:
         reqs = []
@@ -137,7 +136,7 @@ def test_no_sequence_of_outcomes_leaves_a_job_without_its_gpus(gpus, per_job, us
               admin_comment=with_marker("", Marker("" if per_job else request,
                                                    request if per_job else "", "")))
     slurm = SlurmJobModel(job, list(refuse), list(reads))
-    sink = CliDecisionSink(slurm, retries=0, sleep=lambda s: None)
+    sink = CliDecisionSink(ScriptedRunner(slurm.answer), retries=0, sleep=lambda s: None)
     for node, group, start in moves:
         if slurm.writes >= die_after:
             break  # the agent was killed right after its last write
@@ -162,7 +161,7 @@ def test_a_stale_snapshot_never_plans_a_gpu_write_over_another_type():
     job = marked(Job(1, gpus_per_node=2, partition="gpu"), tpn="gres:gpu:2")
     slurm = SlurmJobModel(job, [], [])
     slurm.fields = {"TresPerNode": "", "TresPerJob": "gres:gpu:s0:2"}
-    sink = CliDecisionSink(slurm, retries=0, sleep=lambda s: None)
+    sink = CliDecisionSink(ScriptedRunner(slurm.answer), retries=0, sleep=lambda s: None)
     snap = ClusterSnapshot(time_s=0, nodes=SNAP.nodes, jobs=(job,))
     [res] = sink.apply([place(job, "n1", 1, 2)], snap)
     assert res.ok and slurm.violations == []
@@ -171,7 +170,7 @@ def test_a_stale_snapshot_never_plans_a_gpu_write_over_another_type():
     # and when the fresh read fails, no GPU field is written at all
     slurm = SlurmJobModel(job, [], [True])
     slurm.fields = {"TresPerNode": "", "TresPerJob": "gres:gpu:s0:2"}
-    sink = CliDecisionSink(slurm, retries=0, sleep=lambda s: None)
+    sink = CliDecisionSink(ScriptedRunner(slurm.answer), retries=0, sleep=lambda s: None)
     [res] = sink.apply([place(job, "n1", 1, 2)], snap)
     assert slurm.fields["TresPerJob"] == "gres:gpu:s0:2" and "left to Slurm" in res.message
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from fakes import FakeClusterSource, FakeDecisionSink
+from fakes import FakeClusterSource, FakeDecisionSink, ScriptedRunner
 from slurm_marl.daemon.config import parse_config
 from slurm_marl.daemon.service import Agent
 from slurm_marl.daemon.store import Store
@@ -15,7 +15,7 @@ from slurm_marl.domain import (ClusterSnapshot, Defer, GpuGroup, GroupAlloc, Job
                                Partition, Place, Release, SetPriority)
 from slurm_marl.slurm_integration.marker import Marker, with_marker
 from slurm_marl.slurm_integration.ports import WriteStatus
-from slurm_marl.slurm_integration.runner import CommandResult
+from slurm_marl.slurm_integration.runner import SlurmUnavailable
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 
 TYPED = (GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1))
@@ -41,11 +41,12 @@ class Slurm:
     field; ``fail`` makes the next squeue calls fail (a timeout) while it holds True;
     ``invalid_list``: a list with an unknown id fails whole, as one unknown id does;
     ``stored``: what a job's TresPerJob reads as after a write (Slurm kept another value).
-    Every call advances ``t`` by one (the sink's clock)."""
+    Every call advances ``t`` by one (the sink's clock). ``runner`` runs the clients
+    against it (and records the calls)."""
 
     def __init__(self, jobs: list[int]) -> None:
         self.fields = {j: {"TresPerNode": "gres:gpu:2", "TresPerJob": ""} for j in jobs}
-        self.calls: list[list[str]] = []
+        self.runner = ScriptedRunner(self.answer)
         self.gone: set[int] = set()
         self.omit: set[int] = set()
         self.dup: set[int] = set()
@@ -58,19 +59,17 @@ class Slurm:
     def clock(self) -> float:
         return self.t
 
-    def run(self, args, timeout_s=None):
-        self.calls.append(list(args))
+    def answer(self, args: list[str]) -> tuple[int, str, str]:
         self.t += 1.0
         if args[0] == "squeue":
             assert args[1:3] == ["-h", "-j"] and args[4:] == ["-O", READ], args
             if self.fail and self.fail.pop(0):
-                return CommandResult(list(args), 1, "", "slurm_load_jobs error: Socket "
-                                     "timed out on send/recv operation")
+                return 1, "", ("slurm_load_jobs error: Socket timed out on send/recv "
+                               "operation")
             ids = [int(x) for x in args[3].split(",")]
             known = [j for j in ids if j in self.fields and j not in self.gone]
             if not known or (self.invalid_list and len(known) < len(ids)):
-                return CommandResult(list(args), 1, "",
-                                     "slurm_load_jobs error: Invalid job id specified")
+                return 1, "", "slurm_load_jobs error: Invalid job id specified"
             rows = []
             for j in known:
                 f = self.fields[j]
@@ -80,7 +79,7 @@ class Slurm:
                     row = f"{j}|gres:gpu:s1:x|N/A|"
                 if j not in self.omit:
                     rows += [row] * (2 if j in self.dup else 1)
-            return CommandResult(list(args), 0, "\n".join(rows) + "\n", "")
+            return 0, "\n".join(rows) + "\n", ""
         assert args[:2] == ["scontrol", "update"], args
         ids = [int(x) for x in args[2].split("=", 1)[1].split(",")]
         if len(ids) == 1 and ids[0] in self.fields:
@@ -90,17 +89,17 @@ class Slurm:
                     self.fields[ids[0]][key] = value
             if ids[0] in self.stored:
                 self.fields[ids[0]]["TresPerJob"] = self.stored[ids[0]]
-        return CommandResult(list(args), 0, "", "")
+        return 0, "", ""
 
     def reads(self) -> list[str]:
-        return [c[3] for c in self.calls if c[0] == "squeue"]
+        return [c[3] for c in self.runner.calls if c[0] == "squeue"]
 
     def updates(self) -> list[list[str]]:
-        return [c for c in self.calls if c[0] == "scontrol"]
+        return [c for c in self.runner.calls if c[0] == "scontrol"]
 
 
 def apply(slurm: Slurm, decisions, jobs: list[int]):
-    sink = CliDecisionSink(slurm, retries=0, sleep=lambda s: None, clock=slurm.clock)
+    sink = CliDecisionSink(slurm.runner, retries=0, sleep=lambda s: None, clock=slurm.clock)
     snap = ClusterSnapshot(time_s=0, nodes=NODES, jobs=tuple(job(j) for j in jobs))
     results = sink.apply(decisions, snap)
     return sink, {(r.decision.job_id, type(r.decision).__name__): r for r in results}
@@ -114,13 +113,13 @@ def test_k_pins_read_in_one_squeue_before_the_writes_and_one_after():
     ids = [11, 12, 13, 14, 15]
     slurm = Slurm(ids)
     _, res = apply(slurm, [place(j) for j in ids], ids)
-    assert [c[0] for c in slurm.calls] == ["squeue"] + ["scontrol"] * 5 + ["squeue"]
+    assert [c[0] for c in slurm.runner.calls] == ["squeue"] + ["scontrol"] * 5 + ["squeue"]
     assert slurm.reads() == ["11,12,13,14,15"] * 2
     assert all(pinned(slurm, j) for j in ids)
     assert all(res[(j, "Place")].status is WriteStatus.OK for j in ids)
     # a job never narrowed (its CPUs go with its GPUs: nodes only) is not read at all
     slurm = Slurm([21, 22])
-    sink = CliDecisionSink(slurm, retries=0, sleep=lambda s: None)
+    sink = CliDecisionSink(slurm.runner, retries=0, sleep=lambda s: None)
     snap = ClusterSnapshot(0, NODES, (job(21), job(22).with_(cpus_per_gpu=2)))
     sink.apply([place(21), place(22)], snap)
     assert slurm.reads() == ["21", "21"] and len(slurm.updates()) == 2
@@ -162,10 +161,10 @@ def test_a_failed_batch_read_leaves_every_job_of_it_unpinned():
     assert all("could not read" in res[(j, "Place")].message for j in ids)
 
     class Raises(Slurm):
-        def run(self, args, timeout_s=None):
-            if args[0] == "squeue":
-                raise TimeoutError("timed out after 20 s")
-            return super().run(args, timeout_s)
+        def answer(self, args):
+            if args[0] == "squeue":     # the runner's own timeout
+                raise SlurmUnavailable(args, -1, "timed out after 20 s")
+            return super().answer(args)
     slurm = Raises(ids)
     _, res = apply(slurm, [place(j) for j in ids], ids)
     assert len(slurm.updates()) == 3 and all(res[(j, "Place")].ok for j in ids)
@@ -212,15 +211,15 @@ def test_a_failed_verify_is_that_jobs_failure_only():
     slurm = Slurm(ids)
     slurm.fail = [False]
     decisions = [place(j) for j in ids]
-    sink = CliDecisionSink(slurm, retries=0, sleep=lambda s: None)
+    sink = CliDecisionSink(slurm.runner, retries=0, sleep=lambda s: None)
     snap = ClusterSnapshot(0, NODES, tuple(job(j) for j in ids))
-    real_run = slurm.run
+    real_answer = slurm.answer
 
-    def hide_3_after_writes(args, timeout_s=None):
+    def hide_3_after_writes(args):
         if args[0] == "squeue" and slurm.updates():
             slurm.omit = {3}
-        return real_run(args, timeout_s)
-    slurm.run = hide_3_after_writes
+        return real_answer(args)
+    slurm.runner.script = hide_3_after_writes
     res = {r.decision.job_id: r for r in sink.apply(decisions, snap)}
     assert res[3].message == ("verify failed: could not read the job back (the write "
                               "itself was accepted)")
@@ -236,7 +235,7 @@ def test_a_failed_verify_is_that_jobs_failure_only():
 def test_results_keep_the_order_of_the_jobs():
     ids = [5, 3, 9]
     slurm = Slurm(ids)
-    sink = CliDecisionSink(slurm, retries=0, sleep=lambda s: None)
+    sink = CliDecisionSink(slurm.runner, retries=0, sleep=lambda s: None)
     snap = ClusterSnapshot(0, NODES, tuple(job(j) for j in ids))
     decisions = [SetPriority(5, priority=3), place(5), SetPriority(3, priority=2),
                  SetPriority(9, priority=1), place(9)]
@@ -247,7 +246,7 @@ def test_results_keep_the_order_of_the_jobs():
 
 def test_read_request_is_the_batch_of_one():
     slurm = Slurm([7])
-    sink = CliDecisionSink(slurm)
+    sink = CliDecisionSink(slurm.runner)
     assert sink.read_request(7) == {"gpus_per_node": 2, "gpus_per_job": 0, "gpu_type": None}
     slurm.gone = {7}
     assert sink.read_request(7) is None
@@ -260,17 +259,17 @@ def test_starts_done_is_before_the_lease_renewals_and_after_releases():
     decisions = [place(1), place(2), Release(3, "queue", "eligible now"),
                  Defer(4, "lease", "waits", seconds=30.0)]
     sink, res = apply(slurm, decisions, ids)
-    kinds = [" ".join(c[:3]) for c in slurm.calls]
+    kinds = [" ".join(c[:3]) for c in slurm.runner.calls]
     assert kinds == ["squeue -h -j", "scontrol update jobid=1", "scontrol update jobid=2",
                      "squeue -h -j", "scontrol update jobid=3", "scontrol update jobid=4"]
-    assert slurm.calls[-1][-1] == "StartTime=now+30"
+    assert slurm.runner.calls[-1][-1] == "StartTime=now+30"
     assert sink.starts_done() == 5.0      # after the release (call 5), before the renewal
     assert all(r.ok for r in res.values())
     # without renewals: the end of apply; before any apply: not known
     slurm = Slurm([1])
     sink, _ = apply(slurm, [place(1)], [1])
     assert sink.starts_done() == slurm.t == 3.0
-    assert CliDecisionSink(Slurm([])).starts_done() is None
+    assert CliDecisionSink(Slurm([]).runner).starts_done() is None
 
 
 def test_calls_per_cycle_with_k_pins_and_a_lease_batch():
@@ -282,7 +281,7 @@ def test_calls_per_cycle_with_k_pins_and_a_lease_batch():
         slurm = Slurm(ids)
         apply(slurm, [place(j) for j in ids] + [Defer(j, "lease", "", seconds=30.0)
                                                  for j in leased], ids)
-        assert len(slurm.calls) == k + 2 + 2
+        assert len(slurm.runner.calls) == k + 2 + 2
 
 
 def test_the_cycle_report_says_when_its_starts_ended(tmp_path):

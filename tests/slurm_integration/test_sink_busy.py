@@ -6,62 +6,62 @@ from __future__ import annotations
 
 import pytest
 
+from fakes import ScriptedRunner
 from slurm_marl.domain import SetPriority
 from slurm_marl.slurm_integration.ports import WriteStatus
-from slurm_marl.slurm_integration.runner import (CommandResult, SlurmRunner,
-                                                 SlurmUnavailable)
+from slurm_marl.slurm_integration.runner import SlurmUnavailable
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 
 BUSY = "Resource temporarily unavailable for job 1"
 DOWN = "slurm_update error: Unable to contact slurm controller (connect failure)"
 
 
-class Scripted(SlurmRunner):
+class Answers:
     """Answers each call for job N with the next of ``answers[N]`` (then success)."""
 
     def __init__(self, answers: dict[int, list[str]]) -> None:
-        super().__init__("/nonexistent/slurm.conf")
         self.answers = answers
-        self.seen: list[list[str]] = []
 
-    def run(self, args, timeout_s=None):
-        self.seen.append(list(args))
+    def answer(self, args: list[str]) -> tuple[int, str, str]:
         job = int(next(a for a in args if a.startswith("jobid=")).split("=")[1])
         queue = self.answers.get(job) or []
         err = queue.pop(0) if queue else ""
-        return CommandResult(list(args), 1 if err else 0, "", err)
+        return (1 if err else 0), "", err
 
 
-def _apply(runner: Scripted, retries: int = 2):
+def scripted(answers: dict[int, list[str]]) -> ScriptedRunner:
+    return ScriptedRunner(Answers(answers).answer)
+
+
+def _apply(runner: ScriptedRunner, retries: int = 2):
     sink = CliDecisionSink(runner, retries=retries, sleep=lambda s: None)
     return sink.apply([SetPriority(1, priority=100), SetPriority(2, priority=50)])
 
 
 def test_a_busy_answer_is_retried_and_the_write_lands():
-    runner = Scripted({1: [BUSY, BUSY]})
+    runner = scripted({1: [BUSY, BUSY]})
     results = _apply(runner)
     assert [r.status for r in results] == [WriteStatus.OK, WriteStatus.OK]
-    assert sum(1 for a in runner.seen if "jobid=1" in a) == 3
+    assert sum(1 for a in runner.calls if "jobid=1" in a) == 3
 
 
 def test_busy_to_the_end_refuses_that_write_only():
-    runner = Scripted({1: [BUSY] * 5})
+    runner = scripted({1: [BUSY] * 5})
     results = _apply(runner)
     assert [r.status for r in results] == [WriteStatus.REFUSED, WriteStatus.OK]
     assert BUSY in results[0].message
-    assert any("jobid=2" in a for a in runner.seen)  # the batch went on
+    assert any("jobid=2" in a for a in runner.calls)  # the batch went on
 
 
 def test_a_controller_found_down_still_stops_the_batch():
-    runner = Scripted({1: [DOWN] * 5})
+    runner = scripted({1: [DOWN] * 5})
     results = _apply(runner)
     assert [r.status for r in results] == [WriteStatus.UNAVAILABLE, WriteStatus.UNAVAILABLE]
-    assert not any("jobid=2" in a for a in runner.seen)
+    assert not any("jobid=2" in a for a in runner.calls)
 
 
 def test_a_busy_read_is_a_skipped_cycle_not_a_misread():
-    runner = Scripted({})
-    runner.run = lambda args, timeout_s=None: CommandResult(list(args), 1, "", BUSY)
+    runner = ScriptedRunner((1, "", BUSY))
     with pytest.raises(SlurmUnavailable):
         runner.run_checked(["squeue", "--json", "jobid=1"])
 
@@ -71,12 +71,12 @@ def test_every_write_tried_names_its_job_to_on_write():
     listing): each write names its job, refused or not, and a batch stopped by a
     controller found down names none it did not try."""
     named: list[int] = []
-    sink = CliDecisionSink(Scripted({1: [BUSY] * 5}), retries=2, sleep=lambda s: None,
+    sink = CliDecisionSink(scripted({1: [BUSY] * 5}), retries=2, sleep=lambda s: None,
                            on_write=named.extend)
     sink.apply([SetPriority(1, priority=100), SetPriority(2, priority=50)])
     assert named == [1, 2]
     named.clear()
-    sink = CliDecisionSink(Scripted({1: [DOWN] * 5}), retries=0, sleep=lambda s: None,
+    sink = CliDecisionSink(scripted({1: [DOWN] * 5}), retries=0, sleep=lambda s: None,
                            on_write=named.extend)
     sink.apply([SetPriority(1, priority=100), SetPriority(2, priority=50)])
     assert named == [1]
@@ -87,7 +87,7 @@ def test_an_admin_comment_written_is_named_to_on_admin_comment():
     the one it knew or the agent's own write: each AdminComment write is named, with its
     value; other writes name none."""
     written: list[tuple[int, str]] = []
-    sink = CliDecisionSink(Scripted({}), retries=0, sleep=lambda s: None,
+    sink = CliDecisionSink(scripted({}), retries=0, sleep=lambda s: None,
                            on_admin_comment=lambda j, v: written.append((j, v)))
     sink._update_job(5, {"ReqNodeList": "n1", "AdminComment": "slurm-marl:v1;tpn=x=y",
                          "StartTime": "now"}, [])
