@@ -11,7 +11,6 @@ The same reads against real Slurm: tests/slurm/test_changed_reads_live.py.
 from __future__ import annotations
 
 import copy
-import io
 import json
 import random
 import time
@@ -19,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from fakes import ScriptedRunner
 from slurm_marl.slurm_integration import changes as C
 from slurm_marl.slurm_integration import source as S
-from slurm_marl.slurm_integration.json_stream import stream_object
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmUnavailable
 from slurm_marl.slurm_integration.sink_commands import jobs_written
 from slurm_marl.slurm_integration.source import CliClusterSource
@@ -44,13 +43,9 @@ def number(v):
     return {"set": True, "infinite": False, "number": v}
 
 
-class Result:
-    def __init__(self, stdout="", ok=True, returncode=0):
-        self.stdout, self.ok, self.returncode, self.message = stdout, ok, returncode, ""
-
-
 class FakeSlurm:
-    """Jobs and nodes, answering as Slurm 24.11 does; ``calls`` records every call."""
+    """Jobs and nodes, answering as Slurm 24.11 does; ``runner`` runs the clients against
+    them (``runner.calls`` records every call)."""
 
     def __init__(self, nodes: int = 6) -> None:
         self.jobs: dict[int, dict] = {}
@@ -66,7 +61,7 @@ class FakeSlurm:
                      gres_used="gpu:s0:0(IDX:N/A),gpu:s1:0(IDX:N/A)")
         self.nodes["spare"] = spare
         self.next_id = 100
-        self.calls: list[list[str]] = []
+        self.runner = ScriptedRunner(self.answer)
         self.fail_next: str | None = None
         # a job purged (MinJobAge) right after the next job listing, before its record is read
         self.purge_after_listing: int | None = None
@@ -127,58 +122,50 @@ class FakeSlurm:
         assert len(fields) == len(C.JOB_FIELDS)
         return "".join(f + C.SEP for f in fields)
 
-    def _answer(self, argv: list[str]):
+    def answer(self, argv: list[str]) -> tuple[int, str, str]:
+        if argv == ["scontrol", "--version"]:
+            if self.version == "raise":
+                raise SlurmUnavailable(argv, -1, "timed out after 30 s")
+            return (0, self.version + "\n", "") if self.version is not None else (1, "", "")
+        if argv == ["scontrol", "show", "topology"]:
+            return 1, "", ""                        # no topology
         if self.fail_next and self.fail_next in " ".join(argv):
             self.fail_next = None
-            raise SlurmError(argv, 1, "slurm_load_jobs error: Socket timed out")
+            return 1, "", "slurm_load_jobs error: Socket timed out"
         if argv[:2] == ["squeue", "-h"]:
             listing = "\n".join(self._row(j) for j in self.jobs.values()) + "\n"
             if self.purge_after_listing is not None:
                 del self.jobs[self.purge_after_listing]
                 self.purge_after_listing = None
-            return listing
+            return 0, listing, ""
         if argv[0] == "sinfo" and "-h" in argv:
             by_state: dict[str, list[str]] = {}
             for n in self.nodes.values():
                 if not n["partitions"]:
                     continue
                 by_state.setdefault(n["state"][0].lower(), []).append(n["name"])
-            return "".join(f"{s}{C.SEP}{collapse_hosts(ns)}\n" for s, ns in by_state.items())
+            return 0, "".join(f"{s}{C.SEP}{collapse_hosts(ns)}\n"
+                              for s, ns in by_state.items()), ""
         if argv[0] == "sinfo":
-            return {"sinfo": [], "meta": META}
+            return 0, json.dumps({"sinfo": [], "meta": META}), ""
         if argv[:2] == ["squeue", "--json"]:
             ids = next((a.split("=", 1)[1] for a in argv if a.startswith("--jobs=")), None)
             wanted = None if ids is None else {int(x) for x in ids.split(",")}
             if wanted is not None and len(wanted) == 1 and not wanted & set(self.jobs):
                 # 24.11 and 26.05 alike; a list of ids leaves a missing one out instead
-                raise SlurmError(argv, 1, "slurm_load_jobs error: Invalid job id specified")
-            return {"jobs": [j for j in self.jobs.values()
-                             if wanted is None or j["job_id"] in wanted], "meta": META}
+                return 1, "", "slurm_load_jobs error: Invalid job id specified"
+            return 0, json.dumps({"jobs": [j for j in self.jobs.values()
+                                           if wanted is None or j["job_id"] in wanted],
+                                  "meta": META}), ""
         if argv[:3] == ["scontrol", "show", "node"]:
             names = set(argv[4].split(",")) if len(argv) > 4 else None
-            return {"nodes": [n for n in self.nodes.values()
-                              if names is None or n["name"] in names], "meta": META}
+            return 0, json.dumps({"nodes": [n for n in self.nodes.values()
+                                            if names is None or n["name"] in names],
+                                  "meta": META}), ""
         if argv[:3] == ["scontrol", "show", "partition"]:
-            return f"PartitionName=gpu Nodes=n[1-{len(self.nodes) - 1}] State=UP Default=YES\n"
+            return (0, f"PartitionName=gpu Nodes=n[1-{len(self.nodes) - 1}] State=UP "
+                       "Default=YES\n", "")
         raise AssertionError(argv)
-
-    # ---- the runner's interface -------------------------------------------------------
-    def run_checked(self, argv):
-        self.calls.append(list(argv))
-        return self._answer(argv)
-
-    def run_json_streamed(self, argv, items):
-        self.calls.append(list(argv))
-        data = self._answer(argv)
-        return stream_object(io.StringIO(json.dumps(data)).read, items)
-
-    def run(self, argv):
-        self.calls.append(list(argv))
-        if argv == ["scontrol", "--version"] and self.version == "raise":
-            raise SlurmUnavailable(argv, -1, "timed out after 30 s")
-        if argv == ["scontrol", "--version"] and self.version is not None:
-            return Result(self.version + "\n")
-        return Result(ok=False, returncode=1)      # no topology
 
 
 class Clock:
@@ -194,7 +181,7 @@ def by_id(snap):
 
 
 def full_read(slurm):
-    return by_id(CliClusterSource(slurm).snapshot())
+    return by_id(CliClusterSource(slurm.runner).snapshot())
 
 
 def test_rows_split_only_the_plain_fields_and_join_continued_lines():
@@ -238,7 +225,7 @@ def test_a_snapshot_read_by_changes_holds_what_a_full_read_holds(seed, monkeypat
     # second snapshot on), half learn it from the first JSON answer
     slurm.version = "slurm-wlm 24.11.5" if seed % 2 else None
     clock = Clock()
-    source = CliClusterSource(slurm, full_read_s=300, clock=clock)
+    source = CliClusterSource(slurm.runner, full_read_s=300, clock=clock)
     for _ in range(6):
         slurm.submit(rng)
     modes = []
@@ -311,7 +298,7 @@ def thirty_jobs_read_twice(seed: int) -> tuple[FakeSlurm, CliClusterSource, list
     read them twice: the first read tells the layout, the second keeps what it read."""
     rng = random.Random(seed)
     slurm = FakeSlurm(nodes=20)
-    source = CliClusterSource(slurm, full_read_s=300, clock=Clock())
+    source = CliClusterSource(slurm.runner, full_read_s=300, clock=Clock())
     jobs = [slurm.submit(rng) for _ in range(30)]
     for i, jid in enumerate(jobs[:10]):
         slurm.start(jid, f"n{i + 1}")
@@ -326,19 +313,19 @@ def test_reads_only_what_changed_and_ignores_estimates():
     for jid in jobs[10:]:
         slurm.jobs[jid]["start_time"] = number(1_900_000_000)    # backfill's estimates
         slurm.jobs[jid]["state_reason"] = "Resources"
-    slurm.calls.clear()
+    slurm.runner.calls.clear()
     snap = source.snapshot()
     assert source.last_read == {"mode": "changes", "listed_jobs": 30, "listed_nodes": 20,
                                 "jobs_read": 0, "nodes_read": 0, "jobs_gone": 0,
                                 "eligible_moved": 0}
-    assert [c[0] for c in slurm.calls if "--json" in c] == []
+    assert [c[0] for c in slurm.runner.calls if "--json" in c] == []
     assert {j.pending_reason for j in snap.jobs if j.is_pending} == {"Resources"}
     slurm.finish(jobs[0])
     slurm.start(jobs[10], "n20")
-    slurm.calls.clear()
+    slurm.runner.calls.clear()
     snap = source.snapshot()
     assert source.last_read["jobs_read"] == 2 and source.last_read["nodes_read"] == 2
-    json_calls = [c for c in slurm.calls if "--json" in c]
+    json_calls = [c for c in slurm.runner.calls if "--json" in c]
     assert ["squeue", "--json", "--states=all", f"--jobs={jobs[0]},{jobs[10]}"] in json_calls
     assert ["scontrol", "show", "node", "--json", "n1,n20"] in json_calls
     assert by_id(snap) == full_read(slurm)
@@ -348,7 +335,7 @@ def test_an_admin_comment_is_seen_when_written_by_the_agent_or_at_the_next_full_
     rng = random.Random(2)
     slurm = FakeSlurm()
     clock = Clock()
-    source = CliClusterSource(slurm, full_read_s=300, clock=clock)
+    source = CliClusterSource(slurm.runner, full_read_s=300, clock=clock)
     jid = slurm.submit(rng)
     source.snapshot()
     source.snapshot()
@@ -368,7 +355,7 @@ def test_an_admin_comment_is_seen_when_written_by_the_agent_or_at_the_next_full_
 def test_a_failed_read_makes_the_next_snapshot_a_full_one(failing):
     rng = random.Random(3)
     slurm = FakeSlurm()
-    source = CliClusterSource(slurm, full_read_s=300, clock=Clock())
+    source = CliClusterSource(slurm.runner, full_read_s=300, clock=Clock())
     jid = slurm.submit(rng)
     source.snapshot()
     source.snapshot()
@@ -386,15 +373,15 @@ def test_many_changes_are_read_whole(monkeypatch):
     monkeypatch.setattr(S, "MAX_BY_ID", 3)
     rng = random.Random(4)
     slurm = FakeSlurm()
-    source = CliClusterSource(slurm, full_read_s=300, clock=Clock())
+    source = CliClusterSource(slurm.runner, full_read_s=300, clock=Clock())
     source.snapshot()
     source.snapshot()
     for _ in range(5):
         slurm.submit(rng)
-    slurm.calls.clear()
+    slurm.runner.calls.clear()
     snap = source.snapshot()
-    assert ["squeue", "--json", "--states=all"] in slurm.calls
-    assert not any(a.startswith("--jobs=") for c in slurm.calls for a in c)
+    assert ["squeue", "--json", "--states=all"] in slurm.runner.calls
+    assert not any(a.startswith("--jobs=") for c in slurm.runner.calls for a in c)
     assert by_id(snap) == full_read(slurm)
 
 
@@ -407,18 +394,18 @@ def test_few_changed_jobs_are_read_one_per_call_and_a_purged_one_is_left_out(mon
     slurm, source, jobs = thirty_jobs_read_twice(5)
     slurm.finish(jobs[0])
     slurm.start(jobs[10], "n20")
-    slurm.calls.clear()
+    slurm.runner.calls.clear()
     snap = source.snapshot()                     # 2 changed of 30 listed: 2 x 10 <= 30
-    job_calls = [c for c in slurm.calls if c[:2] == ["squeue", "--json"]]
+    job_calls = [c for c in slurm.runner.calls if c[:2] == ["squeue", "--json"]]
     assert job_calls == [["squeue", "--json", "--states=all", f"--jobs={jobs[0]}"],
                          ["squeue", "--json", "--states=all", f"--jobs={jobs[10]}"]]
     assert by_id(snap) == full_read(slurm)
     slurm.finish(jobs[1])
     slurm.finish(jobs[2])
     slurm.purge_after_listing = jobs[1]
-    slurm.calls.clear()
+    slurm.runner.calls.clear()
     snap = source.snapshot()
-    job_calls = [c for c in slurm.calls if c[:2] == ["squeue", "--json"]]
+    job_calls = [c for c in slurm.runner.calls if c[:2] == ["squeue", "--json"]]
     assert job_calls == [["squeue", "--json", "--states=all", f"--jobs={jobs[1]}"],
                          ["squeue", "--json", "--states=all", f"--jobs={jobs[2]}"]]
     assert source.last_read["mode"] == "changes"
@@ -432,20 +419,20 @@ def test_few_changed_jobs_are_read_one_per_call_and_a_purged_one_is_left_out(mon
     assert source.last_read["mode"] == "full"
     for jid in jobs[3:7]:                        # 4 changed: 4 x 10 > 29, one call
         slurm.finish(jid)
-    slurm.calls.clear()
+    slurm.runner.calls.clear()
     snap = source.snapshot()
-    assert [c for c in slurm.calls if c[:2] == ["squeue", "--json"]] == [
+    assert [c for c in slurm.runner.calls if c[:2] == ["squeue", "--json"]] == [
         ["squeue", "--json", "--states=all", "--jobs=" + ",".join(map(str, jobs[3:7]))]]
     assert by_id(snap) == full_read(slurm)
 
 
 def test_without_full_read_s_every_snapshot_is_a_full_read():
     slurm = FakeSlurm()
-    source = CliClusterSource(slurm)
+    source = CliClusterSource(slurm.runner)
     for _ in range(3):
         source.snapshot()
         assert source.last_read == {"mode": "full"}
-    assert not any(c[:2] == ["squeue", "-h"] for c in slurm.calls)
+    assert not any(c[:2] == ["squeue", "-h"] for c in slurm.runner.calls)
 
 
 @pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
@@ -479,9 +466,9 @@ def test_a_known_version_is_read_by_changes_from_the_second_snapshot(version):
     for _ in range(4):
         slurm.submit(rng)
     clock = Clock()
-    source = CliClusterSource(slurm, full_read_s=300, clock=clock)
+    source = CliClusterSource(slurm.runner, full_read_s=300, clock=clock)
     first = source.snapshot()
-    first_calls = [c[:2] for c in slurm.calls]
+    first_calls = [c[:2] for c in slurm.runner.calls]
     clock.t += 10
     second = source.snapshot()
     assert by_id(second) == by_id(first) == full_read(slurm)
@@ -498,9 +485,9 @@ def test_a_moved_eligible_time_alone_is_carried_not_read(monkeypatch):
     renewed = jobs[10:25]
     for k, jid in enumerate(renewed):
         slurm.jobs[jid]["eligible_time"] = number(1_800_000_000 + k)
-    slurm.calls.clear()
+    slurm.runner.calls.clear()
     snap = source.snapshot()
-    assert [c for c in slurm.calls if "--json" in c] == []
+    assert [c for c in slurm.runner.calls if "--json" in c] == []
     assert source.last_read["eligible_moved"] == 15 and source.last_read["jobs_read"] == 0
     assert {j.job_id: j.eligible_time_s for j in snap.jobs if j.job_id in renewed} == {
         jid: 1_800_000_000 + k for k, jid in enumerate(renewed)}
@@ -508,7 +495,7 @@ def test_a_moved_eligible_time_alone_is_carried_not_read(monkeypatch):
     # moved with another field: read, as any change
     slurm.jobs[jobs[10]]["eligible_time"] = number(1_800_000_100)
     slurm.jobs[jobs[10]]["time_limit"] = number(7)
-    slurm.calls.clear()
+    slurm.runner.calls.clear()
     snap = source.snapshot()
     assert source.last_read["jobs_read"] == 1 and source.last_read["eligible_moved"] == 0
     assert by_id(snap) == full_read(slurm)
@@ -523,7 +510,7 @@ def test_a_moved_eligible_time_alone_is_carried_not_read(monkeypatch):
         source.snapshot()     # the listing now in Berlin's time: each time read again
         repeated = int(time.mktime((2026, 10, 25, 2, 30, 0, 0, 0, 0)))
         slurm.jobs[jobs[11]]["eligible_time"] = number(repeated)
-        slurm.calls.clear()
+        slurm.runner.calls.clear()
         snap = source.snapshot()
         assert source.last_read["jobs_read"] == 1
         assert by_id(snap) == full_read(slurm)

@@ -6,17 +6,16 @@ the job ids by name. A layout the reader does not know must be refused, not read
 """
 
 import copy
-import io
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from fakes import ScriptedRunner
 from slurm_marl.domain import JobState
 from slurm_marl.slurm_integration import parse as P
-from slurm_marl.slurm_integration.json_stream import stream_object
-from slurm_marl.slurm_integration.runner import CommandResult, SlurmError, SlurmOutputError
+from slurm_marl.slurm_integration.runner import SlurmError, SlurmOutputError
 from slurm_marl.slurm_integration.sink import CliDecisionSink
 from slurm_marl.slurm_integration.source import CliClusterSource
 from slurm_marl.slurm_integration.text import (GpuRequest, expand_host_field, parse_gpu_request,
@@ -347,8 +346,10 @@ def test_one_strange_job_or_node_is_only_a_problem(version):
 # ---- the source: which calls, per version -------------------------------------------------
 
 
-class RecordedRunner:
-    """Answers Slurm calls from a recording; any other call fails the test."""
+class Recorded:
+    """Answers Slurm calls from a recording; any other call fails the test. ``runner``
+    runs the clients against it: the real streaming parser reads the recording 4096
+    characters at a time."""
 
     FILES = {("squeue", "--json"): "squeue.json",
              ("squeue", "--json", "--states=all"): "squeue_all.json",
@@ -359,32 +360,23 @@ class RecordedRunner:
 
     def __init__(self, version):
         self.version = version
-        self.calls = []
+        self.runner = ScriptedRunner(self.answer, chunk=4096)
 
-    def _answer(self, args):
-        self.calls.append(" ".join(args))
+    def answer(self, args: list[str]) -> tuple[int, str, str]:
         name = self.FILES[tuple(args)]
         if self.version == "22.05" and name == "scontrol_show_node.json":
-            raise SlurmError(args, 1, "scontrol: unrecognized option '--json'")
-        return text(self.version, name)
+            return 1, "", "scontrol: unrecognized option '--json'"
+        return 0, text(self.version, name), ""
 
-    def run(self, args):
-        return CommandResult(list(args), 0, self._answer(args), "")
 
-    def run_checked(self, args):
-        return self._answer(args)
-
-    def run_json(self, args):
-        return json.loads(self._answer(args))
-
-    def run_json_streamed(self, args, items):   # the real streaming parser on the recording
-        return stream_object(io.StringIO(self._answer(args)).read, items, chunk=4096)
+def called(runner: ScriptedRunner) -> list[str]:
+    return [" ".join(c) for c in runner.calls]
 
 
 def test_source_on_22_05_makes_the_same_four_calls_as_always():
-    runner = RecordedRunner("22.05")
+    runner = Recorded("22.05").runner
     snap = CliClusterSource(runner).snapshot()
-    assert runner.calls == ["scontrol show partition -o", "scontrol show topology",
+    assert called(runner) == ["scontrol show partition -o", "scontrol show topology",
                             "sinfo --json", "squeue --json"]
     assert len(snap.nodes) == 4 and len(snap.jobs) == 12
     assert snap.node("n3").leaf_switch == "leaf2"
@@ -392,16 +384,16 @@ def test_source_on_22_05_makes_the_same_four_calls_as_always():
 
 @pytest.mark.parametrize("version", LATER)
 def test_source_on_later_versions_reads_nodes_from_scontrol(version):
-    runner = RecordedRunner(version)
+    runner = Recorded(version).runner
     source = CliClusterSource(runner, static_ttl_s=60)
     first = source.snapshot()
-    assert runner.calls == ["scontrol show partition -o", "scontrol show topology",
+    assert called(runner) == ["scontrol show partition -o", "scontrol show topology",
                             "sinfo --json", "scontrol show node --json",
                             "squeue --json --states=all"]
     assert source.layout.parser == PARSERS[version]
     runner.calls.clear()
     second = source.snapshot()
-    assert runner.calls == ["scontrol show node --json", "squeue --json --states=all"]
+    assert called(runner) == ["scontrol show node --json", "squeue --json --states=all"]
     assert second.nodes == first.nodes and len(second.jobs) == 12
     assert second.node("n4").state == "IDLE+DRAIN" and second.node("n1").leaf_switch == "leaf1"
     assert second.job(ids(version)["requeued"]).state is JobState.COMPLETING
@@ -409,36 +401,29 @@ def test_source_on_later_versions_reads_nodes_from_scontrol(version):
 
 
 def test_source_follows_an_upgrade_and_a_downgrade():
-    runner = RecordedRunner("22.05")
+    slurm = Recorded("22.05")
+    runner = slurm.runner
     source = CliClusterSource(runner, static_ttl_s=60)
     source.snapshot()
-    runner.version, runner.calls = "24.11", []
+    slurm.version, runner.calls = "24.11", []
     source.snapshot()   # sinfo tells the new version at once
-    assert runner.calls == ["sinfo --json", "scontrol show node --json",
+    assert called(runner) == ["sinfo --json", "scontrol show node --json",
                             "squeue --json --states=all"]
-    runner.version, runner.calls = "22.05", []
+    slurm.version, runner.calls = "22.05", []
     with pytest.raises(SlurmError):
         source.snapshot()
     assert source.layout is None
     runner.calls = []
     assert len(source.snapshot().nodes) == 4
-    assert runner.calls == ["sinfo --json", "squeue --json"]
+    assert called(runner) == ["sinfo --json", "squeue --json"]
 
 
 # ---- the sink's read-back: both request forms ---------------------------------------------
 
 
-class SqueueO:
-    def __init__(self, tres_per_node):
-        self.tres_per_node = tres_per_node
-
-    def run(self, args):
-        return CommandResult(list(args), 0, f"7|{self.tres_per_node}|N/A|\n", "")
-
-
 @pytest.mark.parametrize("read_back", ["gres:gpu:s1:2", "gres/gpu:s1:2"])
 def test_sink_accepts_both_read_back_forms(read_back):
-    sink = CliDecisionSink(SqueueO(read_back))
+    sink = CliDecisionSink(ScriptedRunner((0, f"7|{read_back}|N/A|\n", "")))   # squeue -O
     assert sink.read_request(7) == {"gpus_per_node": 2, "gpus_per_job": 0, "gpu_type": "s1"}
     now = sink.read_requests([7])[7]
     assert sink._verify_against(now, {"TresPerNode": "gres:gpu:s1:2"}) == ""
@@ -446,14 +431,15 @@ def test_sink_accepts_both_read_back_forms(read_back):
 
 
 def test_source_follows_an_answer_that_names_another_version():
-    runner = RecordedRunner("24.11")
+    slurm = Recorded("24.11")
+    runner = slurm.runner
     source = CliClusterSource(runner, static_ttl_s=60)
     source.snapshot()
-    runner.version, runner.calls = "26.05", []
+    slurm.version, runner.calls = "26.05", []
     assert len(source.snapshot().jobs) == 12
-    assert runner.calls == ["scontrol show node --json", "squeue --json --states=all"]
+    assert called(runner) == ["scontrol show node --json", "squeue --json --states=all"]
     assert source.layout.parser == PARSERS["26.05"]
-    runner.version = "22.05"   # a squeue of another layout is followed too
+    slurm.version = "22.05"    # a squeue of another layout is followed too
     source._check_layout(load("22.05", "squeue.json"), "squeue --json")
     assert source._squeue_args() == ["squeue", "--json"]
 
