@@ -29,8 +29,7 @@ from slurm_marl.domain import ClusterSnapshot, Decision
 from slurm_marl.slurm_integration.ports import (ClusterSource, DecisionSink, WriteResult,
                                                 WriteStatus)
 from slurm_marl.slurm_integration.json_stream import CHUNK, JsonStreamError, stream_object
-from slurm_marl.slurm_integration.runner import (CommandResult, SlurmOutputError, SlurmRunner,
-                                                 _errors_text, failure)
+from slurm_marl.slurm_integration.runner import CommandResult, SlurmRunner
 
 
 class PortViolation(BaseException):
@@ -157,7 +156,8 @@ class ScriptedRunner(SlurmRunner):
     ``SlurmRunner``'s own, on top of the scripted ``run``, and ``run_json_streamed`` hands
     the scripted stdout to the real streaming parser (``json_stream.stream_object``, read
     ``chunk`` characters at a time) and raises what ``SlurmRunner.run_json_streamed``
-    raises: a failed client, an answer that is not one JSON object, JSON ``errors``.
+    raises (``SlurmRunner.streamed_answer``): a failed client, an answer that is not one
+    JSON object, JSON ``errors``.
     Each method takes what ``SlurmRunner``'s takes (checked when this module is imported).
     ``calls`` (a list of argument lists) replaces ``SlurmRunner``'s call counter."""
 
@@ -187,13 +187,7 @@ class ScriptedRunner(SlurmRunner):
             parsed = stream_object(io.StringIO(out).read, items, chunk=self.chunk)
         except JsonStreamError as exc:
             problem = exc
-        if rc != 0:
-            raise failure(args, rc, err.strip() or (_errors_text(parsed[0]) if parsed
-                                                     else "") or f"exit status {rc}")
-        if problem is not None or parsed is None:
-            raise SlurmOutputError(args, 0, f"not one JSON object: {problem}")
-        self._raise_json_errors(args, parsed[0])
-        return parsed
+        return self.streamed_answer(args, rc, err, parsed, problem)
 
 
 for _name in ("run", "run_checked", "run_json", "run_json_streamed"):

@@ -217,12 +217,20 @@ class SlurmRunner:
                   time.monotonic() - started)
         if timed_out.is_set():
             raise SlurmUnavailable(args, -1, f"timed out after {timeout:.0f} s")
+        return self.streamed_answer(args, rc, stderr, parsed, problem)
+
+    @classmethod
+    def streamed_answer(cls, args: list[str], rc: int, stderr: str,
+                        parsed: tuple[dict, dict[str, int]] | None,
+                        problem: JsonStreamError | None) -> tuple[dict, dict[str, int]]:
+        """A streamed answer once the client has exited: raise for a failed client, an
+        answer that is not one JSON object or JSON ``errors``, else return it."""
         if rc != 0:
             raise failure(args, rc, stderr.strip() or (_errors_text(parsed[0]) if parsed
                                                         else "") or f"exit status {rc}")
         if problem is not None or parsed is None:
             raise SlurmOutputError(args, 0, f"not one JSON object: {problem}")
-        self._raise_json_errors(args, parsed[0])
+        cls._raise_json_errors(args, parsed[0])
         return parsed
 
     @staticmethod
