@@ -120,32 +120,6 @@ def test_time_scaled_profile_divides_service_thresholds(tmp_path):
     assert not load_profile(time_scaled_profile("las-lif", 50, tmp_path, guard=False)).guard
 
 
-def test_a_replay_keeps_the_guard_s_slack_above_slurm_s_scheduling_passes(tmp_path):
-    """Scaled, the default guard's 60 s slack is 0.33 s at 180x, below the replay cluster's
-    2 s passes: the floor (two passes, wall seconds) holds instead; a slack above it stays
-    scaled; the simulator predicting the run gets the same floor in trace seconds."""
-    from slurm_marl.policy.profile import load_profile
-    from slurm_marl.replay.cli import ReplayRun
-    from slurm_marl.replay.timescale import replay_slack_floor_s, time_scaled_profile
-
-    assert replay_slack_floor_s(2) == 4.0
-    floored = load_profile(time_scaled_profile("las-consolidate", 180, tmp_path,
-                                               slack_floor_s=4.0))
-    assert floored.guard["slack_min_s"] == 4.0 and floored.guard["step_s"] == 60 / 180
-    kept = load_profile(time_scaled_profile("las-consolidate", 10, tmp_path,
-                                            slack_floor_s=4.0))
-    assert kept.guard["slack_min_s"] == 6.0
-    assert load_profile(time_scaled_profile("las-consolidate", 180, tmp_path)
-                        ).guard["slack_min_s"] == 60 / 180
-    run = ReplayRun("agent", "agent", "agent", "las-consolidate")
-    assert run.sim_profile(4.0 * 180).guard["slack_min_s"] == 720.0
-    assert run.sim_profile(30.0).guard["slack_min_s"] == 60.0
-    assert run.sim_profile().guard["slack_min_s"] == 60.0
-    assert not ReplayRun("slurm", "Slurm alone", "slurm").sim_profile(720.0).guard
-    assert not ReplayRun("agent", "a", "agent", "las-consolidate",
-                         guard=False).sim_profile(720.0).guard
-
-
 def test_a_replay_without_the_guard_tells_the_daemon(tmp_path):
     from slurm_marl.daemon.config import load_config
     from slurm_marl.replay.runner import _agent_config

@@ -58,27 +58,16 @@ class ReplayRun:
     history: Path | None = None
     guard: bool = True
 
-    def sim_profile(self, slack_floor_s: float = 0.0):
+    def sim_profile(self):
         """The profile the simulator predicts this run with: the agent's as the daemon
-        runs it (with the default guard where ``guard``; its ``slack_min_s`` at least
-        ``slack_floor_s`` trace seconds, the replay's floor: ``replay_slack_floor_s``),
-        ``fifo-backfill`` for Slurm alone."""
-        from dataclasses import replace
-        from types import MappingProxyType
-
-        from slurm_marl.policy.guard import GuardSettings
+        runs it (with the default guard where ``guard``), ``fifo-backfill`` for Slurm
+        alone."""
         from slurm_marl.policy.profile import load_profile, with_default_guard
 
         if self.mode != "agent":
             return load_profile("fifo-backfill")
         profile = load_profile(self.profile)
-        if self.guard:
-            profile = with_default_guard(profile)
-        if profile.guard and profile.guard.get("slack_min_s", GuardSettings.slack_min_s) \
-                < slack_floor_s:
-            profile = replace(profile, guard=MappingProxyType(
-                {**profile.guard, "slack_min_s": float(slack_floor_s)}))
-        return profile
+        return with_default_guard(profile) if self.guard else profile
 
 
 def default_runs(modes: tuple[str, ...], profile: str, gpu_time_model: Path | None = None,
@@ -122,7 +111,6 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
     from slurm_marl.replay.perjob import per_job_report, ratio_series, trace_job_times
     from slurm_marl.replay.plan import plan_replay, sim_cluster_spec
     from slurm_marl.replay.runner import run_replay
-    from slurm_marl.replay.timescale import replay_slack_floor_s
     from slurm_marl.sim.metrics import plot_jct_cdf, plot_ratio_cdf
     from slurm_marl.sim.run import simulate
     from slurm_marl.sim.traces import load_trace
@@ -169,8 +157,7 @@ def compare_replay(trace: Path, window: str, speedup: float, nodes: int, gpus_pe
             continue
         # orders that read predictions learn them in the simulated run, from the window's
         # own history before it where the trace has one (sim.run.simulate)
-        floor = replay_slack_floor_s(spec.sched_interval_s) * speedup    # trace seconds
-        sim = simulate(list(plan.sim_trace), cluster, run.sim_profile(floor),
+        sim = simulate(list(plan.sim_trace), cluster, run.sim_profile(),
                        interference=interference, seed=seed,
                        estimator=estimator if run.mode == "agent" else None,
                        trace_source=(trace, window))

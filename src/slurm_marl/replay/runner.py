@@ -24,7 +24,7 @@ from pathlib import Path
 from slurm_marl.replay import payload as payload_module
 from slurm_marl.replay.oracle import Oracle
 from slurm_marl.replay.plan import ReplayJob, ReplayPlan
-from slurm_marl.replay.timescale import replay_slack_floor_s, time_scaled_profile
+from slurm_marl.replay.timescale import time_scaled_profile
 from slurm_marl.sim.perf import PerfParams
 from slurm_marl.slurm_integration.clients import submit_batch
 from slurm_marl.slurm_integration.plugin import render_job_submit_lua
@@ -300,9 +300,7 @@ def _start_agent(cluster: LocalCluster, out: Path, xdir: Path, plan: ReplayPlan,
     extra = ({"least_interference": {"model_path": str(Path(interference_model)
                                                         .resolve())}}
              if interference_model else None)
-    scaled = time_scaled_profile(profile, plan.speedup, out, extra, guard=guard,
-                                 slack_floor_s=replay_slack_floor_s(
-                                     cluster.spec.sched_interval_s))
+    scaled = time_scaled_profile(profile, plan.speedup, out, extra, guard=guard)
     cfg = _agent_config(cluster, out, xdir, str(scaled), grace_s, preempt,
                         sample_min_s, gpu_time_model, history, prediction_gate,
                         guard)

@@ -5,15 +5,6 @@ than the trace. A profile's service thresholds (``*_gpu_s``, ``*_s`` parameters 
 2D-LAS queue limits or the Gittins delta) are divided by the speedup, so the agent demotes a
 job after the same trace-time service as in the simulator. Written as a TOML file the agent
 loads like any profile.
-
-One thing does not compress: Slurm's own reaction. Slurm alone starts a job up to one
-scheduling pass (``sched_interval``, ``bf_interval``) after it could start, and a start the
-agent writes waits for the next pass too; those are wall seconds in a replay as on a real
-cluster. The guard's slack divided by the speedup (60 s becomes 0.33 s at 180x) would fall
-below them, so a job counts as late, and is protected, for a delay Slurm alone has as well:
-in the README demo 58 of 80 jobs were protected at once. So the guard's ``slack_min_s`` is
-kept at least ``replay_slack_floor_s`` (two scheduling passes of the replay's cluster), as a
-real cluster's 60 s is above its passes.
 """
 
 from __future__ import annotations
@@ -21,7 +12,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from slurm_marl.policy.guard import DEFAULT_GUARD, GuardSettings
+from slurm_marl.policy.guard import DEFAULT_GUARD
 from slurm_marl.policy.profile import PROFILES_DIR
 
 
@@ -33,13 +24,6 @@ def _scale(value, factor: float):
     if isinstance(value, list):
         return [_scale(v, factor) for v in value]
     return value
-
-
-def replay_slack_floor_s(sched_interval_s: float) -> float:
-    """The least slack, in wall seconds, the guard keeps in a time-compressed replay on a
-    cluster whose scheduling passes are ``sched_interval_s`` apart (module docstring):
-    Slurm alone's pass after a job could start, and the pass after the agent's write."""
-    return 2.0 * sched_interval_s
 
 
 def _scale_params(params: dict, factor: float) -> dict:
@@ -75,14 +59,12 @@ def dump_toml(data: dict) -> str:
 
 
 def time_scaled_profile(name_or_path: str, speedup: float, out_dir: Path,
-                        place_params: dict | None = None, guard: bool = True,
-                        slack_floor_s: float = 0.0) -> Path:
+                        place_params: dict | None = None, guard: bool = True) -> Path:
     """The profile with its ``*_s`` parameters divided by ``speedup``, written to
     ``out_dir``; ``place_params`` (plugin -> {key: value}) are merged in unscaled (e.g. a
     least_interference ``model_path``). ``guard``: a profile without a ``[guard]`` table
     gets the daemon's default one (``agent.guard``), scaled with the rest (the daemon would
-    add it unscaled); its scaled ``slack_min_s`` is raised to ``slack_floor_s`` (wall
-    seconds, ``replay_slack_floor_s``) where below."""
+    add it unscaled)."""
     path = Path(name_or_path)
     if not path.is_file():
         path = PROFILES_DIR / f"{name_or_path}.toml"
@@ -95,11 +77,7 @@ def time_scaled_profile(name_or_path: str, speedup: float, out_dir: Path,
     if guard and not data.get("guard"):
         data["guard"] = dict(DEFAULT_GUARD)
     if isinstance(data.get("guard"), dict):
-        scaled = _scale_params(data["guard"], speedup)
-        least = scaled.get("slack_min_s", GuardSettings.slack_min_s / speedup)
-        if least < slack_floor_s:
-            scaled["slack_min_s"] = float(slack_floor_s)
-        data["guard"] = scaled
+        data["guard"] = _scale_params(data["guard"], speedup)
     if isinstance(data.get("place_params"), dict):
         data["place_params"] = {k: _scale_params(v, speedup) if isinstance(v, dict) else v
                                 for k, v in data["place_params"].items()}
