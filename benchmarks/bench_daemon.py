@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
         [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
-        [--max-agent-jobs N] [--busy-fraction F] [--saturated] [--cprofile FILE]
+        [--max-agent-jobs N] [--past-depth what_if|fallback] [--busy-fraction F] [--saturated]
+        [--cprofile FILE]
         [--churn N [--step-s 60] [--closed-loop]] [--guard]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
@@ -254,6 +255,8 @@ def main() -> None:
                     help="decide every cycle from scratch (agent.reuse_decisions = false)")
     ap.add_argument("--max-agent-jobs", type=int, default=None,
                     help="the learned plugin's max_agent_jobs (per agent and cycle)")
+    ap.add_argument("--past-depth", choices=("what_if", "fallback"), default=None,
+                    help="the learned plugin's past_depth (who places the jobs past it)")
     ap.add_argument("--fresh-jobs", action="store_true",
                     help="new (equal) job objects every cycle, as the daemon's source gives")
     ap.add_argument("--busy-fraction", type=float, default=0.5,
@@ -294,10 +297,12 @@ def main() -> None:
     profile = load_profile(args.profile)
     if args.guard:
         profile = with_default_guard(profile)
-    if args.max_agent_jobs is not None:
-        params = {k: dict(v) for k, v in profile.place_params.items()}
-        params.setdefault("learned", {})["max_agent_jobs"] = args.max_agent_jobs
-        profile = replace(profile, place_params=params)
+    for key, value in (("max_agent_jobs", args.max_agent_jobs),
+                       ("past_depth", args.past_depth)):
+        if value is not None:
+            params = {k: dict(v) for k, v in profile.place_params.items()}
+            params.setdefault("learned", {})[key] = value
+            profile = replace(profile, place_params=params)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = parse_config({"agent": {"shadow": True, "managed_partitions": partitions,
                                       # (closed loop: the agent's preemptions carried out)
@@ -338,6 +343,7 @@ def main() -> None:
         "busy_fraction": args.busy_fraction, "saturated": args.saturated,
         "profile": args.profile + (" (untrained agents)" if args.learned_agents else ""),
         "max_agent_jobs": args.max_agent_jobs,
+        "past_depth": args.past_depth,
         "varied_hosts": args.varied_hosts,
         "decisions_last_cycle": len(report.decisions),
         "reuse_decisions": not args.no_reuse,

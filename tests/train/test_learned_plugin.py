@@ -172,6 +172,9 @@ def test_bad_plugin_parameters_are_clear_errors(checkpoint):
         build_plugin("place", "learned", {"checkpoint": str(checkpoint), "bogus": 1})
     with pytest.raises(PluginError, match="fallback must be a heuristic"):
         build_plugin("place", "learned", {"fallback": "learned"})
+    with pytest.raises(PluginError, match="past_depth must be one of what_if, fallback, "
+                                          "got 'spread'"):
+        build_plugin("place", "learned", {"past_depth": "spread"})
     with pytest.raises(PluginError, match="no place plugin"):
         build_plugin("place", "learned", {"fallback": "nope"})
 
@@ -406,7 +409,8 @@ def test_fast_inference_decides_every_job_as_the_reference_path():
 def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tiny_interference):
     """``max_agent_jobs``: each agent looks at the first jobs with room in the queue's order
     (a job with no room does not count), the what-if heuristic places the rest in the same
-    cycle, and every job still starts; 0 is no bound."""
+    cycle (or, with ``past_depth = "fallback"``, the fallback), and every job still
+    starts; 0 is no bound."""
     from slurm_marl.agent.learned import Choice, LearnedPlacement
     from slurm_marl.agent.observe import Observer
     from slurm_marl.policy.framework import Policy
@@ -425,7 +429,7 @@ def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tin
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
-    def run(depth, agents=("a", "b")):
+    def run(depth, agents=("a", "b"), past_depth="what_if"):
         asked = []
 
         def choose(obs, state):
@@ -435,7 +439,8 @@ def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tin
 
         fallback, what_if = Spy("consolidate"), Spy("spread")
         plugin = LearnedPlacement(Observer(tiny_interference, agents), choose, fallback,
-                                  "consolidate", what_if=what_if, max_agent_jobs=depth)
+                                  "consolidate", what_if=what_if, max_agent_jobs=depth,
+                                  past_depth=past_depth)
         run.fallback, run.what_if = fallback.scored, what_if.scored
         profile = load_profile("las-consolidate")
         policy = Policy(profile, build_plugin("order", profile.order, profile.order_params),
@@ -459,6 +464,14 @@ def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tin
     assert sorted(asked) == [3, 5] and set(got) == set(range(2, 10))
     assert {2, 4, 6, 8} <= run.fallback and not {2, 4, 6, 8} & run.what_if
     assert all(got[j].plugin == "consolidate" for j in (2, 4, 6, 8))
+    # ``past_depth = "fallback"``: the fallback places the jobs past the depth instead
+    asked, got = run(2, past_depth="fallback")
+    assert sorted(asked) == [2, 3, 4, 5] and set(got) == set(range(2, 10))
+    assert run.fallback >= {6, 7, 8, 9} and not run.what_if & {6, 7, 8, 9}
+    assert {j: d.plugin for j, d in got.items()} == {
+        **{j: "learned" for j in (2, 3, 4, 5)}, **{j: "consolidate" for j in (6, 7, 8, 9)}}
+    with pytest.raises(ValueError, match="past_depth must be one of what_if, fallback"):
+        run(2, past_depth="spread")
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -23,9 +23,11 @@ Parameters: ``checkpoint`` (default: the one shipped in ``slurm_marl/data``), ``
 ``least_interference``) and ``what_if_defer_below`` (default 0.8; for
 ``least_interference``), ``allow_defer`` (default true), ``max_defer_s`` (how long a job
 may be deferred while placements exist, counted from its first deferral, 0 for no bound;
-default: what the checkpoint was trained with) and ``max_agent_jobs`` (per agent and cycle,
+default: what the checkpoint was trained with), ``max_agent_jobs`` (per agent and cycle,
 the jobs its agent decides, the first the framework asks about, i.e. the head of the queue;
-the fallback places the rest in the same cycle; default 0: no bound). A deferral stands,
+default 0: no bound) and ``past_depth`` (who places the rest in the same cycle: ``"what_if"``,
+the what-if heuristic, the default; or ``"fallback"``, cheaper on a large cluster where
+many jobs can start at once). A deferral stands,
 without asking the agent again, until the job's options (its live features and mask)
 change. The checkpoint is loaded with ``weights_only=True``. If it is missing, unreadable
 or made for other features, or a job's partition has no agent, the plugin falls back to a
@@ -71,7 +73,8 @@ class Choice:
 
 
 _FALLBACK = Choice()   # sentinel: this job is placed by the fallback heuristic
-_PAST_DEPTH = Choice()  # sentinel: past the cycle's agent depth, the what-if heuristic's
+_PAST_DEPTH = Choice()  # sentinel: past the cycle's agent depth, ``past_depth``'s
+PAST_DEPTH = ("what_if", "fallback")   # who places the jobs past an agent's depth
 
 
 def choice_from_probs(probs: torch.Tensor, obs, allow_defer: bool = True) -> Choice:
@@ -109,7 +112,8 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
 
     def __init__(self, observer, chooser: Callable | None, fallback: PlacePlugin,
                  fallback_key: str = DEFAULT_FALLBACK,
-                 what_if: PlacePlugin | None = None, max_agent_jobs: int = 0) -> None:
+                 what_if: PlacePlugin | None = None, max_agent_jobs: int = 0,
+                 past_depth: str = "what_if") -> None:
         self.observer = observer
         self.chooser = chooser
         self.fallback = fallback
@@ -117,10 +121,13 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
         self.what_if = what_if if what_if is not None else fallback
         # At most this many jobs per agent per cycle are looked at by the agent (0: all):
         # the first that can start, in the queue's order (the framework asks only when
-        # there is room); the fallback places the others in the same cycle. Bounds a
-        # cycle's cost, as Slurm bounds its own (default_queue_depth), when a burst of
-        # jobs can all start at once.
+        # there is room); ``past_depth`` places the others in the same cycle (the what-if
+        # heuristic, or the fallback). Bounds a cycle's cost, as Slurm bounds its own
+        # (default_queue_depth), when a burst of jobs can all start at once.
         self.max_agent_jobs = max_agent_jobs
+        if past_depth not in PAST_DEPTH:
+            raise ValueError(f"past_depth must be one of {', '.join(PAST_DEPTH)}")
+        self.past_depth = self.what_if if past_depth == "what_if" else self.fallback
         self._state: CycleState | None = None
         self._choices: dict[int, Choice] = {}
         self._deferred: set[int] = set()
@@ -221,13 +228,13 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
             return self.fallback
         if not self.max_agent_jobs:
             return self
-        # Past this cycle's depth (``max_agent_jobs`` jobs its agent has looked at): the
-        # what-if heuristic's, unless the agent has already looked at this job this cycle.
+        # Past this cycle's depth (``max_agent_jobs`` jobs its agent has looked at):
+        # ``past_depth``'s, unless the agent has already looked at this job this cycle.
         self._sync(state)
         choice = self._choices.get(job.job_id)
         if choice is not None:
             return self._delegate(choice)
-        return self if self._owned.get(agent, 0) < self.max_agent_jobs else self.what_if
+        return self if self._owned.get(agent, 0) < self.max_agent_jobs else self.past_depth
 
     def _no_agent(self, partition: str) -> None:
         if partition not in self._warned:
@@ -238,7 +245,7 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
     def _delegate(self, choice: Choice) -> PlacePlugin | LearnedPlacement:
         if choice is _FALLBACK:
             return self.fallback
-        return self.what_if if choice is _PAST_DEPTH else self
+        return self.past_depth if choice is _PAST_DEPTH else self
 
     def _agent_of(self, job: Job, state: CycleState) -> str | None:
         top = self.observer.topology_for(state.snapshot)
@@ -375,7 +382,11 @@ def validate(params: Mapping) -> None:
 def _settings(params: Mapping) -> tuple[str, str, float]:
     check_params(KEY, params, {"checkpoint": str, "fallback": str, "allow_defer": bool,
                                "max_defer_s": (int, float), "what_if": str,
-                               "what_if_defer_below": (int, float), "max_agent_jobs": int})
+                               "what_if_defer_below": (int, float), "max_agent_jobs": int,
+                               "past_depth": str})
+    if params.get("past_depth", "what_if") not in PAST_DEPTH:
+        raise PluginError(f"plugin {KEY!r}: past_depth must be one of "
+                          f"{', '.join(PAST_DEPTH)}, got {params['past_depth']!r}")
     if params.get("max_agent_jobs", 0) < 0:
         raise PluginError(f"plugin {KEY!r}: max_agent_jobs must be >= 0 (0: no bound)")
     fallback_key = params.get("fallback", DEFAULT_FALLBACK)
@@ -416,7 +427,8 @@ def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlaceme
                                                 DEFAULT_DEFER_ONLY_BELOW)))
     what_if = build_what_if(what_if_key, ckpt.interference, what_if_defer, context)
     return LearnedPlacement(observer, ModelChooser(ckpt, observer, allow_defer), fallback,
-                            fallback_key, what_if, int(params.get("max_agent_jobs", 0)))
+                            fallback_key, what_if, int(params.get("max_agent_jobs", 0)),
+                            params.get("past_depth", "what_if"))
 
 
 def build_what_if(key: str, interference, defer_below: float = DEFAULT_WHAT_IF_DEFER_BELOW,
