@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
         [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
-        [--max-agent-jobs N] [--past-depth what_if|fallback] [--busy-fraction F] [--saturated]
-        [--cprofile FILE]
+        [--max-agent-jobs N] [--past-depth what_if|fallback] [--probe-standing]
+        [--busy-fraction F] [--saturated] [--cprofile FILE]
         [--churn N [--step-s 60] [--closed-loop]] [--guard]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
@@ -257,6 +257,10 @@ def main() -> None:
                     help="the learned plugin's max_agent_jobs (per agent and cycle)")
     ap.add_argument("--past-depth", choices=("what_if", "fallback"), default=None,
                     help="the learned plugin's past_depth (who places the jobs past it)")
+    ap.add_argument("--probe-standing", action="store_true",
+                    help="a probe, not product behaviour: the learned plugin's placements "
+                         "stand while only the clock moves (its reuse horizon forced to "
+                         "inf), to measure what that proposal would cost")
     ap.add_argument("--fresh-jobs", action="store_true",
                     help="new (equal) job objects every cycle, as the daemon's source gives")
     ap.add_argument("--busy-fraction", type=float, default=0.5,
@@ -277,6 +281,9 @@ def main() -> None:
                          "where it has none (agent.guard)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.probe_standing:
+        import slurm_marl.agent.learned as learned
+        learned.LearnedPlacement.reuse_horizon = lambda self, state: math.inf
     torch.set_num_threads(1)
     proc = psutil.Process()
     rss_start = proc.memory_info().rss
