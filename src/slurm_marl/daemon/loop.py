@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.blocking import BlockingScheduler
@@ -256,13 +258,12 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    acquire = None
+    acquire: Callable[[], bool] | None = None
     if agent is None:
         locks = locks or AgentLocks.for_config(config)
         held = locks
-
-        def acquire() -> bool:
-            return wait_for_locks(held, config.agent.interval_s, notifier, done)
+        acquire = functools.partial(wait_for_locks, held, config.agent.interval_s,
+                                    notifier, done)
     try:
         return _run_active(config, agent, max_cycles, notifier, locks, done, schedulers,
                            _shutdown, acquire)
