@@ -35,14 +35,14 @@ def main() -> None:
     from slurm_marl.models.interference import InterferenceModel
     from slurm_marl.policy.profile import load_profile
     from slurm_marl.sim.run import simulate
-    from slurm_marl.train.cli import _load_cluster_and_jobs
+    from slurm_marl.train.cli import load_cluster_and_jobs
     from slurm_marl.train.env import PlacementEnv
     from slurm_marl.train.acting import run_episodes
     from slurm_marl.shared_data import data_file
 
     args.trace = args.trace or str(data_file("traces/philly.csv"))
     model = InterferenceModel.load(args.reward_model)
-    cluster, (jobs,) = _load_cluster_and_jobs(args.trace, [args.window], args.cluster)
+    cluster, (jobs,) = load_cluster_and_jobs(args.trace, [args.window], args.cluster)
     env = PlacementEnv(cluster, [jobs], model, strength=args.interference,
                        teacher=args.teacher, max_defer_s=args.max_defer_s)
 

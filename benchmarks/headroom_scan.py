@@ -3,7 +3,7 @@
 For each 800-job window (none of them overlapping a window the learned agents trained,
 validated or were evaluated on) this runs the heuristic profiles las-consolidate, las-lif
 and las-skew through the simulator at interference none, medium and high, exactly as
-`slurm-marl evaluate` does (``_load_cluster_and_jobs`` + ``run_policies``), and reports
+`slurm-marl evaluate` does (``load_cluster_and_jobs`` + ``run_policies``), and reports
 
     headroom(s) = 1 - best_avg_jct(none) / best_avg_jct(s)
 
@@ -112,12 +112,12 @@ def main() -> int:
 
     from slurm_marl.policy.profile import load_profile
     from slurm_marl.sim.traces import load_trace
-    from slurm_marl.train.cli import _load_cluster_and_jobs
+    from slurm_marl.train.cli import load_cluster_and_jobs
 
     windows = args.windows or WINDOWS
     strengths = [s.strip() for s in args.strengths.split(",") if s.strip()]
     profiles = [load_profile(p.strip()) for p in args.profiles.split(",") if p.strip()]
-    cluster, all_jobs = _load_cluster_and_jobs(Path(args.trace), windows, args.cluster)
+    cluster, all_jobs = load_cluster_and_jobs(Path(args.trace), windows, args.cluster)
     records = []
     start = time.perf_counter()
     for w, jobs in zip(windows, all_jobs):

@@ -131,7 +131,7 @@ def interference(
     output_console().print(f"wrote {pt} and {meta}")
 
 
-def _load_cluster_and_jobs(trace: Path, windows: list[str], cluster: str):
+def load_cluster_and_jobs(trace: Path, windows: list[str], cluster: str):
     from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
     from slurm_marl.sim.traces import TraceError
     from slurm_marl.train.workload import load_workload
@@ -234,11 +234,11 @@ def marl(
         model = InterferenceModel.load(reward_model)
     except ModelFileError as exc:
         _fail(str(exc))
-    sim_cluster, windows = _load_cluster_and_jobs(trace, window, cluster)
+    sim_cluster, windows = load_cluster_and_jobs(trace, window, cluster)
     eps = [e for jobs in windows for e in episodes(jobs, jobs_per_episode)]
     evaluate = None
     if eval_window:
-        _, (val_jobs,) = _load_cluster_and_jobs(trace, [eval_window], cluster)
+        _, (val_jobs,) = load_cluster_and_jobs(trace, [eval_window], cluster)
         evaluate = lambda ckpt: avg_jct(val_jobs, sim_cluster, ckpt, strength[0], seed)  # noqa
     env = PlacementEnv(sim_cluster, eps, model, mode=mode, strength=strength[0],
                        defer_cost=defer_cost, speed_threshold=speed_threshold, seed=seed,
@@ -386,7 +386,7 @@ def evaluate(
     """Run learned placement and the heuristics on a held-out window; print the JCT table."""
     _threads()
     strengths = _strength(interference)
-    sim_cluster, (jobs,) = _load_cluster_and_jobs(trace, [window], cluster)
+    sim_cluster, (jobs,) = load_cluster_and_jobs(trace, [window], cluster)
     profiles = _checkpoint_profiles(checkpoint, allow_defer) + _baseline_profiles(baselines)
     results = _run_profiles(jobs, sim_cluster, profiles, strengths, seed)
     mark_vs_best_heuristic(results, strengths,
