@@ -132,6 +132,8 @@ def interference(
 
 
 def load_cluster_and_jobs(trace: Path, windows: list[str], cluster: str):
+    """The simulated cluster and each window's jobs that fit it; a one-line error (exit 2)
+    for a bad trace, window or cluster, or a window with no such job."""
     from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
     from slurm_marl.sim.traces import TraceError
     from slurm_marl.train.workload import load_workload
