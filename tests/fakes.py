@@ -42,7 +42,9 @@ def port_methods(port: type) -> dict[str, inspect.Signature]:
             if not name.startswith("_") and inspect.isfunction(fn)}
 
 
-def _shape(sig: inspect.Signature) -> list[tuple]:
+def signature_shape(sig: inspect.Signature) -> list[tuple]:
+    """What two signatures must share to take the same calls: each parameter's name,
+    kind and default."""
     return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
 
 
@@ -75,7 +77,7 @@ class _PortFake:
                             f"{port.__name__}: missing {sorted(declared.keys() - own.keys())}, "
                             f"not in the port {sorted(own.keys() - declared.keys())}")
         for name, sig in declared.items():
-            if _shape(inspect.signature(own[name])) != _shape(sig):
+            if signature_shape(inspect.signature(own[name])) != signature_shape(sig):
                 raise TypeError(f"{cls.__name__}.{name}{inspect.signature(own[name])} differs "
                                 f"from {port.__name__}.{name}{sig}")
             setattr(cls, name, _checked(port, name, sig, own[name]))
@@ -191,8 +193,8 @@ class ScriptedRunner(SlurmRunner):
 
 
 for _name in ("run", "run_checked", "run_json", "run_json_streamed"):
-    if (_shape(inspect.signature(getattr(ScriptedRunner, _name)))
-            != _shape(inspect.signature(getattr(SlurmRunner, _name)))):
+    if (signature_shape(inspect.signature(getattr(ScriptedRunner, _name)))
+            != signature_shape(inspect.signature(getattr(SlurmRunner, _name)))):
         raise TypeError(f"ScriptedRunner.{_name} must take what SlurmRunner.{_name} takes")
 
 

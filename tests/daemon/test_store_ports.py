@@ -5,7 +5,8 @@ import inspect
 
 import pytest
 from fakes import (FakeDecisionLog, FakeGuardSet, FakeJobRecords, FakePredictions,
-                   FakeReservations, FakeSpeedSamples, FakeWrittenState, port_methods)
+                   FakeReservations, FakeSpeedSamples, FakeWrittenState, port_methods,
+                   signature_shape)
 
 from slurm_marl.daemon.store import JobRecord, Store
 from slurm_marl.daemon.store import ports
@@ -21,57 +22,31 @@ PORTS = {ports.JobRecords: ("records", FakeJobRecords),
          ports.SpeedSamples: ("samples", FakeSpeedSamples)}
 
 
-def _shape(fn) -> list[tuple]:
-    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
-
-
 @pytest.mark.parametrize("port", PORTS, ids=lambda p: p.__name__)
 def test_each_sqlite_adapter_has_its_ports_methods_and_signatures(port, tmp_path):
     adapter = getattr(Store(tmp_path / "s.sqlite"), PORTS[port][0])
     for name, sig in port_methods(port).items():
-        assert _shape(getattr(type(adapter), name)) == _shape(port.__dict__[name]), name
+        assert signature_shape(inspect.signature(getattr(type(adapter), name))) == \
+            signature_shape(sig), name
 
 
-def _impl(request, tmp_path, port):
+def _port_fixture(port: type):
+    """A fixture giving the port's SQLite adapter, then its fake: the same tests run on
+    both."""
     attr, fake = PORTS[port]
-    if request.param == "fake":
-        return fake()
-    return getattr(Store(tmp_path / "s.sqlite"), attr)
+
+    @pytest.fixture(params=["sqlite", "fake"], name=attr)
+    def impl(request, tmp_path):
+        if request.param == "fake":
+            return fake()
+        return getattr(Store(tmp_path / "s.sqlite"), attr)
+    return impl
 
 
-@pytest.fixture(params=["sqlite", "fake"])
-def records(request, tmp_path):
-    return _impl(request, tmp_path, ports.JobRecords)
-
-
-@pytest.fixture(params=["sqlite", "fake"])
-def written(request, tmp_path):
-    return _impl(request, tmp_path, ports.WrittenState)
-
-
-@pytest.fixture(params=["sqlite", "fake"])
-def reservations(request, tmp_path):
-    return _impl(request, tmp_path, ports.Reservations)
-
-
-@pytest.fixture(params=["sqlite", "fake"])
-def log(request, tmp_path):
-    return _impl(request, tmp_path, ports.DecisionLog)
-
-
-@pytest.fixture(params=["sqlite", "fake"])
-def guard(request, tmp_path):
-    return _impl(request, tmp_path, ports.GuardSet)
-
-
-@pytest.fixture(params=["sqlite", "fake"])
-def predictions(request, tmp_path):
-    return _impl(request, tmp_path, ports.Predictions)
-
-
-@pytest.fixture(params=["sqlite", "fake"])
-def samples(request, tmp_path):
-    return _impl(request, tmp_path, ports.SpeedSamples)
+# one fixture per port, named as the Store's attribute: records, written, reservations,
+# log, guard, predictions, samples
+for _port, (_attr, _) in PORTS.items():
+    globals()[f"{_attr}_fixture"] = _port_fixture(_port)
 
 
 def test_job_records(records):
