@@ -129,14 +129,20 @@ def test_a_users_begin_time_is_kept_until_it_passes(tmp_path):
     begin = NOW + 40   # within grace + 2 intervals: the old rule took it for the lease
     job = pending(1, eligible_time_s=begin,
                   admin_comment=f"slurm-marl:v1;tpn=gres:gpu:1;tpj=;req=;beg={int(begin)}")
+    _held_for_its_begin_then_decided(tmp_path, job, NOW + 20, begin)
+
+
+def _held_for_its_begin_then_decided(tmp_path, job, first_cycle_s: float, begin_s: float):
+    """Job 1 is left out of the policy's view (nothing written, "begin time" in its
+    decisions) at ``first_cycle_s``, and decided and started just after ``begin_s``."""
     place = Place(1, "x", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),),
                   start_now=True)
     policy = SeeingPolicy([place])
-    a, sink = agent(tmp_path, ClusterSnapshot(NOW + 20, NODES, (job,), PARTS), policy)
+    a, sink = agent(tmp_path, ClusterSnapshot(first_cycle_s, NODES, (job,), PARTS), policy)
     a.cycle()
     assert policy.seen[-1].job(1) is None and not sink.calls
     assert "begin time" in a.store.log.decisions(job_id=1)[0]["reason"]
-    a.source = FakeClusterSource(ClusterSnapshot(begin + 1, NODES, (job,), PARTS))
+    a.source = FakeClusterSource(ClusterSnapshot(begin_s + 1, NODES, (job,), PARTS))
     a.cycle()
     assert policy.seen[-1].job(1) is not None
     assert any(isinstance(d, Place) and d.start_now for d in sink.calls[-1])
@@ -154,17 +160,7 @@ def test_a_begin_time_moved_earlier_by_its_owner_counts(tmp_path):
     assert user_begin(job.with_(eligible_time_s=first), parse_marker(marker)) == first
     assert user_begin(job.with_(eligible_time_s=None), parse_marker(marker)) == first
     assert user_begin(job, None) is None
-    place = Place(1, "x", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),),
-                  start_now=True)
-    policy = SeeingPolicy([place])
-    a, sink = agent(tmp_path, ClusterSnapshot(NOW, NODES, (job,), PARTS), policy)
-    a.cycle()
-    assert policy.seen[-1].job(1) is None and not sink.calls
-    assert "begin time" in a.store.log.decisions(job_id=1)[0]["reason"]
-    a.source = FakeClusterSource(ClusterSnapshot(moved + 1, NODES, (job,), PARTS))
-    a.cycle()
-    assert policy.seen[-1].job(1) is not None
-    assert any(isinstance(d, Place) and d.start_now for d in sink.calls[-1])
+    _held_for_its_begin_then_decided(tmp_path, job, NOW, moved)
 
 
 def test_a_narrowed_job_is_read_as_its_users_per_node_request(tmp_path):
