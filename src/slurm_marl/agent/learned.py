@@ -49,8 +49,9 @@ import torch
 
 from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.domain import Job
-from slurm_marl.policy.plugins import (NodeIdentity, accepts, PlacePlugin, PluginError, ReadsColocation,
-                                       ReadsHost, build_plugin, check_params, validate_plugin)
+from slurm_marl.policy.plugins import (NodeIdentity, PlacePlugin, PluginError, ReadsColocation,
+                                       ReadsHost, accepts, build_plugin, check_params,
+                                       validate_plugin)
 from slurm_marl.placement_shapes import Candidate, make_candidate
 from slurm_marl.policy.state import CycleState
 
@@ -127,7 +128,7 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
         self.max_agent_jobs = max_agent_jobs
         if past_depth not in PAST_DEPTH:
             raise ValueError(f"past_depth must be one of {', '.join(PAST_DEPTH)}")
-        self.past_depth = self.what_if if past_depth == "what_if" else self.fallback
+        self.past_depth_plugin = self.what_if if past_depth == "what_if" else self.fallback
         self._state: CycleState | None = None
         self._choices: dict[int, Choice] = {}
         self._deferred: set[int] = set()
@@ -234,7 +235,7 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
         choice = self._choices.get(job.job_id)
         if choice is not None:
             return self._delegate(choice)
-        return self if self._owned.get(agent, 0) < self.max_agent_jobs else self.past_depth
+        return self if self._owned.get(agent, 0) < self.max_agent_jobs else self.past_depth_plugin
 
     def _no_agent(self, partition: str) -> None:
         if partition not in self._warned:
@@ -245,7 +246,7 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
     def _delegate(self, choice: Choice) -> PlacePlugin | LearnedPlacement:
         if choice is _FALLBACK:
             return self.fallback
-        return self.past_depth if choice is _PAST_DEPTH else self
+        return self.past_depth_plugin if choice is _PAST_DEPTH else self
 
     def _agent_of(self, job: Job, state: CycleState) -> str | None:
         top = self.observer.topology_for(state.snapshot)

@@ -107,7 +107,7 @@ class Policy:
         # Reuse needs every place plugin pure, or able to say until when the cycle it just
         # decided would be decided the same on the same inputs (``reuse_horizon``).
         self._timed = [p for (p, _), a in zip(self.place, ab) if not a.pure]
-        self._reusable = all(abilities(p).reuse_horizon for p in self._timed)
+        self._reusable = all(a.reuse_horizon for a in ab if not a.pure)
         self._last_state: CycleState | None = None
         self._reuse: dict[tuple, tuple[tuple, list[Decision], float]] = {}
         self.reused_cycles = 0
