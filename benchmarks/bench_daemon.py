@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_daemon.py [--nodes 2000] [--pending 1000] [--cycles 5]
         [--profile P] [--learned-agents] [--varied-hosts] [--no-reuse] [--fresh-jobs]
         [--max-agent-jobs N] [--past-depth what_if|fallback] [--probe-standing]
+        [--clock-step-s S] [--cycle-s S]
         [--busy-fraction F] [--saturated] [--cprofile FILE]
         [--churn N [--step-s 60] [--closed-loop]] [--guard]
 
@@ -19,6 +20,11 @@ used, whose partition has no counterpart here, so every job goes to the fallback
 With ``--varied-hosts`` each node's hosts use a random (seeded) extra 0-16 CPUs and 0-100,000
 MiB of memory beyond their GPU jobs', as on a real cluster, so nodes alike in GPUs differ in
 free CPUs and memory (issue 17: this made almost every node its own class of alike nodes).
+
+Without ``--churn`` the snapshot stays the same and only the clock moves: with the wall
+clock, or with ``--cycle-s S`` by S seconds a cycle from a whole minute (the daemon's
+``interval_s`` is 5), so a clock read in steps (``--clock-step-s``, the learned plugin's
+``clock_step_s``) moves as often in every run.
 
 With ``--churn N`` the cluster moves as a busy one does: the clock advances ``--step-s``
 (60: a guard step) per cycle, N running jobs end (their GPUs freed) and N new jobs arrive;
@@ -109,15 +115,23 @@ class FixedSource:
     (equal) objects each cycle, as parsing Slurm's answer gives (the daemon's source keeps
     equal nodes the same objects, not jobs)."""
 
-    def __init__(self, snap: ClusterSnapshot, fresh_jobs: bool = False) -> None:
+    def __init__(self, snap: ClusterSnapshot, fresh_jobs: bool = False,
+                 cycle_s: float | None = None) -> None:
         self.snap = snap
         self.fresh_jobs = fresh_jobs
+        # the clock: the wall clock, or (``cycle_s``) this many seconds more each cycle from
+        # the snapshot's time, as the daemon's cycles come (``agent.interval_s``)
+        self.cycle_s = cycle_s
+        self.cycles = 0
 
     def snapshot(self) -> ClusterSnapshot:
+        now = time.time() if self.cycle_s is None else \
+            self.snap.time_s + self.cycle_s * self.cycles
+        self.cycles += 1
         if self.fresh_jobs:
-            return replace(self.snap, time_s=time.time(),
+            return replace(self.snap, time_s=now,
                            jobs=tuple(j.with_() for j in self.snap.jobs))
-        return replace(self.snap, time_s=time.time())
+        return replace(self.snap, time_s=now)
 
 
 class ChurnSource:
@@ -261,6 +275,11 @@ def main() -> None:
                     help="a probe, not product behaviour: the learned plugin's placements "
                          "stand while only the clock moves (its reuse horizon forced to "
                          "inf), to measure what that proposal would cost")
+    ap.add_argument("--clock-step-s", type=float, default=None,
+                    help="the learned plugin's clock_step_s (the agents' clock, in steps)")
+    ap.add_argument("--cycle-s", type=float, default=None,
+                    help="without --churn: the clock moves this much a cycle (the daemon's "
+                         "interval_s) instead of with the wall clock")
     ap.add_argument("--fresh-jobs", action="store_true",
                     help="new (equal) job objects every cycle, as the daemon's source gives")
     ap.add_argument("--busy-fraction", type=float, default=0.5,
@@ -307,7 +326,8 @@ def main() -> None:
     if args.guard:
         profile = with_default_guard(profile)
     for key, value in (("max_agent_jobs", args.max_agent_jobs),
-                       ("past_depth", args.past_depth)):
+                       ("past_depth", args.past_depth),
+                       ("clock_step_s", args.clock_step_s)):
         if value is not None:
             params = {k: dict(v) for k, v in profile.place_params.items()}
             params.setdefault("learned", {})[key] = value
@@ -323,7 +343,7 @@ def main() -> None:
             ap.error("--closed-loop needs --churn N")
         source = ((LoopSource if args.closed_loop else ChurnSource)(
             snap, args.churn, args.step_s) if args.churn
-            else FixedSource(snap, args.fresh_jobs))
+            else FixedSource(snap, args.fresh_jobs, args.cycle_s))
         carried = [0, 0]
         agent = Agent(cfg, source, sink=None,
                       store=Store(Path(tmp) / "s.sqlite"),
@@ -363,7 +383,10 @@ def main() -> None:
         "carried_preemptions_starts": carried,
         "guard_protected_last_cycle": report.protected,
         "reused_partition_cycles": agent.policy.reused_cycles,
+        "clock_step_s": args.clock_step_s, "cycle_s": args.cycle_s,
         "first_cycle_s": times[0], "median_cycle_s": statistics.median(times[1:] or times),
+        # (a cycle decided afresh now and then, reused between: the mean shows what it costs)
+        "mean_cycle_s": statistics.fmean(times[1:] or times),
         # the cycles after the first: their spread (the shared VM's noise shows here)
         "later_cycles_min_max_s": [min(times[1:] or times), max(times[1:] or times)],
         # the guard's replica shadow (policy/replica.py): its cycles and revisions, all cycles

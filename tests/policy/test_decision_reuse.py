@@ -6,6 +6,7 @@ The quiet cycles are where reuse happens; a test that never reused would prove n
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import replace
 
@@ -167,17 +168,14 @@ def _learned_policy(prof, ckpt, reuse: bool, horizon: bool = True):
     return policy
 
 
-@pytest.mark.parametrize("max_defer_s", [0, 900])
-def test_the_learned_plugin_reuses_only_what_it_would_decide_again(max_defer_s):
-    """The learned plugin is not pure (deferrals stand across cycles; a job's features hold
-    its wait), but it says until when a cycle would be decided the same
-    (``reuse_horizon``): on the same kind of snapshot sequences as above, with agents that
-    defer and place, reuse decides exactly what deciding afresh decides, and it does reuse.
-    Ignoring the horizon (reuse whenever the inputs are equal) decides differently: the
-    horizon is what makes it right."""
+@functools.cache
+def _learned_reuse(max_defer_s: float, clock_step_s: float) -> int:
+    """Cycles reused by las-learned with these settings over the sequences below, each
+    checked against deciding afresh (the asserts); the same seeds give the same sequences."""
     prof = load_profile("las-learned")
     params = {k: dict(v) for k, v in prof.place_params.items()}
     params["learned"]["max_defer_s"] = max_defer_s
+    params["learned"]["clock_step_s"] = clock_step_s
     prof = replace(prof, place_params=params)
     ckpt = _learned_checkpoint()
     cycles = reused = naive_wrong = finite = 0
@@ -190,8 +188,11 @@ def test_the_learned_plugin_reuses_only_what_it_would_decide_again(max_defer_s):
         reusing = _learned_policy(prof, ckpt, reuse=True)
         naive = _learned_policy(prof, ckpt, reuse=True, horizon=False)
         for snap in recorder.snapshots:
+            # quiet steps within the clock's step and across it, forward and back (59.9 s:
+            # within or across, as the snapshot's own time falls)
             steps = [snap, _quiet(snap, 1.0), _unread_changed(_quiet(snap, 2.0), rng)]
-            steps += [_quiet(snap, rng.choice([60.0, 600.0, 3600.0])) for _ in range(2)]
+            steps += [_quiet(snap, rng.choice([30.0, 59.9, 60.0, 600.0, 3600.0]))
+                      for _ in range(2)]
             steps += [_read_changed(steps[-1], rng), steps[-1]]
             for step in steps:
                 decided = full.run_cycle(step)
@@ -202,7 +203,27 @@ def test_the_learned_plugin_reuses_only_what_it_would_decide_again(max_defer_s):
         reused += reusing.reused_cycles
         assert full.reused_cycles == 0
     assert 0 < reused < cycles and naive_wrong > 0
-    assert (finite > 0) == (max_defer_s > 0)    # deferrals bounded by max_defer_s
+    # finite horizons: deferrals bounded by max_defer_s, placements by the clock's step
+    assert (finite > 0) == (max_defer_s > 0 or clock_step_s > 0)
+    return reused
+
+
+@pytest.mark.parametrize("max_defer_s,clock_step_s", [(0, 0), (900, 0), (0, 60), (900, 60)])
+def test_the_learned_plugin_reuses_only_what_it_would_decide_again(max_defer_s, clock_step_s):
+    """The learned plugin is not pure (deferrals stand across cycles; a job's features hold
+    its wait), but it says until when a cycle would be decided the same
+    (``reuse_horizon``): on the same kind of snapshot sequences as above, with agents that
+    defer and place, reuse decides exactly what deciding afresh decides, and it does reuse.
+    Ignoring the horizon (reuse whenever the inputs are equal) decides differently: the
+    horizon is what makes it right. With the agents' clock read in steps (``clock_step_s``)
+    a cycle in which an agent placed a job is reused until the next step, and only then."""
+    assert _learned_reuse(max_defer_s, clock_step_s) > 0
+
+
+def test_the_agents_clock_in_steps_reuses_more():
+    """Placements held until the clock's next step are reused where the exact clock
+    reused nothing (same seeds: the same snapshots)."""
+    assert _learned_reuse(0, 60) > _learned_reuse(0, 0)
 
 
 def test_a_stateful_place_plugin_without_a_horizon_never_reuses():

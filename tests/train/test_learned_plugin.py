@@ -1,6 +1,7 @@
 """The ``learned`` place plugin inside ``run_cycle``: model decisions, defer, fallback."""
 
 import logging
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -177,6 +178,10 @@ def test_bad_plugin_parameters_are_clear_errors(checkpoint):
         build_plugin("place", "learned", {"past_depth": "spread"})
     with pytest.raises(PluginError, match="no place plugin"):
         build_plugin("place", "learned", {"fallback": "nope"})
+    with pytest.raises(PluginError, match="clock_step_s must be >= 0"):
+        build_plugin("place", "learned", {"clock_step_s": -60})
+    with pytest.raises(PluginError, match="clock_step_s"):
+        build_plugin("place", "learned", {"clock_step_s": "1m"})
 
 
 def test_inference_never_imports_training_code(checkpoint):
@@ -286,6 +291,45 @@ def test_a_deferral_stands_until_the_options_change_and_is_bounded_from_the_firs
     assert asked == [100.0]                         # the deferral stood at 500 and 900
     got = places(policy.run_cycle(snapshot_with_pending(tiny_cluster, [job], 1100.0)))
     assert asked == [100.0, 1100.0] and set(got) == {1}   # 1000 s after the first defer
+
+
+def test_the_clock_read_in_steps():
+    from slurm_marl.agent.observe import clocked, next_step_s
+    assert clocked(119.9, 60) == 60 and clocked(120.0, 60) == 120 and clocked(-1, 60) == -60
+    assert next_step_s(119.9, 60) == 120 and next_step_s(120.0, 60) == 180
+    assert clocked(119.9, 0) == 119.9 and next_step_s(119.9, 0) == -math.inf
+    assert clocked(math.inf, 60) == math.inf
+
+
+def test_the_agents_read_a_jobs_wait_on_their_clock(tiny_cluster, tiny_interference,
+                                                    tmp_path):
+    """With ``clock_step_s`` the job's wait feature (its only input the clock moves) is
+    the same within a step and moves at the next; the exact clock moves it every second.
+    The step comes from the checkpoint unless the profile says otherwise."""
+    from slurm_marl.agent.learned import build
+    from slurm_marl.agent.observe import JOB_FEATURES
+
+    torch.manual_seed(0)
+    policy = PlacementPolicy(policy_config(tiny_interference, ("a", "b"), "multi"))
+    pt, _ = LearnedCheckpoint(policy, tiny_interference, {"clock_step_s": 60.0}).save(
+        tmp_path / "clocked.pt")
+    wait = JOB_FEATURES.index("log_wait_10min")
+    job = pending(1, 1, "a", queued_s=0.0)
+
+    def waits(params):
+        plugin = build({"checkpoint": str(pt), **params})
+        out = []
+        for now in (130.0, 170.0, 179.9, 180.0, 200.0):
+            state = CycleState(snapshot_with_pending(tiny_cluster, [job], now))
+            out.append(float(plugin.observer.observe(job, state).job[wait]))
+        return plugin.observer.clock_step_s, out
+
+    step, w = waits({})
+    assert step == 60.0 and w[0] == w[1] == w[2] < w[3] == w[4]
+    assert w[0] == pytest.approx(math.log1p(120 / 600)) and w[3] == pytest.approx(
+        math.log1p(180 / 600))
+    step, w = waits({"clock_step_s": 0})
+    assert step == 0.0 and len(set(w)) == 5
 
 
 def test_what_if_parameters(checkpoint):

@@ -138,6 +138,7 @@ def test_outputs_and_resume(trained, tiny_cluster, tiny_interference):
     for a, b in zip(ckpt.policy.state_dict().values(), policy.state_dict().values()):
         assert torch.equal(a, b)
     assert ckpt.training["max_defer_s"] == 0.0            # the default: no bound
+    assert ckpt.training["clock_step_s"] == 0.0           # the default: the exact clock
     env = PlacementEnv(tiny_cluster, [tiny_workload(40, 100 + k, mean_gap_s=120.0,
                                                     max_gpus=1) for k in range(8)],
                        tiny_interference, seed=0)

@@ -25,15 +25,18 @@ Parameters: ``checkpoint`` (default: the one shipped in ``slurm_marl/data``), ``
 may be deferred while placements exist, counted from its first deferral, 0 for no bound;
 default: what the checkpoint was trained with), ``max_agent_jobs`` (per agent and cycle,
 the jobs its agent decides, the first the framework asks about, i.e. the head of the queue;
-default 0: no bound) and ``past_depth`` (who places the rest in the same cycle: ``"what_if"``,
+default 0: no bound), ``past_depth`` (who places the rest in the same cycle: ``"what_if"``,
 the what-if heuristic, the default; or ``"fallback"``, cheaper on a large cluster where
-many jobs can start at once). A deferral stands,
+many jobs can start at once) and ``clock_step_s`` (the agents read the clock in steps of
+this many seconds, ``agent/observe.py``; default: what the checkpoint was trained with, 0,
+the exact clock, for one that does not say). A deferral stands,
 without asking the agent again, until the job's options (its live features and mask)
 change. The checkpoint is loaded with ``weights_only=True``. If it is missing, unreadable
 or made for other features, or a job's partition has no agent, the plugin falls back to a
 named heuristic (``fallback``, default ``consolidate``) and says so once in the log. With
 ``Policy.reuse_decisions`` an unchanged cycle is reused where no agent placed a job in the
-last one (``reuse_horizon``). Only the inference
+last one, or, with ``clock_step_s`` > 0, until the agents' clock next moves
+(``reuse_horizon``). Only the inference
 modules are imported here, never training code.
 """
 
@@ -198,20 +201,31 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
                     self._horizon = min(self._horizon,
                                         since + self.observer.max_defer_s - 1e-3)
             else:
-                self._deferred_since.pop(job.job_id, None)
+                was_deferred = self._deferred_since.pop(job.job_id, None) is not None
                 self._standing.pop(job.job_id, None)
-                # the agent placed it on features that move with the clock (its wait)
-                self._horizon = -math.inf
+                # the agent placed it on features that move with the clock (its wait): as
+                # the agent reads the clock, until its next step (never on the exact clock);
+                # not at all where the placement ended a deferral, whose clock it resets
+                # (the same inputs may be deferred again: ``max_defer_s`` counts afresh)
+                self._horizon = min(self._horizon, -math.inf if was_deferred
+                                    else self._next_step(state.now_s))
         self._choices[job.job_id] = choice
         return choice
+
+    def _next_step(self, now_s: float) -> float:
+        """When the agents' clock next moves (``observe.next_step_s``), a millisecond early
+        so that rounding never lets a reuse pass it; -inf on the exact clock."""
+        from slurm_marl.agent.observe import next_step_s
+        return next_step_s(now_s, self.observer.clock_step_s) - 1e-3
 
     def reuse_horizon(self, state: CycleState) -> float:
         """Until when the cycle that decided ``state`` would be decided the same on equal
         inputs (``Policy.reuse_decisions``): for ever where no agent was asked or each
         asked agent deferred (a deferral stands while the job's options are unchanged),
         until the first such deferral's ``max_defer_s`` ends (the options change then);
-        never where an agent placed a job (its features hold its wait, which the clock
-        moves). A saturated cluster, where no agent is asked, reuses its cycles."""
+        where an agent placed a job (its features hold its wait, which the clock moves),
+        until the agents' clock next moves (``clock_step_s``), never on the exact clock.
+        A saturated cluster, where no agent is asked, reuses its cycles."""
         if not self.active or state is not self._state:
             return math.inf
         return self._horizon
@@ -384,7 +398,7 @@ def _settings(params: Mapping) -> tuple[str, str, float]:
     check_params(KEY, params, {"checkpoint": str, "fallback": str, "allow_defer": bool,
                                "max_defer_s": (int, float), "what_if": str,
                                "what_if_defer_below": (int, float), "max_agent_jobs": int,
-                               "past_depth": str})
+                               "past_depth": str, "clock_step_s": (int, float)})
     if params.get("past_depth", "what_if") not in PAST_DEPTH:
         raise PluginError(f"plugin {KEY!r}: past_depth must be one of "
                           f"{', '.join(PAST_DEPTH)}, got {params['past_depth']!r}")
@@ -402,6 +416,8 @@ def _settings(params: Mapping) -> tuple[str, str, float]:
                           f"{what_if_defer}")
     if params.get("max_defer_s", 0) < 0:
         raise PluginError(f"plugin {KEY!r}: max_defer_s must be >= 0")
+    if not params.get("clock_step_s", 0) >= 0:
+        raise PluginError(f"plugin {KEY!r}: clock_step_s must be >= 0 (0: the exact clock)")
     return fallback_key, what_if_key, what_if_defer
 
 
@@ -417,15 +433,17 @@ def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlaceme
                             fallback_key)
     if ckpt is None:
         return LearnedPlacement(None, None, fallback, fallback_key)
-    from slurm_marl.agent.observe import (DEFAULT_DEFER_ONLY_BELOW, DEFAULT_MAX_DEFER_S,
-                                           Observer)
+    from slurm_marl.agent.observe import (DEFAULT_CLOCK_STEP_S, DEFAULT_DEFER_ONLY_BELOW,
+                                           DEFAULT_MAX_DEFER_S, Observer)
     max_defer_s = float(params.get("max_defer_s",
                                    ckpt.training.get("max_defer_s", DEFAULT_MAX_DEFER_S)))
     if max_defer_s < 0:
         raise PluginError(f"plugin {KEY!r}: max_defer_s must be >= 0")
     observer = Observer(ckpt.interference, ckpt.config.agents, ckpt.config.mode, max_defer_s,
                         float(ckpt.training.get("defer_only_below",
-                                                DEFAULT_DEFER_ONLY_BELOW)))
+                                                DEFAULT_DEFER_ONLY_BELOW)),
+                        float(params.get("clock_step_s", ckpt.training.get(
+                            "clock_step_s", DEFAULT_CLOCK_STEP_S))))
     what_if = build_what_if(what_if_key, ckpt.interference, what_if_defer, context)
     return LearnedPlacement(observer, ModelChooser(ckpt, observer, allow_defer), fallback,
                             fallback_key, what_if, int(params.get("max_agent_jobs", 0)),

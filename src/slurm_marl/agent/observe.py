@@ -22,6 +22,12 @@ jobs waiting very long, and every bound tried cost average JCT there (docs/bench
 "2.1 Why the earlier agents lost"). Counting from the job's queueing instead of its first
 deferral took the choice to wait away from exactly the jobs that had queued long.
 
+With ``clock_step_s`` > 0 the agent reads the clock in steps of that many seconds: a job's
+wait (its one feature that moves with the clock alone) is counted up to the last whole step
+(``clocked``), so the agent's inputs, and with them its decisions, stay the same until the
+next step. That is what lets a cycle in which an agent placed a job be reused while only
+the clock moves (``LearnedPlacement.reuse_horizon``); 0 reads the exact clock.
+
 Per job: candidates come from the framework's own generator (``placement_shapes``); every GPU
 group that some candidate uses is a valid action and stands for one candidate (its *anchor*
 map: the candidate with the fewest groups among those that use it, first in generation
@@ -58,6 +64,19 @@ SINGLE_AGENT = "cluster"
 # placement exists; 0: no bound (see the module docstring).
 DEFAULT_MAX_DEFER_S = 0.0
 DEFAULT_DEFER_ONLY_BELOW = POOR_VS_IDEAL
+# The clock the agent reads, in steps of this many seconds (0: exact; module docstring).
+DEFAULT_CLOCK_STEP_S = 0.0
+
+
+def clocked(now_s: float, step_s: float) -> float:
+    """``now_s`` on a clock read in steps of ``step_s`` (the last whole step; exact at 0)."""
+    return math.floor(now_s / step_s) * step_s if step_s > 0 and math.isfinite(now_s) \
+        else now_s
+
+
+def next_step_s(now_s: float, step_s: float) -> float:
+    """When a clock read in steps of ``step_s`` next moves (never at 0: it always moves)."""
+    return clocked(now_s, step_s) + step_s if step_s > 0 else -math.inf
 
 JOB_FEATURES = ("log2_gpus", "log_attained_gpu_h", "log_wait_10min", "log_pending_here",
                 "free_fraction_here", "log_candidates", "log_preemptions", "ideal_speed",
@@ -105,15 +124,19 @@ class CycleFeatures:
 class Observer:
     def __init__(self, interference: InterferenceModel, agents: Sequence[str],
                  mode: str = "multi", max_defer_s: float = DEFAULT_MAX_DEFER_S,
-                 defer_only_below: float = DEFAULT_DEFER_ONLY_BELOW) -> None:
+                 defer_only_below: float = DEFAULT_DEFER_ONLY_BELOW,
+                 clock_step_s: float = DEFAULT_CLOCK_STEP_S) -> None:
         if mode not in ("multi", "single"):
             raise ValueError(f"mode must be 'multi' or 'single', got {mode!r}")
+        if not clock_step_s >= 0:
+            raise ValueError(f"clock_step_s must be >= 0, got {clock_step_s!r}")
         self.model = interference
         self.vocab = interference.vocab
         self.agents = tuple(agents)
         self.mode = mode
         self.max_defer_s = max_defer_s
         self.defer_only_below = defer_only_below
+        self.clock_step_s = float(clock_step_s)
         self.topology: Topology | None = None
         self._cycle: CycleFeatures | None = None
         self.families = FamilyCounts(self.vocab)
@@ -262,7 +285,8 @@ class Observer:
         live, reward, mask = feats.live, feats.reward, feats.mask
         live[:, 14] = np.where(live[:, 0] > 0, live[:, 10] / max(ideal, 1e-6), 0.0)
         mask[-1] = self._may_defer(live, mask, state.now_s, deferred_since_s)
-        job_x = self._job_features(job, state.now_s, total, ideal, cyc, free[rows],
+        job_x = self._job_features(job, clocked(state.now_s, self.clock_step_s), total,
+                                   ideal, cyc, free[rows],
                                    top.group_cap[rows], cands.n, mask[-1])
         return Observation(agent, cyc.x[agent], view.parent, torch.from_numpy(job_x),
                            torch.from_numpy(live), torch.from_numpy(mask), reward,

@@ -33,7 +33,9 @@ again instead of being searched for. On an unchanged cluster most of a cycle's w
 search. A plugin that is not pure (the learned one: deferrals kept across cycles, a clock
 in its features) takes part when it says, after each cycle, until when that cycle's
 decisions would be made again on the same inputs (``ReuseHorizon``: a time, inf
-for ever, -inf not at all); the reuse then also needs the clock before that time.
+for ever, -inf not at all); the reuse then also needs the clock before that time, and not
+before the cycle's own time (a clock that went back is decided afresh: a plugin's horizon
+bounds the clock going forward, as a clock read in steps would be one step back).
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ class Policy:
         self._timed = [p for (p, _), a in zip(self.place, ab) if not a.pure]
         self._reusable = all(a.reuse_horizon for a in ab if not a.pure)
         self._last_state: CycleState | None = None
-        self._reuse: dict[tuple, tuple[tuple, list[Decision], float]] = {}
+        # (partitions) -> (inputs, preemptions and placements, horizon, the cycle's time)
+        self._reuse: dict[tuple, tuple[tuple, list[Decision], float, float]] = {}
         self.reused_cycles = 0
 
     # -- ordering ------------------------------------------------------------------------
@@ -225,8 +228,8 @@ class Policy:
             inputs = _placement_inputs(snapshot, ranked, running)
             last = self._reuse.get(reuse_key)
             # (a horizon of inf holds at any clock, inf too: a trace's job may arrive there)
-            if last is not None and last[0] == inputs and (last[2] == math.inf
-                                                           or now < last[2]):
+            if last is not None and last[0] == inputs and now >= last[3] \
+                    and (last[2] == math.inf or now < last[2]):
                 self.reused_cycles += 1
                 return priorities + last[1]
         placed = self._allocate(snapshot, ranked, running)
@@ -235,7 +238,7 @@ class Policy:
                 self._reuse.clear()
             state, self._last_state = self._last_state, None
             horizon = min((p.reuse_horizon(state) for p in self._timed), default=math.inf)
-            self._reuse[reuse_key] = (inputs, placed, horizon)
+            self._reuse[reuse_key] = (inputs, placed, horizon, now)
         return priorities + placed
 
     def _allocate(self, snapshot: ClusterSnapshot, ranked: list[RankedJob],

@@ -207,6 +207,11 @@ def marl(
         "--max-defer-s", min=0.0,
         help="How long the agents may keep a job deferred while placements exist "
              "(0: no bound, like las-lif); stored in the checkpoint.")] = 0.0,
+    clock_step_s: Annotated[float, typer.Option(
+        "--clock-step-s", min=0.0,
+        help="The agents read the clock in steps of this many seconds, so a cycle's "
+             "placements can be reused until the next step (0: the exact clock); stored "
+             "in the checkpoint.")] = 0.0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] =
         False,
     as_json: JsonOpt = False,
@@ -244,7 +249,8 @@ def marl(
         evaluate = lambda ckpt: avg_jct(val_jobs, sim_cluster, ckpt, strength[0], seed)  # noqa
     env = PlacementEnv(sim_cluster, eps, model, mode=mode, strength=strength[0],
                        defer_cost=defer_cost, speed_threshold=speed_threshold, seed=seed,
-                       teacher=teacher_profile, max_defer_s=max_defer_s)
+                       teacher=teacher_profile, max_defer_s=max_defer_s,
+                       clock_step_s=clock_step_s)
     cfg = PPOConfig(updates=updates, episodes_per_update=episodes_per_update, lr=lr,
                     gamma=gamma,
                     ent_coef=ent_coef, eps_start=eps_start, replay=replay, seed=seed,

@@ -44,7 +44,8 @@ from pettingzoo import ParallelEnv
 from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.domain import ClusterSnapshot
 from slurm_marl.models.interference import InterferenceModel
-from slurm_marl.agent.observe import (DEFAULT_DEFER_ONLY_BELOW, DEFAULT_MAX_DEFER_S, JOB_FEATURES, LIVE_FEATURES,
+from slurm_marl.agent.observe import (DEFAULT_CLOCK_STEP_S, DEFAULT_DEFER_ONLY_BELOW,
+                                      DEFAULT_MAX_DEFER_S, JOB_FEATURES, LIVE_FEATURES,
                                       SINGLE_AGENT, Observation, Observer, job_dim)
 from slurm_marl.models.gnn import LEVELS
 from slurm_marl.policy.framework import Policy, build_policy
@@ -71,7 +72,8 @@ class PlacementEnv(ParallelEnv):
                  restart_delay_s: float = 30.0,
                  max_defer_s: float = DEFAULT_MAX_DEFER_S,
                  defer_only_below: float = DEFAULT_DEFER_ONLY_BELOW,
-                 teacher: Profile | str | None = "las-lif") -> None:
+                 teacher: Profile | str | None = "las-lif",
+                 clock_step_s: float = DEFAULT_CLOCK_STEP_S) -> None:
         self.cluster = cluster if isinstance(cluster, SimCluster) else parse_cluster(cluster)
         self.workloads = [list(w) for w in workloads if w]
         if not self.workloads:
@@ -87,7 +89,7 @@ class PlacementEnv(ParallelEnv):
         self.possible_agents = list(names) if mode == "multi" else [SINGLE_AGENT]
         self.agents: list[str] = []
         self.observer = Observer(interference, self.possible_agents, mode, max_defer_s,
-                                 defer_only_below)
+                                 defer_only_below, clock_step_s)
         self._empty = ClusterSnapshot(time_s=0.0, nodes=self.cluster.nodes,
                                       partitions=self.cluster.partitions,
                                       switches=self.cluster.switches)

@@ -45,6 +45,7 @@ def env_extra(env: PlacementEnv) -> dict:
     """The environment settings inference needs, stored in every checkpoint."""
     return {"max_defer_s": env.observer.max_defer_s,
             "defer_only_below": env.observer.defer_only_below,
+            "clock_step_s": env.observer.clock_step_s,
             "defer_cost": env.defer_cost, "speed_threshold": env.speed_threshold}
 
 
