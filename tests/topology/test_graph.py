@@ -168,3 +168,59 @@ def test_gpus_sharing_a_pcie_switch_without_nvlink(data_dir):
                    for u, v, a in graph.edges(data=True) if a["kind"] == "pcie_switch")
     assert [tuple(sorted(p)) for p in pairs] == [(0, 1), (2, 3), (4, 5), (6, 7)]
     assert not any(a["kind"] == "nvlink" for *_, a in graph.edges(data=True))
+
+
+def _same_index(a, b) -> None:
+    import dataclasses
+
+    import numpy as np
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, dict) and x and isinstance(next(iter(x.values())), np.ndarray):
+            assert x.keys() == y.keys(), f.name
+            for k in x:
+                assert np.array_equal(x[k], y[k]) and x[k].dtype == y[k].dtype, (f.name, k)
+        elif isinstance(x, np.ndarray):
+            assert np.array_equal(x, y) and x.dtype == y.dtype, f.name
+        else:
+            assert x == y, f.name
+
+
+@pytest.mark.parametrize("spec", ["4x2x4:leaf=2", "6x2x2:leaf=3", "3x1x8", "8x2x4:leaf=4",
+                                  "4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b",
+                                  "4x2x2:name=gpu"])
+def test_the_index_without_the_graph_is_the_graphs(spec):
+    """``hierarchy_index`` (no networkx graph) gives the index ``HierarchyIndex.from_graph``
+    reads from the graph of the same sources: simulated clusters with and without leaf
+    switches, several partitions, and snapshots with a deeper switch tree, nodes under no
+    switch and a leaf named only by its nodes."""
+    from slurm_marl.sim.cluster import parse_cluster
+    from slurm_marl.topology.graph import hierarchy_index
+    from slurm_marl.topology.hierarchy_index import HierarchyIndex
+
+    c = parse_cluster(spec)
+    snap = ClusterSnapshot(time_s=0.0, nodes=c.nodes, partitions=c.partitions,
+                           switches=c.switches)
+    _same_index(hierarchy_index(snapshot=snap),
+                HierarchyIndex.from_graph(build_topology_graph(snapshot=snap)))
+
+
+def test_the_index_without_the_graph_on_files_probes_and_odd_trees(files, data_dir):
+    from slurm_marl.topology.graph import hierarchy_index
+    from slurm_marl.topology.hierarchy_index import HierarchyIndex
+
+    _same_index(hierarchy_index(**files), HierarchyIndex.from_graph(build_topology_graph(**files)))
+    nodes = tuple(Node(name=f"x{i}", partitions=("p",) if i % 2 else ("p", "q"),
+                       gpu_groups=(S0, S1), leaf_switch="edge9" if i == 5 else None)
+                  for i in range(1, 8))
+    switches = (Switch("top", switches=("mid", "other")), Switch("mid", switches=("l1", "l2")),
+                Switch("l1", nodes=("x1", "x2")), Switch("l2", nodes=("x3",)),
+                Switch("other", nodes=("x4",)))
+    snap = ClusterSnapshot(time_s=0.0, nodes=nodes, switches=switches,
+                           partitions=(Partition("q"), Partition("p")))
+    got = hierarchy_index(snapshot=snap)
+    _same_index(got, HierarchyIndex.from_graph(build_topology_graph(snapshot=snap)))
+    # (the tree as the index reads it: l1 and l2 under the spine "top"; x5 under its own
+    # leaf edge9, which hangs under the virtual spine with the virtual leaf of x6, x7)
+    assert set(got.names["spine"]) >= {"top", "(virtual-spine)"}
+    assert "(virtual-leaf)" in got.names["leaf"] and "edge9" in got.names["leaf"]

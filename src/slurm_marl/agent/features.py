@@ -94,8 +94,11 @@ class Featuriser:
     with this object's numpy arrays); clone them first if the old values are still needed.
     """
 
-    def __init__(self, graph: nx.Graph) -> None:
-        self.index = HierarchyIndex.from_graph(graph)
+    def __init__(self, graph: nx.Graph | HierarchyIndex) -> None:
+        """``graph``: the topology graph, or its index (``topology.graph.hierarchy_index``,
+        which builds no graph)."""
+        self.index = graph if isinstance(graph, HierarchyIndex) \
+            else HierarchyIndex.from_graph(graph)
         sizes = self.index.sizes
         self._x = {level: np.zeros((sizes[level], len(FEATURE_NAMES[level])), dtype=np.float32)
                    for level in LEVELS}

@@ -15,7 +15,7 @@ import torch
 
 from slurm_marl.domain import ClusterSnapshot
 from slurm_marl.agent.features import Featuriser
-from slurm_marl.topology.graph import build_topology_graph
+from slurm_marl.topology.graph import hierarchy_index
 
 
 @dataclass
@@ -79,7 +79,8 @@ class Topology:
 
     def __init__(self, snapshot: ClusterSnapshot, agents: Sequence[str], mode: str) -> None:
         self.reference = snapshot
-        self.featuriser = Featuriser(build_topology_graph(snapshot=snapshot))
+        # (the index alone: the networkx graph, sockets and GPUs included, is not needed)
+        self.featuriser = Featuriser(hierarchy_index(snapshot=snapshot))
         index = self.featuriser.index
         self.index = index
         group_row = {name: i for i, name in enumerate(index.names["gpu_group"])}

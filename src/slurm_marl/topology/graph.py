@@ -35,6 +35,7 @@ import networkx as nx
 from slurm_marl.domain import ClusterSnapshot, GpuGroup, Node, Switch
 from slurm_marl.topology.confparse import natural_key
 from slurm_marl.topology.gres_conf import GresConf
+from slurm_marl.topology.hierarchy_index import HierarchyIndex
 from slurm_marl.topology.layout import gpu_devices_for_node, snapshot_layout_from_files
 from slurm_marl.topology.slurm_conf import NodeSpec, SlurmConf
 from slurm_marl.topology.topology_conf import TopologyConf
@@ -136,15 +137,26 @@ def _switch_levels(switches: Mapping[str, Switch]) -> dict[str, int]:
     return levels
 
 
-def build_topology_graph(*, slurm_conf: SlurmConf | None = None,
-                         gres_conf: GresConf | None = None,
-                         topology_conf: TopologyConf | None = None,
-                         snapshot: ClusterSnapshot | None = None,
-                         probes: Mapping[str, Mapping] | None = None,
-                         layout: Mapping[str, tuple[GpuGroup, ...]] | None = None,
-                         bandwidth_gbps: Mapping[str, float] | None = None) -> nx.Graph:
-    """Merge files, snapshot and probes into one graph (see the module docstring)."""
-    bandwidth = {**DEFAULT_BANDWIDTH_GBPS, **(bandwidth_gbps or {})}
+@dataclass(frozen=True)
+class TopologyParts:
+    """What the graph is built from, merged from files, snapshot and probes: the switches
+    with their levels and each one's parent, the nodes' facts in order, the partitions.
+    ``hierarchy_index`` builds the models' row index from these without the graph."""
+
+    switches: dict[str, Switch]
+    levels: dict[str, int]
+    parent_of: dict[str, str]
+    facts: list[_NodeFacts]
+    partitions: list[str]
+
+
+def topology_parts(*, slurm_conf: SlurmConf | None = None,
+                   gres_conf: GresConf | None = None,
+                   topology_conf: TopologyConf | None = None,
+                   snapshot: ClusterSnapshot | None = None,
+                   probes: Mapping[str, Mapping] | None = None,
+                   layout: Mapping[str, tuple[GpuGroup, ...]] | None = None) -> TopologyParts:
+    """The sources merged (see the module docstring), before any graph is built."""
     probes = probes or {}
     switches = _collect_switches(snapshot, topology_conf)
     leaf_of: dict[str, str] = {}
@@ -158,9 +170,51 @@ def build_topology_graph(*, slurm_conf: SlurmConf | None = None,
     for f in facts:
         if f.leaf is not None and f.leaf not in switches:
             switches[f.leaf] = Switch(name=f.leaf, nodes=(f.name,))
+    levels = _switch_levels(switches)
+    parents: dict[str, list[str]] = {}
+    for name, s in switches.items():
+        for child in s.switches:
+            if child in switches:
+                parents.setdefault(child, []).append(name)
+    parent_of = {child: sorted(ps, key=natural_key)[0] for child, ps in parents.items()}
+    partitions: list[str] = []
+    if snapshot is not None:
+        partitions.extend(p.name for p in snapshot.partitions)
+    if slurm_conf is not None:
+        partitions.extend(p.name for p in slurm_conf.partitions)
+    for f in facts:
+        partitions.extend(f.partitions)
+    return TopologyParts(switches, levels, parent_of, facts, list(dict.fromkeys(partitions)))
 
+
+def hierarchy_index(**sources) -> HierarchyIndex:
+    """The models' row index (``HierarchyIndex``) of the graph ``build_topology_graph``
+    would build from these sources, without building it (the graph's sockets, GPUs and
+    links as networkx objects cost most of a layout's first cycle at 10,000 nodes; the
+    index needs none of them). Equal to ``HierarchyIndex.from_graph`` of that graph
+    (tested)."""
+    parts = topology_parts(**sources)
+    return HierarchyIndex.from_parts(
+        parts.parent_of, parts.levels,
+        [(f.name, f.leaf, f.groups, f.partitions) for f in parts.facts], parts.partitions)
+
+
+def build_topology_graph(*, slurm_conf: SlurmConf | None = None,
+                         gres_conf: GresConf | None = None,
+                         topology_conf: TopologyConf | None = None,
+                         snapshot: ClusterSnapshot | None = None,
+                         probes: Mapping[str, Mapping] | None = None,
+                         layout: Mapping[str, tuple[GpuGroup, ...]] | None = None,
+                         bandwidth_gbps: Mapping[str, float] | None = None) -> nx.Graph:
+    """Merge files, snapshot and probes into one graph (see the module docstring)."""
+    bandwidth = {**DEFAULT_BANDWIDTH_GBPS, **(bandwidth_gbps or {})}
+    probes = probes or {}
+    parts = topology_parts(slurm_conf=slurm_conf, gres_conf=gres_conf,
+                           topology_conf=topology_conf, snapshot=snapshot, probes=probes,
+                           layout=layout)
+    facts = parts.facts
     graph = nx.Graph()
-    parent_of = _add_switches(graph, switches, bandwidth)
+    _add_switches(graph, parts.switches, parts.levels, bandwidth)
     node_rows, edge_rows = [], []
     for f in facts:
         _node_rows(f, bandwidth, node_rows, edge_rows)
@@ -169,18 +223,11 @@ def build_topology_graph(*, slurm_conf: SlurmConf | None = None,
     for f in facts:
         _add_gpu_links(graph, f, probes.get(f.name), gres_conf, bandwidth)
 
-    partitions: list[str] = []
-    if snapshot is not None:
-        partitions.extend(p.name for p in snapshot.partitions)
-    if slurm_conf is not None:
-        partitions.extend(p.name for p in slurm_conf.partitions)
-    for f in facts:
-        partitions.extend(f.partitions)
     graph.graph.update({
-        "switch_parent": parent_of,
+        "switch_parent": parts.parent_of,
         "leaf_of": {f.name: f.leaf for f in facts if f.leaf is not None},
         "node_names": [f.name for f in facts],
-        "partitions": list(dict.fromkeys(partitions)),
+        "partitions": parts.partitions,
         "bandwidth_gbps": dict(bandwidth),
         "groups_source": {f.name: f.groups_source for f in facts},
     })
@@ -235,23 +282,19 @@ def _collect_nodes(snapshot: ClusterSnapshot | None, slurm_conf: SlurmConf | Non
     return facts
 
 
-def _add_switches(graph: nx.Graph, switches: Mapping[str, Switch],
-                  bandwidth: Mapping[str, float]) -> dict[str, str]:
-    levels = _switch_levels(switches)
+def _add_switches(graph: nx.Graph, switches: Mapping[str, Switch], levels: Mapping[str, int],
+                  bandwidth: Mapping[str, float]) -> None:
     graph.add_nodes_from((switch_id(name), {"kind": "switch", "name": name,
                                             "level": levels[name],
                                             "link_speed": s.link_speed})
                          for name, s in switches.items())
-    parents: dict[str, list[str]] = {}
     for name, s in switches.items():
         for child in s.switches:
             if child not in switches:
                 continue
-            parents.setdefault(child, []).append(name)
             kind = "leaf_spine" if levels[child] == 0 else "switch_switch"
             graph.add_edge(switch_id(name), switch_id(child), kind=kind,
                            bandwidth_gbps=bandwidth[kind])
-    return {child: sorted(ps, key=natural_key)[0] for child, ps in parents.items()}
 
 
 def _node_rows(f: _NodeFacts, bandwidth: Mapping[str, float], nodes: list, edges: list) -> None:

@@ -1,5 +1,6 @@
 """The row index of the hierarchy the learned models see: GPU -> GPU group -> node -> leaf
--> spine (``LEVELS``), built once per topology graph by ``HierarchyIndex.from_graph``.
+-> spine (``LEVELS``), built once per topology by ``HierarchyIndex.from_graph`` (or, without
+the graph, ``topology.graph.hierarchy_index``).
 
 How the switch tree maps onto two network levels: a *leaf* is a switch that lists nodes
 (level 0); its *spine* is the top of its chain of parents, so intermediate switches of deeper
@@ -15,11 +16,13 @@ for ``spine``). ``features.Featuriser`` fills its per-level tensors along this i
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
 
+from slurm_marl.domain import GpuGroup
 from slurm_marl.topology.confparse import natural_key
 
 LEVELS = ("gpu", "gpu_group", "node", "leaf", "spine")
@@ -58,18 +61,30 @@ class HierarchyIndex:
 
     @classmethod
     def from_graph(cls, graph: nx.Graph) -> HierarchyIndex:
-        parent_of: dict[str, str] = graph.graph.get("switch_parent", {})
-        switches: set[str] = set()
-        leaves: set[str] = set()
-        node_attrs: list[dict] = []
+        """The index of a topology graph (``topology.graph``)."""
+        levels: dict[str, int] = {}
+        nodes = []
         for _, attrs in graph.nodes(data=True):
             kind = attrs["kind"]
             if kind == "node":
-                node_attrs.append(attrs)
+                nodes.append((attrs["name"], attrs.get("leaf"), attrs.get("gpu_groups", ()),
+                              tuple(attrs.get("partitions", ()))))
             elif kind == "switch":
-                switches.add(attrs["name"])
-                if attrs["level"] == 0:
-                    leaves.add(attrs["name"])
+                levels[attrs["name"]] = attrs["level"]
+        return cls.from_parts(graph.graph.get("switch_parent", {}), levels, nodes,
+                              graph.graph.get("partitions", ()))
+
+    @classmethod
+    def from_parts(cls, parent_of: Mapping[str, str], switch_levels: Mapping[str, int],
+                   nodes: Sequence[tuple[str, str | None, Sequence[GpuGroup], tuple[str, ...]]],
+                   partitions: Sequence[str]) -> HierarchyIndex:
+        """The index from the switches (each one's level and parent) and the nodes (name,
+        leaf switch, GPU groups, partitions), as the graph holds them
+        (``graph.hierarchy_index`` builds it without the graph)."""
+        switches = set(switch_levels)
+        leaves = {name for name, level in switch_levels.items() if level == 0}
+        node_attrs = [{"name": name, "leaf": leaf, "gpu_groups": groups,
+                       "partitions": parts} for name, leaf, groups, parts in nodes]
         leaves |= {a["leaf"] for a in node_attrs if a.get("leaf") in switches}
 
         def top_of(leaf: str) -> str:
@@ -137,6 +152,6 @@ class HierarchyIndex:
             gpu_row_by_index=gpu_row_by_index,
             group_size=np.array(group_size, dtype=np.float32),
             node_partitions=[tuple(a.get("partitions", ())) for a in node_attrs],
-            partition_names=list(graph.graph.get("partitions", ())),
+            partition_names=list(partitions),
             gpu_parent_list=list(gpu_parent),
         )
