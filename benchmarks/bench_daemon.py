@@ -5,7 +5,7 @@
         [--max-agent-jobs N] [--past-depth what_if|fallback] [--probe-standing]
         [--clock-step-s S] [--cycle-s S]
         [--busy-fraction F] [--saturated] [--cprofile FILE]
-        [--churn N [--step-s 60] [--closed-loop]] [--guard]
+        [--churn N [--step-s 60] [--closed-loop]] [--guard [--paired]]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -36,6 +36,14 @@ out (``LoopSource``; the agent may preempt in every partition): starts, preempti
 ending after hidden lengths; the replica
 then revises its past as on a live cluster. ``--guard``: the daemon's default guard
 (``agent.guard``) in front of the profile.
+
+With ``--guard`` the result has the guard's own work (its shadow's ``observe``: the replica
+and what it saw) per cycle and as a share of the cycles. With ``--paired`` a second agent,
+the same profile without the guard, decides every snapshot the guarded one sees, the two in
+alternating order (module-level node memos favour whichever runs second); its decisions are
+never carried out. The per-cycle ratio is then the guard's cost on the same inputs. In the
+closed loop those inputs are the guarded trajectory, on which the unguarded agent would
+preempt the jobs the guard protects.
 """
 
 from __future__ import annotations
@@ -255,6 +263,41 @@ class LoopSource(ChurnSource):
         return preempted, started
 
 
+def _timed_cycle(agent) -> float:
+    t0 = time.perf_counter()
+    report = agent.cycle()
+    assert report.error is None, report.error
+    return time.perf_counter() - t0
+
+
+class Seen:
+    """A source whose snapshot moves on only when told (``advance``), so two agents see
+    the same one (``--paired``)."""
+
+    def __init__(self, source) -> None:
+        self.source = source
+        self.last: ClusterSnapshot | None = None
+
+    def advance(self) -> None:
+        self.last = self.source.snapshot()
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self.last
+
+    def __getattr__(self, name):
+        return getattr(self.source, name)
+
+
+class Again:
+    """The snapshot a ``Seen`` source gave last, again (the paired agent's source)."""
+
+    def __init__(self, seen: Seen) -> None:
+        self.seen = seen
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self.seen.snapshot()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=2000)
@@ -298,8 +341,14 @@ def main() -> None:
     ap.add_argument("--guard", action="store_true",
                     help="the daemon's default Slurm-alone guard in front of the profile "
                          "where it has none (agent.guard)")
+    ap.add_argument("--paired", action="store_true",
+                    help="with --guard: a second agent without the guard decides every "
+                         "snapshot the guarded one sees (its decisions not carried out), "
+                         "the two in alternating order; both timed (module doc)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.paired and not args.guard:
+        ap.error("--paired needs --guard")
     if args.probe_standing:
         import slurm_marl.agent.learned as learned
         learned.LearnedPlacement.reuse_horizon = lambda self, state: math.inf
@@ -345,18 +394,44 @@ def main() -> None:
             snap, args.churn, args.step_s) if args.churn
             else FixedSource(snap, args.fresh_jobs, args.cycle_s))
         carried = [0, 0]
+        if args.paired:
+            source = Seen(source)
+            bare = Agent(cfg, Again(source), sink=None, store=Store(Path(tmp) / "b.sqlite"),
+                         policy=build_policy(load_profile(args.profile), **context))
         agent = Agent(cfg, source, sink=None,
                       store=Store(Path(tmp) / "s.sqlite"),
                       policy=build_policy(profile, **context))
-        times = []
+        times, bare_times = [], []
+        # the guard's own work each cycle (its shadow's observe: the replica, what it saw)
+        guard_s = [0.0]
+        shadow_of = getattr(getattr(agent.policy, "_guard", None), "shadow", None)
+        if shadow_of is not None:
+            observe = shadow_of.observe
+
+            def timed_observe(*a, **k):
+                t0 = time.perf_counter()
+                try:
+                    return observe(*a, **k)
+                finally:
+                    guard_s[0] += time.perf_counter() - t0
+            shadow_of.observe = timed_observe
+        guard_times = []
         prof = cProfile.Profile() if args.cprofile else None
         for i in range(args.cycles):
             if prof is not None and i == 1:
                 prof.enable()
+            if args.paired:
+                source.advance()
+            if args.paired and i % 2:        # (the node memos favour the second)
+                bare_times.append(_timed_cycle(bare))
+            guard_s[0] = 0.0
             t0 = time.perf_counter()
             report = agent.cycle()
             times.append(time.perf_counter() - t0)
+            guard_times.append(guard_s[0])
             assert report.error is None, report.error
+            if args.paired and not i % 2:
+                bare_times.append(_timed_cycle(bare))
             if args.closed_loop:
                 done = source.apply(report.decisions)
                 carried = [carried[0] + done[0], carried[1] + done[1]]
@@ -392,8 +467,21 @@ def main() -> None:
         # the guard's replica shadow (policy/replica.py): its cycles and revisions, all cycles
         "guard_replica_cycles": getattr(shadow, "cycles", None),
         "guard_replica_rewinds": getattr(shadow, "rewinds", None),
+        # the guard's own work (its shadow's observe) in the cycles after the first
+        "guard_median_s": statistics.median(guard_times[1:] or guard_times)
+        if shadow is not None else None,
+        "guard_share_of_cycles": sum(guard_times[1:]) / max(1e-9, sum(times[1:]))
+        if shadow is not None else None,
         "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,
     }
+    if args.paired:
+        ratios = [g / b for g, b in zip(times[1:], bare_times[1:]) if b > 0]
+        result.update({
+            "paired_unguarded_first_cycle_s": bare_times[0],
+            "paired_unguarded_median_cycle_s": statistics.median(bare_times[1:] or bare_times),
+            # per cycle, guarded over unguarded on the same snapshot
+            "paired_median_ratio": statistics.median(ratios) if ratios else None,
+            "paired_total_ratio": sum(times[1:]) / max(1e-9, sum(bare_times[1:]))})
     if args.json:
         print(json.dumps(result, indent=2))
     else:

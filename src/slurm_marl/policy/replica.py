@@ -93,6 +93,9 @@ class ReplicaShadow(SlurmAloneShadow):
         self._nodes: dict[str, Node] = {}            # the latest real node, by name
         self._partitions: dict[str, Partition] = {}
         self._switches: dict[str, Switch] = {}
+        # the switches as one tuple, kept while they are the same objects: the cycle's node
+        # table is then reused for the nodes that did not change (``state._node_table``)
+        self._switch_tuple: tuple[Switch, ...] | None = None
         self._used: dict[str, set[int]] = {}         # the replica's GPUs taken, by node
         self._cpus: dict[str, int] = {}
         self._mem: dict[str, int] = {}
@@ -120,7 +123,9 @@ class ReplicaShadow(SlurmAloneShadow):
         for part in snapshot.partitions:
             self._partitions[part.name] = part
         for switch in snapshot.switches:
-            self._switches[switch.name] = switch
+            if self._switches.get(switch.name) is not switch:
+                self._switches[switch.name] = switch
+                self._switch_tuple = None
 
     def _arrived(self, job: Job) -> None:
         if not math.isfinite(job.submit_time_s):
@@ -312,13 +317,18 @@ class ReplicaShadow(SlurmAloneShadow):
         snap = ClusterSnapshot(time_s=t, nodes=tuple(self._node(n) for n in self._nodes),
                                jobs=tuple(self.queue.values()),
                                partitions=tuple(self._partitions.values()),
-                               switches=tuple(self._switches.values()))
+                               switches=self._switches_now())
         started = []
         for d in self._decide(snap):
             if isinstance(d, Place) and d.start_now and d.job_id in self.queue:
                 self._start(self.queue.pop(d.job_id), d, t)
                 started.append(d.job_id)
         return started
+
+    def _switches_now(self) -> tuple[Switch, ...]:
+        if self._switch_tuple is None:
+            self._switch_tuple = tuple(self._switches.values())
+        return self._switch_tuple
 
     def _node(self, name: str) -> Node:
         node = self._shown.get(name)

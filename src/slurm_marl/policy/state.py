@@ -73,19 +73,26 @@ def node_info(node: Node, leaf: str | None) -> NodeInfo:
     return info
 
 
-_TABLE_MEMO: list = [None, None, None]
+# The last node table per switches tuple (its id; the tuple kept alive in the entry), a
+# few of them: the daemon's cycles and its guard's replica alternate between two
+# snapshots of one cluster, each keeping its own switches tuple, and a single entry made
+# each pay for every node every time.
+_TABLE_MEMO: dict[int, tuple] = {}
+_TABLE_MEMO_LIMIT = 4
 
 
 def _node_table(snapshot: ClusterSnapshot):
     """(NodeInfo per node, name -> position, leaf per node) of a snapshot's nodes. Callers
-    that reuse the nodes tuple (or most Node objects in it) between cycles pay for what
-    changed only. The returned containers are shared: never mutate them."""
+    that reuse the nodes tuple (or most Node objects in it) between cycles, and their
+    switches tuple, pay for what changed only. The returned containers are shared: never
+    mutate them."""
     nodes, switches = snapshot.nodes, snapshot.switches
-    last_nodes, last_switches, last = _TABLE_MEMO
-    if nodes is last_nodes and switches is last_switches:
+    hit = _TABLE_MEMO.get(id(switches))
+    last_nodes, last = (hit[1], hit[2]) if hit is not None and hit[0] is switches \
+        else (None, None)
+    if nodes is last_nodes:
         return last
-    if switches is last_switches and last_nodes is not None \
-            and len(last_nodes) == len(nodes):
+    if last_nodes is not None and len(last_nodes) == len(nodes):
         infos = list(last[0])
         same_layout = True
         for k, n in enumerate(nodes):
@@ -95,14 +102,17 @@ def _node_table(snapshot: ClusterSnapshot):
                 same_layout = same_layout and n.name == old.name \
                     and infos[k].leaf == last[0][k].leaf
         if same_layout:
-            table = (infos, last[1], last[2])
-            _TABLE_MEMO[:] = [nodes, switches, table]
-            return table
+            return _remember(switches, nodes, (infos, last[1], last[2]))
     else:
         infos = [node_info(n, _leaf(n, switches)) for n in nodes]
     index = {info.name: k for k, info in enumerate(infos)}
-    table = (infos, index, [info.leaf for info in infos])
-    _TABLE_MEMO[:] = [nodes, switches, table]
+    return _remember(switches, nodes, (infos, index, [info.leaf for info in infos]))
+
+
+def _remember(switches, nodes, table):
+    if id(switches) not in _TABLE_MEMO and len(_TABLE_MEMO) >= _TABLE_MEMO_LIMIT:
+        del _TABLE_MEMO[next(iter(_TABLE_MEMO))]      # the oldest switches tuple
+    _TABLE_MEMO[id(switches)] = (switches, nodes, table)
     return table
 
 
