@@ -219,12 +219,15 @@ class Daemon:
         return rows[0]["cycle"] if rows else 0
 
     def stop(self, sig=signal.SIGTERM) -> int:
-        """Signal the agent and wait for its exit. It first lets a running cycle finish
-        (daemon/loop.py); a cycle whose Slurm commands are slow under load took more than
-        30 s once (run.sh test-versions, 26.05), so the wait is 60 s."""
+        """Signal the agent and wait for its exit. It first lets a running cycle (or the
+        queue probe between cycles) finish, waiting for it up to four Slurm command
+        timeouts and 10 s (daemon/loop.py: 70 s with the tests' 15 s): a cycle whose Slurm
+        commands were slow under load took more than 30 s once (run.sh test-versions,
+        26.05), and a stop during the full suite once took more than 60 s with nothing
+        logged after the signal. So the wait is 90 s, past the agent's own bound."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.proc.wait(timeout=60)
+        return self.proc.wait(timeout=90)
 
     def output(self) -> str:
         return self.log.read_text()
