@@ -195,7 +195,7 @@ def test_the_index_without_the_graph_is_the_graphs(spec):
     switches, several partitions, and snapshots with a deeper switch tree, nodes under no
     switch and a leaf named only by its nodes."""
     from slurm_marl.sim.cluster import parse_cluster
-    from slurm_marl.topology.graph import hierarchy_index
+    from slurm_marl.topology.sources import hierarchy_index
     from slurm_marl.topology.hierarchy_index import HierarchyIndex
 
     c = parse_cluster(spec)
@@ -206,7 +206,7 @@ def test_the_index_without_the_graph_is_the_graphs(spec):
 
 
 def test_the_index_without_the_graph_on_files_probes_and_odd_trees(files, data_dir):
-    from slurm_marl.topology.graph import hierarchy_index
+    from slurm_marl.topology.sources import hierarchy_index
     from slurm_marl.topology.hierarchy_index import HierarchyIndex
 
     _same_index(hierarchy_index(**files), HierarchyIndex.from_graph(build_topology_graph(**files)))

@@ -95,7 +95,7 @@ class Featuriser:
     """
 
     def __init__(self, graph: nx.Graph | HierarchyIndex) -> None:
-        """``graph``: the topology graph, or its index (``topology.graph.hierarchy_index``,
+        """``graph``: the topology graph, or its index (``topology.sources.hierarchy_index``,
         which builds no graph)."""
         self.index = graph if isinstance(graph, HierarchyIndex) \
             else HierarchyIndex.from_graph(graph)

@@ -15,7 +15,7 @@ import torch
 
 from slurm_marl.domain import ClusterSnapshot
 from slurm_marl.agent.features import Featuriser
-from slurm_marl.topology.graph import hierarchy_index
+from slurm_marl.topology.sources import hierarchy_index
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The row index of the hierarchy the learned models see: GPU -> GPU group -> node -> leaf
 -> spine (``LEVELS``), built once per topology by ``HierarchyIndex.from_graph`` (or, without
-the graph, ``topology.graph.hierarchy_index``).
+the graph, ``topology.sources.hierarchy_index``).
 
 How the switch tree maps onto two network levels: a *leaf* is a switch that lists nodes
 (level 0); its *spine* is the top of its chain of parents, so intermediate switches of deeper
@@ -80,7 +80,7 @@ class HierarchyIndex:
                    partitions: Sequence[str]) -> HierarchyIndex:
         """The index from the switches (each one's level and parent) and the nodes (name,
         leaf switch, GPU groups, partitions), as the graph holds them
-        (``graph.hierarchy_index`` builds it without the graph)."""
+        (``sources.hierarchy_index`` builds it without the graph)."""
         switches = set(switch_levels)
         leaves = {name for name, level in switch_levels.items() if level == 0}
         node_attrs = [{"name": name, "leaf": leaf, "gpu_groups": groups,
