@@ -41,7 +41,7 @@ from slurm_marl.models.interference import InterferenceModel, Vocabulary
 from slurm_marl.agent.observe import Observer
 from slurm_marl.models.policy import PlacementPolicy
 from slurm_marl.policy.framework import Policy, build_policy
-from slurm_marl.agent.learned import ModelChooser
+from slurm_marl.agent.choice import ModelChooser
 from slurm_marl.policy.plugins import build_plugin
 from slurm_marl.policy.profile import load_profile
 from slurm_marl.policy.state import CycleState

@@ -149,7 +149,7 @@ def _learned_policy(prof, ckpt, reuse: bool, horizon: bool = True):
     speed, i.e. always): deferrals stand across cycles, so reuse has to respect them."""
     import math
 
-    from slurm_marl.agent.learned import Choice
+    from slurm_marl.agent.choice import Choice
 
     policy = build_policy(prof, learned_checkpoint=ckpt)
     policy.reuse_decisions = reuse

@@ -210,7 +210,8 @@ def test_incremental_cycles_equal_a_fresh_observer(tiny_cluster, tiny_interferen
     were not, until the 1 us later wake-up made this sequence appear here)."""
     from slurm_marl.agent.observe import Observer
     from slurm_marl.policy.framework import Policy
-    from slurm_marl.agent.learned import Choice, LearnedPlacement
+    from slurm_marl.agent.choice import Choice
+    from slurm_marl.agent.learned import LearnedPlacement
     from slurm_marl.policy.plugins import build_plugin
     from slurm_marl.sim.engine import Simulator
 
@@ -267,7 +268,8 @@ def test_a_deferral_stands_until_the_options_change_and_is_bounded_from_the_firs
     unchanged; ``max_defer_s`` counts from the first deferral, not from queueing."""
     from slurm_marl.agent.observe import Observer
     from slurm_marl.policy.framework import Policy
-    from slurm_marl.agent.learned import Choice, LearnedPlacement
+    from slurm_marl.agent.choice import Choice
+    from slurm_marl.agent.learned import LearnedPlacement
     from slurm_marl.policy.plugins import build_plugin
 
     asked = []
@@ -399,7 +401,7 @@ def test_an_agent_placement_that_is_not_free_is_refused_not_claimed(tiny_cluster
                                                                    checkpoint, caplog):
     """A proposal the framework would not offer (a bug, never a decision) cannot
     over-allocate: the job waits and the log says why."""
-    from slurm_marl.agent.learned import Choice
+    from slurm_marl.agent.choice import Choice
     policy = build_policy(learned_profile(checkpoint, allow_defer=False))
     plugin = policy.place[0][0]
     plugin.chooser = lambda obs, state: Choice(allocs=((0, 0, 99),), action=0)
@@ -417,7 +419,7 @@ def test_fast_inference_decides_every_job_as_the_reference_path():
     a prediction per candidate) takes on the same state, with the same probability to
     float rounding. Also holds for every decision of the run it steers."""
     from slurm_marl.agent.checkpoint import shipped_checkpoint
-    from slurm_marl.agent.learned import ModelChooser
+    from slurm_marl.agent.choice import ModelChooser
     from slurm_marl.sim.cluster import parse_cluster
     from slurm_marl.sim.engine import Simulator
 
@@ -455,7 +457,8 @@ def test_agent_depth_bounds_the_jobs_an_agent_looks_at_a_cycle(tiny_cluster, tin
     (a job with no room does not count), the what-if heuristic places the rest in the same
     cycle (or, with ``past_depth = "fallback"``, the fallback), and every job still
     starts; 0 is no bound."""
-    from slurm_marl.agent.learned import Choice, LearnedPlacement
+    from slurm_marl.agent.choice import Choice
+    from slurm_marl.agent.learned import LearnedPlacement
     from slurm_marl.agent.observe import Observer
     from slurm_marl.policy.framework import Policy
     from slurm_marl.policy.plugins import build_plugin

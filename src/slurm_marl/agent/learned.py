@@ -45,11 +45,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from slurm_marl.agent.choice import Choice, ModelChooser
 from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.domain import Job
 from slurm_marl.policy.plugins import (NodeIdentity, PlacePlugin, PluginError, ReadsColocation,
@@ -66,42 +66,9 @@ DEFAULT_WHAT_IF = "least_interference"
 DEFAULT_WHAT_IF_DEFER_BELOW = POOR_VS_IDEAL
 
 
-@dataclass
-class Choice:
-    """An agent's answer for one job in one cycle: defer, or one candidate's allocs."""
-
-    defer: bool = False
-    allocs: tuple | None = None
-    score: float = 1.0
-    action: int | None = None
-
-
 _FALLBACK = Choice()   # sentinel: this job is placed by the fallback heuristic
 _PAST_DEPTH = Choice()  # sentinel: past the cycle's agent depth, ``past_depth``'s
 PAST_DEPTH = ("what_if", "fallback")   # who places the jobs past an agent's depth
-
-
-def choice_from_probs(probs: torch.Tensor, obs, allow_defer: bool = True) -> Choice:
-    """The most probable action (defer last; never defer unless allowed)."""
-    defer = obs.defer_action
-    scored = probs.clone()
-    if not allow_defer and bool(obs.mask[:-1].any()):
-        scored[defer] = -1.0
-    best = int(torch.argmax(scored))
-    if best == defer:
-        return Choice(defer=True, action=defer, score=float(probs[defer]))
-    return Choice(allocs=obs.allocs_for(best), score=float(probs[best]), action=best)
-
-
-def choice_from_action(action: int, obs) -> Choice:
-    """The choice of one sampled action (the training environment's agent step)."""
-    action = int(action)
-    if action == obs.defer_action:
-        if not bool(obs.mask[action]):
-            raise ValueError(f"defer is masked for job {obs.job_id}: a good spot is free, or "
-                             f"it has been deferred for max_defer_s")
-        return Choice(defer=True, action=action)
-    return Choice(allocs=obs.allocs_for(action), action=action)
 
 
 class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
@@ -326,55 +293,6 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
         if choice is _FALLBACK or choice is _PAST_DEPTH:
             return self._delegate(choice).score(job, cand, state)
         return choice.score if cand.allocs == choice.allocs else 0.0
-
-
-class ModelChooser:
-    """Greedy decisions of a loaded checkpoint; GNN embeddings, and the actor's terms that
-    depend on them alone, computed once per snapshot (``split_actor``; False: the actor on
-    the concatenated inputs, the reference tests/train/test_learned_plugin.py compares
-    decisions with)."""
-
-    split_actor = True
-
-    def __init__(self, checkpoint, observer, allow_defer: bool = True) -> None:
-        self.checkpoint = checkpoint
-        self.policy = checkpoint.policy.eval()
-        self.observer = observer
-        self.allow_defer = allow_defer
-        self._snapshot = None
-        self._groups: dict = {}
-        self._terms: dict = {}     # per agent: its actor's group terms (AgentNet.heads)
-        # Each agent's latest summary. The simulator shows every partition in one snapshot;
-        # the daemon decides one partition at a time, so an agent there hears the others'
-        # summaries from their latest cycle (this one, or the one before for the
-        # partitions decided after it), as the agents exchange them in training.
-        self._summaries: dict = {}
-
-    @torch.no_grad()
-    def _embed(self, state: CycleState) -> None:
-        from slurm_marl.models.policy import AgentInput
-        cyc = self.observer.cycle(state.snapshot)
-        if self._snapshot is cyc.snapshot:
-            return
-        views = self.observer.topology.views
-        inputs = {name: AgentInput(x=cyc.x[name], parent=views[name].parent, job=None,
-                                   live=None, mask=None) for name in views
-                  if name in self.policy.index}
-        self._groups, summaries = self.policy.encode(inputs)
-        self._summaries.update(summaries)
-        self._terms = {name: self.policy.agents[self.policy.index[name]].group_terms(groups)
-                       for name, groups in self._groups.items()}
-        self._snapshot = cyc.snapshot
-
-    @torch.no_grad()
-    def __call__(self, obs, state: CycleState) -> Choice:
-        from slurm_marl.models.policy import AgentInput
-        self._embed(state)
-        inp = AgentInput(x=obs.x, parent=obs.parent, job=obs.job, live=obs.live,
-                         mask=obs.mask)
-        out = self.policy.act(obs.agent, (self._groups, self._summaries), inp,
-                              terms=self._terms[obs.agent] if self.split_actor else None)
-        return choice_from_probs(out.probs(), obs, self.allow_defer)
 
 
 def load_learned(path: str | Path, fallback_key: str):

@@ -17,7 +17,7 @@ import torch
 
 from slurm_marl.agent.observe import Observation
 from slurm_marl.models.policy import ActOutput, AgentInput, PlacementPolicy
-from slurm_marl.agent.learned import choice_from_probs
+from slurm_marl.agent.choice import choice_from_probs
 from slurm_marl.train.env import PlacementEnv
 
 

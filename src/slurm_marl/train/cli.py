@@ -208,10 +208,8 @@ def marl(
         help="How long the agents may keep a job deferred while placements exist "
              "(0: no bound, like las-lif); stored in the checkpoint.")] = 0.0,
     clock_step_s: Annotated[float, typer.Option(
-        "--clock-step-s", min=0.0,
-        help="The agents read the clock in steps of this many seconds, so a cycle's "
-             "placements can be reused until the next step (0: the exact clock); stored "
-             "in the checkpoint.")] = 0.0,
+        "--clock-step-s", min=0.0, help="The agents read the clock in steps of this many "
+        "seconds (0: exact), so placements are reused until the next; stored.")] = 0.0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] =
         False,
     as_json: JsonOpt = False,

@@ -49,8 +49,8 @@ from slurm_marl.agent.observe import (DEFAULT_CLOCK_STEP_S, DEFAULT_DEFER_ONLY_B
                                       SINGLE_AGENT, Observation, Observer, job_dim)
 from slurm_marl.models.gnn import LEVELS
 from slurm_marl.policy.framework import Policy, build_policy
-from slurm_marl.agent.learned import (DEFAULT_WHAT_IF, Choice, LearnedPlacement,
-                                             build_what_if, choice_from_action)
+from slurm_marl.agent.choice import Choice, choice_from_action
+from slurm_marl.agent.learned import DEFAULT_WHAT_IF, LearnedPlacement, build_what_if
 from slurm_marl.policy.plugins import build_plugin
 from slurm_marl.policy.profile import Profile, load_profile
 from slurm_marl.placement_shapes import generate_candidates
