@@ -180,10 +180,9 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
         return choice
 
     def _next_step(self, now_s: float) -> float:
-        """When the agents' clock next moves (``observe.next_step_s``), a millisecond early
-        so that rounding never lets a reuse pass it; -inf on the exact clock."""
-        from slurm_marl.agent.observe import next_step_s
-        return next_step_s(now_s, self.observer.clock_step_s) - 1e-3
+        """When the agents' clock next moves (``Observer.next_clock_s``), a millisecond
+        early so that rounding never lets a reuse pass it; -inf on the exact clock."""
+        return self.observer.next_clock_s(now_s) - 1e-3
 
     def reuse_horizon(self, state: CycleState) -> float:
         """Until when the cycle that decided ``state`` would be decided the same on equal

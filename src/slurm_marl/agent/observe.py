@@ -146,6 +146,10 @@ class Observer:
         self._checked: ClusterSnapshot | None = None   # last snapshot matched to topology
         self.predictor = Predictor(interference)
 
+    def next_clock_s(self, now_s: float) -> float:
+        """When the clock this observer reads next moves (``next_step_s``)."""
+        return next_step_s(now_s, self.clock_step_s)
+
     @property
     def n_vocab(self) -> int:
         return len(self.vocab)

@@ -83,9 +83,7 @@ class HierarchyIndex:
         (``sources.hierarchy_index`` builds it without the graph)."""
         switches = set(switch_levels)
         leaves = {name for name, level in switch_levels.items() if level == 0}
-        node_attrs = [{"name": name, "leaf": leaf, "gpu_groups": groups,
-                       "partitions": parts} for name, leaf, groups, parts in nodes]
-        leaves |= {a["leaf"] for a in node_attrs if a.get("leaf") in switches}
+        leaves |= {leaf for _, leaf, _, _ in nodes if leaf in switches}
 
         def top_of(leaf: str) -> str:
             current, seen = leaf, {leaf}
@@ -94,8 +92,8 @@ class HierarchyIndex:
                 seen.add(current)
             return current if current != leaf else VIRTUAL_SPINE
 
-        leaf_of_node = {a["name"]: (a["leaf"] if a.get("leaf") in leaves else VIRTUAL_LEAF)
-                        for a in node_attrs}
+        leaf_of_node = {name: (leaf if leaf in leaves else VIRTUAL_LEAF)
+                        for name, leaf, _, _ in nodes}
         if VIRTUAL_LEAF in leaf_of_node.values():
             leaves.add(VIRTUAL_LEAF)
         spine_of_leaf = {leaf: (VIRTUAL_SPINE if leaf == VIRTUAL_LEAF else top_of(leaf))
@@ -105,19 +103,18 @@ class HierarchyIndex:
         leaf_list = sorted(leaves, key=lambda lf: (spine_row[spine_of_leaf[lf]], lf == VIRTUAL_LEAF,
                                                    natural_key(lf)))
         leaf_row = {lf: i for i, lf in enumerate(leaf_list)}
-        node_attrs.sort(key=lambda a: (leaf_row[leaf_of_node[a["name"]]], natural_key(a["name"])))
+        nodes = sorted(nodes, key=lambda n: (leaf_row[leaf_of_node[n[0]]], natural_key(n[0])))
 
-        node_names = [a["name"] for a in node_attrs]
+        node_names = [name for name, _, _, _ in nodes]
         group_names, gpu_names = [], []
         group_parent, gpu_parent, group_size = [], [], []
         gpu_start, gpu_end, group_start, group_end = [], [], [], []
         gpu_row_by_index: list[dict[int, int]] = []
-        for row, attrs in enumerate(node_attrs):
-            name = attrs["name"]
+        for row, (name, _, groups, _) in enumerate(nodes):
             gpu_start.append(len(gpu_names))
             group_start.append(len(group_names))
             rows: dict[int, int] = {}
-            for group in sorted(attrs.get("gpu_groups", ()), key=lambda g: g.index):
+            for group in sorted(groups, key=lambda g: g.index):
                 group_row = len(group_names)
                 group_names.append(f"{name}/g{group.index}")
                 group_parent.append(row)
@@ -151,7 +148,7 @@ class HierarchyIndex:
             spine_leaf_start=spine_start, spine_leaf_end=spine_end,
             gpu_row_by_index=gpu_row_by_index,
             group_size=np.array(group_size, dtype=np.float32),
-            node_partitions=[tuple(a.get("partitions", ())) for a in node_attrs],
+            node_partitions=[tuple(parts) for _, _, _, parts in nodes],
             partition_names=list(partitions),
             gpu_parent_list=list(gpu_parent),
         )
