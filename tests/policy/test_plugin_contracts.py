@@ -70,7 +70,7 @@ ABILITIES = {
     ("least_interference", (("defer_below", 0.5),)): {"pure", "reads_colocation", "filters",
                                                        "local_filter"},
     ("learned", ()): {"filters", "reads_colocation", "node_identity", "reads_host",
-                      "reuse_horizon", "proposes", "delegates"},
+                      "reuse_horizon", "proposes", "delegates", "picks"},
 }
 
 

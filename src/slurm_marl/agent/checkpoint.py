@@ -1,8 +1,9 @@
 """A learned placement checkpoint: the agents and the interference model in one pair of files.
 
-``NAME.pt`` is one ``state_dict`` (keys ``policy.*`` and ``interference.*``) written with
-``torch.save``; ``NAME.json`` holds the metadata (policy config, interference metadata, how it
-was trained). Loading reads the JSON first, builds the modules from it and loads the weights
+``NAME.pt`` is one ``state_dict`` (keys ``policy.*``, ``interference.*`` and, where the
+agents also order, ``order.*``: ``agent/order_head.py``) written with ``torch.save``;
+``NAME.json`` holds the metadata (policy config, interference metadata, the order head's,
+how it was trained). Loading reads the JSON first, builds the modules from it and loads the weights
 with ``torch.load(..., weights_only=True)``: a checkpoint never runs code.
 """
 
@@ -18,6 +19,7 @@ import torch
 from slurm_marl.models.interference import (InterferenceModel, ModelFileError,
                                             load_state_dict, model_paths, read_metadata)
 from slurm_marl.agent.observe import LIVE_FEATURES, job_dim, level_dims
+from slurm_marl.agent.order_head import OrderHead
 from slurm_marl.models.policy import FORMAT as POLICY_FORMAT
 from slurm_marl.models.policy import PlacementPolicy, PolicyConfig
 
@@ -45,6 +47,7 @@ class LearnedCheckpoint:
     interference: InterferenceModel
     training: dict = field(default_factory=dict)
     source: str = ""
+    order: OrderHead | None = None     # the agents' order head, where they also order
 
     @property
     def config(self) -> PolicyConfig:
@@ -54,12 +57,17 @@ class LearnedCheckpoint:
         out = {f"policy.{k}": v for k, v in self.policy.state_dict().items()}
         out.update({f"interference.{k}": v
                     for k, v in self.interference.net.state_dict().items()})
+        if self.order is not None:
+            out.update(self.order.state_dict())
         return out
 
     def metadata(self) -> dict:
-        return {"format": FORMAT, "policy_format": POLICY_FORMAT,
+        meta = {"format": FORMAT, "policy_format": POLICY_FORMAT,
                 "policy": self.config.to_dict(),
                 "interference": self.interference.metadata(), "training": self.training}
+        if self.order is not None:
+            meta["order"] = self.order.metadata()
+        return meta
 
     def save(self, path: str | Path) -> tuple[Path, Path]:
         pt, meta = model_paths(path, "policy")
@@ -107,7 +115,17 @@ class LearnedCheckpoint:
             raise ModelFileError(f"{source}: weights do not match the metadata: "
                                  f"{str(exc).splitlines()[0]}") from None
         policy.eval()
-        return cls(policy, interference, dict(meta.get("training", {})), source)
+        order = None
+        if "order" in meta:
+            try:
+                order = OrderHead.from_parts(meta["order"], state, source)
+            except (TypeError, ValueError, AttributeError) as exc:
+                raise ModelFileError(str(exc).splitlines()[0]) from None
+            unknown = [a for a in order.weights if a not in config.agents]
+            if unknown:
+                raise ModelFileError(f"{source}: order head for agents {unknown} the policy "
+                                     f"does not have")
+        return cls(policy, interference, dict(meta.get("training", {})), source, order)
 
 
 def _strip(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:

@@ -29,7 +29,10 @@ default 0: no bound), ``past_depth`` (who places the rest in the same cycle: ``"
 the what-if heuristic, the default; or ``"fallback"``, cheaper on a large cluster where
 many jobs can start at once) and ``clock_step_s`` (the agents read the clock in steps of
 this many seconds, ``agent/observe.py``; default: what the checkpoint was trained with, 0,
-the exact clock, for one that does not say). A deferral stands,
+the exact clock, for one that does not say) and ``order_window`` (the agents also choose
+which waiting job of a 2D-LAS queue starts next, among this many that can start now,
+``agent/order_head.py`` and ``policy.plugins.Picker``; default: the checkpoint's order
+head's window, 0, the order plugin's order, for a checkpoint without one). A deferral stands,
 without asking the agent again, until the job's options (its live features and mask)
 change. The checkpoint is loaded with ``weights_only=True``. If it is missing, unreadable
 or made for other features, or a job's partition has no agent, the plugin falls back to a
@@ -50,6 +53,7 @@ from pathlib import Path
 import torch
 
 from slurm_marl.agent.choice import Choice, ModelChooser
+from slurm_marl.agent.order_head import OrderHead, order_features, partition_free_gpus
 from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.domain import Job
 from slurm_marl.policy.plugins import (NodeIdentity, PlacePlugin, PluginError, ReadsColocation,
@@ -84,7 +88,8 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
     def __init__(self, observer, chooser: Callable | None, fallback: PlacePlugin,
                  fallback_key: str = DEFAULT_FALLBACK,
                  what_if: PlacePlugin | None = None, max_agent_jobs: int = 0,
-                 past_depth: str = "what_if") -> None:
+                 past_depth: str = "what_if", order: OrderHead | None = None,
+                 order_window: int = 0) -> None:
         self.observer = observer
         self.chooser = chooser
         self.fallback = fallback
@@ -111,6 +116,9 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
         self._warned: set[str] = set()
         # This cycle's reuse horizon (``reuse_horizon``).
         self._horizon = math.inf
+        # The agents' order head (``pick_next``), offered windows of this many jobs.
+        self.order = order
+        self.pick_window = order_window if order is not None and self.active else 0
 
     @property
     def active(self) -> bool:
@@ -178,6 +186,29 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
                                     else self._next_step(state.now_s))
         self._choices[job.job_id] = choice
         return choice
+
+    def pick_next(self, window, state: CycleState) -> tuple[int, str]:
+        """Which of ``window`` (jobs of one partition and 2D-LAS queue that can start now,
+        in the order plugin's order) starts first: the partition's agent's order head
+        (``agent/order_head.py``); the first where no agent owns the partition or its head
+        has no weights for it. Its inputs include the jobs' waits (on the agents' clock),
+        so the cycle is reused only until the clock next moves."""
+        self._sync(state)
+        agent = self._agent_of(window[0], state)
+        if agent is None or not self.order.has(agent):
+            return 0, ""
+        now = self.observer.clock(state.now_s)
+        feats = order_features(window, now, partition_free_gpus(window[0], state))
+        index, scores = self.order.pick(agent, feats)
+        self._horizon = min(self._horizon, self._next_step(state.now_s))
+        if index == 0:
+            return 0, ""
+        picked = window[index]
+        left = feats[index, 1]
+        return index, (f"agent {agent} scores it {scores[index]:.2f} against "
+                       f"{scores[0]:.2f}; {picked.num_gpus} GPU(s), "
+                       + (f"predicted {math.expm1(left):.2f} GPU-h left"
+                          if feats[index, 2] else "no prediction ahead"))
 
     def _next_step(self, now_s: float) -> float:
         """When the agents' clock next moves (``Observer.next_clock_s``), a millisecond
@@ -315,7 +346,11 @@ def _settings(params: Mapping) -> tuple[str, str, float]:
     check_params(KEY, params, {"checkpoint": str, "fallback": str, "allow_defer": bool,
                                "max_defer_s": (int, float), "what_if": str,
                                "what_if_defer_below": (int, float), "max_agent_jobs": int,
-                               "past_depth": str, "clock_step_s": (int, float)})
+                               "past_depth": str, "clock_step_s": (int, float),
+                               "order_window": int})
+    if params.get("order_window", 0) < 0:
+        raise PluginError(f"plugin {KEY!r}: order_window must be >= 0 (0 or 1: the order "
+                          f"plugin's order)")
     if params.get("past_depth", "what_if") not in PAST_DEPTH:
         raise PluginError(f"plugin {KEY!r}: past_depth must be one of "
                           f"{', '.join(PAST_DEPTH)}, got {params['past_depth']!r}")
@@ -362,9 +397,13 @@ def build(params: Mapping, learned_checkpoint=None, **context) -> LearnedPlaceme
                         float(params.get("clock_step_s", ckpt.training.get(
                             "clock_step_s", DEFAULT_CLOCK_STEP_S))))
     what_if = build_what_if(what_if_key, ckpt.interference, what_if_defer, context)
+    order_window = int(params.get("order_window", ckpt.order.window if ckpt.order else 0))
+    if order_window > 1 and ckpt.order is None:
+        log.warning("learned: order_window = %d but checkpoint %s has no order head; the "
+                    "order plugin's order stands", order_window, ckpt.source)
     return LearnedPlacement(observer, ModelChooser(ckpt, observer, allow_defer), fallback,
                             fallback_key, what_if, int(params.get("max_agent_jobs", 0)),
-                            params.get("past_depth", "what_if"))
+                            params.get("past_depth", "what_if"), ckpt.order, order_window)
 
 
 def build_what_if(key: str, interference, defer_below: float = DEFAULT_WHAT_IF_DEFER_BELOW,

@@ -146,6 +146,10 @@ class Observer:
         self._checked: ClusterSnapshot | None = None   # last snapshot matched to topology
         self.predictor = Predictor(interference)
 
+    def clock(self, now_s: float) -> float:
+        """``now_s`` as the agents read it (``clocked``: the last whole step)."""
+        return clocked(now_s, self.clock_step_s)
+
     def next_clock_s(self, now_s: float) -> float:
         """When the clock this observer reads next moves (``next_step_s``)."""
         return next_step_s(now_s, self.clock_step_s)

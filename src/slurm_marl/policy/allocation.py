@@ -20,7 +20,7 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 
 from slurm_marl.domain import Decision, Job
-from slurm_marl.placement_shapes import job_shape
+from slurm_marl.placement_shapes import has_candidate, job_shape
 from slurm_marl.policy.actions import Preemption, RankedJob, reserve_for_blocked
 from slurm_marl.policy.profile import Profile
 from slurm_marl.policy.state import CycleState
@@ -131,16 +131,89 @@ class Allocation:
 
     def run(self, ranked: list[RankedJob]) -> list[Decision]:
         """Preemptions, then placements, for the ranked pending jobs."""
+        if self.policy._picker is not None:
+            self._run_picking(ranked)
+            return self.preempts + self.places
         for r in ranked:
-            total = job_shape(r.job)[0]
-            if total <= 0 or self.blocks.passes_over(r.job):
-                continue
-            key = self.memo.key(r.job)
-            known = self.memo.known_size(key)
-            if (known is None or total < known) and self._start(r.job):
-                continue
-            self._not_started(r, key, total, known)
+            self._walk(r)
         return self.preempts + self.places
+
+    def _walk(self, r: RankedJob) -> None:
+        """The job the walk reached: start it on free GPUs, else its blocked actions."""
+        total = job_shape(r.job)[0]
+        if total <= 0 or self.blocks.passes_over(r.job):
+            return
+        key = self.memo.key(r.job)
+        known = self.memo.known_size(key)
+        if (known is None or total < known) and self._start(r.job):
+            return
+        self._not_started(r, key, total, known)
+
+    def _run_picking(self, ranked: list[RankedJob]) -> None:
+        """The walk with a ``Picker``: where the job reached can start now, the picker
+        names which of it and its queue's next startable jobs starts first (``_window``).
+        A job picked ahead starts now or stays where it was (it does not run the blocked
+        actions out of its rank: it is walked again at its rank, and offered no more this
+        cycle); the job reached is then offered again, with the window as it is now."""
+        done: set[int] = set()
+        tried: set[int] = set()
+        i = 0
+        while i < len(ranked):
+            r = ranked[i]
+            if r.job.job_id in done:
+                i += 1
+                continue
+            window = self._window(ranked, i, done, tried)
+            index, why = (0, "") if len(window) < 2 else \
+                self.policy._picker.pick_next(window, self.state)
+            if 0 < index < len(window):
+                picked = window[index]
+                tried.add(picked.job_id)
+                if self._start(picked, f"; picked ahead of job {r.job.job_id} "
+                               f"({self.policy._picker.key}: {why})"):
+                    done.add(picked.job_id)
+                continue
+            self._walk(r)
+            i += 1
+
+    def _window(self, ranked: list[RankedJob], i: int, done: set[int],
+                tried: set[int]) -> list[Job]:
+        """The job reached and the next jobs of its partition in its queue (the order's
+        ``pick_group``) that can start now on free GPUs, up to the picker's window; none
+        if the job reached cannot start now, is protected by the guard or in no group.
+        The window ends at a job of another queue or a protected one (never passed), and
+        after looking at 4 x the window's jobs of the partition."""
+        job = ranked[i].job
+        blocks = self.blocks
+        state = self.state
+        if job.job_id in blocks.protected or job_shape(job)[0] <= 0 \
+                or blocks.passes_over(job):
+            return [job]
+        group_of = self.policy._pick_group
+        now = state.now_s
+        group = group_of(job, now)
+        if group is None or not has_candidate(job, state, state.free):
+            return [job]
+        size = self.policy._picker.pick_window
+        window = [job]
+        looked = 0
+        for r in ranked[i + 1:]:
+            other = r.job
+            if other.partition != job.partition or other.job_id in done:
+                continue
+            if other.job_id in blocks.protected or group_of(other, now) != group:
+                break
+            looked += 1
+            if looked > 4 * size:
+                break
+            if other.job_id in tried or job_shape(other)[0] <= 0 \
+                    or blocks.passes_over(other):
+                continue
+            if has_candidate(other, state, state.free):
+                window.append(other)
+                if len(window) >= size:
+                    break
+        return window
 
     def _not_started(self, r: RankedJob, key: tuple | None, total: int,
                      known: int | None) -> None:
@@ -165,8 +238,9 @@ class Allocation:
         if not self.backfill:
             self.blocks.stopped.add(r.job.partition)
 
-    def _start(self, job: Job) -> bool:
-        """Start the job on free GPUs if a candidate is feasible."""
+    def _start(self, job: Job, note: str = "") -> bool:
+        """Start the job on free GPUs if a candidate is feasible (``note``: why it starts
+        out of its rank, for the decision's reason)."""
         state = self.state
         choice = self.policy._best(job, state, state.free)
         if choice is None:
@@ -175,7 +249,7 @@ class Allocation:
         state.claim(job, cand)
         self.places.append(self.policy.decision(
             job, cand, terms, True, state,
-            f"starts now on {len(cand.nodes)} node(s), {cand.groups} GPU group(s)"))
+            f"starts now on {len(cand.nodes)} node(s), {cand.groups} GPU group(s){note}"))
         return True
 
     def _preempt(self, r: RankedJob, key: tuple | None, total: int) -> bool:

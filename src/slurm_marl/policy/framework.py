@@ -99,6 +99,12 @@ class Policy:
         # when no plugin filters candidates (a filter may accept a larger job's shape).
         self._monotone = not any(a.filters for a in ab)
         self._abilities = ab
+        # A place plugin that picks which waiting job of a queue starts next (``Picker``),
+        # where the order plugin says within which queues (``pick_group``).
+        group = getattr(order, "pick_group", None)
+        self._picker = next((p for (p, _), a in zip(self.place, ab)
+                             if a.picks and p.pick_window > 1), None) if group else None
+        self._pick_group = group if self._picker is not None else None
         self._filters = [p.feasible for (p, _), a in zip(self.place, ab) if a.filters]
         # Reuse of the last cycle's preemptions and placements (module docstring).
         self.reuse_decisions = False

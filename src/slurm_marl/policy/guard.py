@@ -386,6 +386,12 @@ class GuardedOrder:
             return queue, (0, 0 if job.is_running else 1, start)
         return queue, (1,) + tuple(key)
 
+    def pick_group(self, job: Job, now_s: float):
+        """The inner plugin's (None without one): protected jobs are never offered to a
+        ``Picker`` nor passed by one (``allocation.py``)."""
+        group = getattr(self.inner, "pick_group", None)
+        return None if group is None else group(job, now_s)
+
     def describe(self, job: Job, now_s: float, queue: int) -> str:
         text = self.inner.describe(job, now_s, queue)
         since = self.shadow.protected.get(job.job_id)

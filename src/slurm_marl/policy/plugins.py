@@ -44,6 +44,11 @@ class OrderPlugin(Protocol):
     def next_change_s(self, job: Job, now_s: float) -> float | None:
         """When this job's queue or key changes with no other event (demotion, promotion)."""
 
+    # Optional: the queue within which a place plugin that ``Picker``s may start waiting
+    # jobs in another order (a 2D-LAS queue), None where it may not (a promoted job).
+    # Without it the order is never changed by a pick.
+    #   def pick_group(self, job: Job, now_s: float) -> Hashable | None
+
 
 @runtime_checkable
 class CycleAwareOrder(Protocol):
@@ -141,6 +146,7 @@ class Abilities:
     reuse_horizon: bool
     proposes: bool
     delegates: bool
+    picks: bool = False
 
 
 @functools.cache
@@ -152,7 +158,7 @@ def _class_abilities(cls: type) -> Abilities:
                      node_identity=issubclass(cls, NodeIdentity),
                      reads_host=issubclass(cls, ReadsHost), pure=issubclass(cls, Pure),
                      reuse_horizon=has("reuse_horizon"), proposes=has("propose"),
-                     delegates=has("plugin_for"))
+                     delegates=has("plugin_for"), picks=has("pick_next"))
 
 
 def abilities(plugin: object) -> Abilities:
@@ -185,6 +191,24 @@ class Proposer(Protocol):
         """The only candidates worth scoring on free GPUs ([]: none, the job waits), or
         None to let the framework generate them. Asked only for jobs a ``NodeIdentity``
         plugin decides, and only when the framework's generator would find room."""
+
+
+@runtime_checkable
+class Picker(Protocol):
+    """A place plugin that also chooses which waiting job starts next (the learned agents'
+    order head): while the cycle walks the ranked jobs, a job that can start now on free
+    GPUs is offered together with the next jobs of its partition in the same queue
+    (the order plugin's ``pick_group``: a 2D-LAS queue) that can start now too, up to
+    ``pick_window`` jobs, none protected by the Slurm-alone guard and none past one
+    (``allocation.py``); the plugin names the one to try first. So a pick never moves a
+    job to another queue, never passes a protected job, and changes nothing where the
+    order plugin has no ``pick_group`` (FIFO, SRTF)."""
+
+    pick_window: int      # at most this many jobs offered at once; 0 or 1: never asked
+
+    def pick_next(self, window: Sequence[Job], state: "CycleState") -> tuple[int, str]:
+        """(index into ``window``, a few words on why for ``explain``); index 0 keeps the
+        order plugin's order. ``window[0]`` is the job the walk reached."""
 
 
 @runtime_checkable

@@ -1,8 +1,6 @@
-"""`slurm-marl train interference|marl|thresholds` and `slurm-marl evaluate`.
-
-Training code lives here and in the modules beside it; the daemon never imports them (it
-loads a ``state_dict`` through ``agent/learned.py``).
-"""
+"""`slurm-marl train interference|marl|order|thresholds` and `slurm-marl evaluate`. Training
+code lives here and beside it (``train order``: ``order_cli.py``); the daemon never imports
+it (it loads a ``state_dict`` through ``agent/learned.py``)."""
 
 from __future__ import annotations
 
@@ -20,11 +18,13 @@ from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.console import output_console
 from slurm_marl.train.cli_tables import (mark_vs_best_heuristic, print_evaluation,
                                          print_metrics, print_thresholds)
+from slurm_marl.train.order_cli import order
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Train the interference (reward) model, the placement agents and "
                        "2D-LAS knobs.")
 
+app.command("order")(order)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 

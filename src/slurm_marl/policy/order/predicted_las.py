@@ -204,6 +204,15 @@ class PredictedLas:
         return (PREDICTED if predicted else ATTAINED,
                 (1, 0, self.bucket(key), running, since))
 
+    def pick_group(self, job: Job, now_s: float) -> int | None:
+        """``in_las_queues`` only: the job's 2D-LAS queue, within which a ``Picker`` may
+        start waiting jobs in another order than by their predictions (None for a promoted
+        job, never passed; and for the other rules, whose buckets are no 2D-LAS queue)."""
+        if self._las is None or self._promoted(job, now_s):
+            return None
+        return queue_for_service(job.attained_gpu_s, self.thresholds_gpu_s,
+                                 len(self.thresholds_gpu_s) + 1)
+
     def describe(self, job: Job, now_s: float, queue: int) -> str:
         if queue == PROMOTED:
             waited = now_s - (job.queue_since_s or 0.0)

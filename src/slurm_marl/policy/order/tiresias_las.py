@@ -297,6 +297,12 @@ class TiresiasLas:
         waiting = 0 if (self.running_first and job.is_running) else 1
         return queue, (queue, waiting)
 
+    def pick_group(self, job: Job, now_s: float) -> int | None:
+        """The 2D-LAS queue a ``Picker`` may start the job's waiting peers of in another
+        order; None for a job promoted by the starvation bound (never passed by a pick)."""
+        queue, _, promoted = self.queue_of(job, now_s)
+        return None if promoted else queue
+
     def describe(self, job: Job, now_s: float, queue: int) -> str:
         service, promoted = las_service(job, now_s, self.starve_limit)
         if promoted:

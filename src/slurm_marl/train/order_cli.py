@@ -1,0 +1,100 @@
+"""``slurm-marl train order``: the agents' order head, searched on simulated JCT
+(``train/order.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+WINDOW_HELP = "A Philly window, e.g. vc=6c71a0,rows=0:800 (repeat)."
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+def order(
+    checkpoint: Annotated[Path, typer.Option(
+        "--checkpoint", help="The agents' checkpoint (NAME.pt); its placement is kept.")],
+    trace: Annotated[Path, typer.Option("--trace", help="Trace CSV (Philly).")],
+    window: Annotated[list[str], typer.Option("--window", help=WINDOW_HELP)],
+    out: Annotated[Path, typer.Option(
+        "--out", help="The checkpoint written: OUT.pt/.json, with OUT.history.json.")],
+    cluster: Annotated[str, typer.Option("--cluster", help="The checkpoint's cluster, "
+                                                           "e.g. 4x2x2:name=gpu")],
+    interference: Annotated[str, typer.Option(
+        "--interference", help="Strengths, comma-separated.")] = "high",
+    predictions: Annotated[str, typer.Option(
+        "--predictions", help="learned (in the run) and/or a quality (helios), "
+                              "comma-separated.")] = "learned,helios",
+    order_window: Annotated[int, typer.Option("--order-window", min=2)] = 4,
+    population: Annotated[int, typer.Option("--population", min=2)] = 8,
+    iterations: Annotated[int, typer.Option("--iterations", min=1)] = 5,
+    elite: Annotated[int, typer.Option("--elite", min=1)] = 3,
+    sigma: Annotated[float, typer.Option("--sigma", min=0.0)] = 0.5,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    workers: Annotated[int, typer.Option("--workers", min=1)] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Search the agents' order head by CEM from the order plugin's order (the warm start)
+    on average JCT, not making more jobs lose against fifo-backfill than the warm start."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+
+    from slurm_marl.agent.checkpoint import LearnedCheckpoint
+    from slurm_marl.models.interference import ModelFileError
+    from slurm_marl.prediction_error import DISTRIBUTIONS
+    from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
+    from slurm_marl.sim.perf import STRENGTHS
+    from slurm_marl.sim.traces import TraceError
+    from slurm_marl.train.order import Search, Task, train_order
+    from slurm_marl.train.workload import load_workload
+
+    strengths = [s.strip() for s in interference.split(",") if s.strip()]
+    if not strengths or any(s not in STRENGTHS for s in strengths):
+        _fail(f"--interference must be one or more of {', '.join(STRENGTHS)}")
+    kinds = [p.strip() for p in predictions.split(",") if p.strip()]
+    if not kinds or any(p != "learned" and p not in DISTRIBUTIONS for p in kinds):
+        _fail(f"--predictions must be one or more of learned, {', '.join(DISTRIBUTIONS)}")
+    if elite > population:
+        _fail("--elite must be at most --population")
+    try:
+        ckpt = LearnedCheckpoint.load(checkpoint)
+        sim_cluster = parse_cluster(cluster)
+        for w in window:
+            if not load_workload(trace, w, sim_cluster):
+                _fail(f"no jobs in {trace} for window {w!r} that fit cluster {cluster!r}")
+    except (ModelFileError, ClusterSpecError, TraceError, OSError) as exc:
+        _fail(str(exc))
+    missing = [a for a in ckpt.config.agents if a not in {p.name for p in sim_cluster.partitions}]
+    if len(missing) == len(ckpt.config.agents):
+        _fail(f"cluster {cluster!r} has none of the checkpoint's partitions "
+              f"{list(ckpt.config.agents)}")
+    tasks = [Task(w, s, p) for w in window for s in strengths for p in kinds]
+    with Progress(TextColumn("order head"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("runs", total=None, status="")
+        history = train_order(
+            checkpoint, trace, tasks, cluster, out, order_window=order_window,
+            search=Search(population, iterations, elite, sigma, seed=seed), workers=workers,
+            progress=lambda n, total, label: bar.update(task, completed=n, total=total,
+                                                        status=escape(label)))
+    if as_json:
+        print(json.dumps(history, indent=2))
+        return
+    print(f"order head: fitness {history['best_fitness']:.4f} (warm start "
+          f"{history['warm_start_fitness']:.4f}; mean over {len(tasks)} tasks of avg JCT "
+          f"against the warm start, plus extra jobs losing against fifo-backfill)")
+    for it, row in enumerate(history["iterations"], 1):
+        print(f"  iteration {it}: best {min(row['fitness']):.4f}, "
+              f"best so far {row['best_fitness']:.4f}")
+    print(f"weights ({', '.join(history['features'])}): "
+          + ", ".join(f"{w:.3f}" for w in history["best_weights"]))
+    print(f"written: {out}.pt, {out}.json, {out}.history.json")
