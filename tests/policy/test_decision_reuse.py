@@ -169,16 +169,23 @@ def _learned_policy(prof, ckpt, reuse: bool, horizon: bool = True):
 
 
 @functools.cache
-def _learned_reuse(max_defer_s: float, clock_step_s: float) -> int:
+def _learned_reuse(max_defer_s: float, clock_step_s: float, order: bool = False) -> int:
     """Cycles reused by las-learned with these settings over the sequences below, each
-    checked against deciding afresh (the asserts); the same seeds give the same sequences."""
+    checked against deciding afresh (the asserts); the same seeds give the same sequences.
+    ``order``: the agents also pick which job of a queue starts next (an order head whose
+    weights read the jobs' waits and sizes), and do pick."""
+    from slurm_marl.agent.order_head import OrderHead
+
     prof = load_profile("las-learned")
     params = {k: dict(v) for k, v in prof.place_params.items()}
     params["learned"]["max_defer_s"] = max_defer_s
     params["learned"]["clock_step_s"] = clock_step_s
+    params["learned"]["order_window"] = 4 if order else 0
     prof = replace(prof, place_params=params)
     ckpt = _learned_checkpoint()
-    cycles = reused = naive_wrong = finite = 0
+    if order:
+        ckpt.order = OrderHead.shared(("gpu",), [0.1, 0, 0, 0.3, 0.5, -1, 0.5], 4)
+    cycles = reused = naive_wrong = finite = picks = 0
     for seed in range(2):
         rng = random.Random(seed)
         cluster = parse_cluster(rng.choice(["4x2x4:leaf=2", "6x2x2:leaf=3", "3x1x8"]))
@@ -196,6 +203,7 @@ def _learned_reuse(max_defer_s: float, clock_step_s: float) -> int:
             steps += [_read_changed(steps[-1], rng), steps[-1]]
             for step in steps:
                 decided = full.run_cycle(step)
+                picks += any("picked ahead" in getattr(d, "reason", "") for d in decided)
                 assert reusing.run_cycle(step) == decided, (seed, step.time_s)
                 naive_wrong += naive.run_cycle(step) != decided
                 cycles += 1
@@ -205,19 +213,24 @@ def _learned_reuse(max_defer_s: float, clock_step_s: float) -> int:
     assert 0 < reused < cycles and naive_wrong > 0
     # finite horizons: deferrals bounded by max_defer_s, placements by the clock's step
     assert (finite > 0) == (max_defer_s > 0 or clock_step_s > 0)
+    assert (picks > 0) == order
     return reused
 
 
-@pytest.mark.parametrize("max_defer_s,clock_step_s", [(0, 0), (900, 0), (0, 60), (900, 60)])
-def test_the_learned_plugin_reuses_only_what_it_would_decide_again(max_defer_s, clock_step_s):
+@pytest.mark.parametrize("max_defer_s,clock_step_s,order", [
+    (0, 0, False), (900, 0, False), (0, 60, False), (900, 60, False), (0, 0, True),
+    (900, 60, True)])
+def test_the_learned_plugin_reuses_only_what_it_would_decide_again(max_defer_s, clock_step_s,
+                                                                   order):
     """The learned plugin is not pure (deferrals stand across cycles; a job's features hold
     its wait), but it says until when a cycle would be decided the same
     (``reuse_horizon``): on the same kind of snapshot sequences as above, with agents that
     defer and place, reuse decides exactly what deciding afresh decides, and it does reuse.
     Ignoring the horizon (reuse whenever the inputs are equal) decides differently: the
     horizon is what makes it right. With the agents' clock read in steps (``clock_step_s``)
-    a cycle in which an agent placed a job is reused until the next step, and only then."""
-    assert _learned_reuse(max_defer_s, clock_step_s) > 0
+    a cycle in which an agent placed a job is reused until the next step, and only then.
+    With the agents picking which job starts next (``order``), the same holds."""
+    assert _learned_reuse(max_defer_s, clock_step_s, order) > 0
 
 
 def test_the_agents_clock_in_steps_reuses_more():
