@@ -8,7 +8,6 @@ import random
 import pytest
 
 from policy_builders import kinds, node, pending, running, snapshot
-from slurm_marl.policy.actions import RankedJob
 from slurm_marl.policy.allocation import Allocation
 from slurm_marl.policy.framework import Policy
 from slurm_marl.policy.plugins import abilities, build_plugin

@@ -1,0 +1,172 @@
+"""Issue 36's held-out measure: the agents choosing the order as well as the placement,
+against the fixed rules with the same predictions and guard, per job against Slurm alone.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/agents_order.py \
+        --checkpoint /path/order_demo.pt --workers 2 --out /tmp/agents_order.json \
+        [--strengths none,high] [--predictions learned,helios] [--guard] [--window W ...]
+
+Cluster: the demo checkpoint's (``4x2x2:name=gpu``, 16 GPUs). Windows: the six Philly
+windows ``benchmarks/learned_clock_step.py`` fixed before any result, none of which the
+checkpoint or the order head trained on (their training windows: docs/learning.md); the
+table prints each one's load (GPU-seconds offered / (16 GPUs x the window's span)).
+
+Each (window, strength, predictions) runs:
+
+* ``fifo-backfill``: Slurm alone, the per-job baseline;
+* ``las-lif``: fixed rules without predictions (2D-LAS, least interference);
+* ``learned-order``: fixed rules with the predictions (the in-queue predicted order, least
+  interference): the teacher;
+* ``agents place``: ``learned-order``'s order, the checkpoint's agents placing
+  (``order_window = 0``);
+* ``agents order+place``: the same agents also picking which job of a queue starts next
+  (the checkpoint's order head).
+
+With ``--guard`` every profile but ``fifo-backfill`` runs behind the daemon's default
+Slurm-alone guard (``with_default_guard``). Predictions: ``learned`` (learned in the run
+from the history before the window) or ``helios`` (``sim/predictions.py``). Prints, per
+row, each profile's average JCT as a ratio to the best fixed rule of that row (the lower of
+``las-lif`` and ``learned-order``) and, per job against ``fifo-backfill``, the share of jobs
+> 1.1x slower and the worst ratio; then the issue's summary: the agents' ratio to the best
+fixed rule on average and at worst.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "src/slurm_marl/data/public/traces/philly.csv"
+CLUSTER = "4x2x2:name=gpu"
+GPUS = 16
+WINDOWS = ("vc=6c71a0,rows=8000:8400", "vc=6c71a0,rows=5600:6000", "vc=6214e9,rows=5600:6000",
+           "vc=6214e9,rows=8000:8400", "vc=b436b2,rows=0:400", "vc=ee9e8c,rows=0:400")
+FIXED = ("las-lif", "learned-order")
+PROFILES = ("fifo-backfill",) + FIXED + ("agents place", "agents order+place")
+
+
+def profile_for(label: str, checkpoint: str, guard: bool):
+    from slurm_marl.policy.profile import load_profile, with_default_guard
+    from slurm_marl.train.order import agents_profile
+    if label == "agents place":
+        return agents_profile(checkpoint, 0, guard=guard)
+    if label == "agents order+place":
+        from slurm_marl.agent.checkpoint import LearnedCheckpoint
+        head = LearnedCheckpoint.load(checkpoint).order
+        return agents_profile(checkpoint, head.window if head else 0, guard=guard)
+    prof = load_profile(label)
+    return with_default_guard(prof) if guard and label != "fifo-backfill" else prof
+
+
+def one(window: str, strength: str, predictions: str, label: str, checkpoint: str,
+        guard: bool) -> dict:
+    import torch
+    torch.set_num_threads(1)
+    from slurm_marl.sim.cluster import parse_cluster
+    from slurm_marl.sim.perjob import records
+    from slurm_marl.sim.run import simulate
+    from slurm_marl.train.workload import load_workload
+    cluster = parse_cluster(CLUSTER)
+    jobs = load_workload(TRACE, window, cluster)
+    t0 = time.perf_counter()
+    run = simulate(jobs, cluster, profile_for(label, checkpoint, guard), interference=strength,
+                   seed=0, drop_oversized=True, trace_source=(TRACE, window),
+                   prediction_error=None if predictions == "learned" else predictions)
+    span = max(j.submit_time_s for j in jobs) - min(j.submit_time_s for j in jobs)
+    load = sum(j.num_gpus * j.duration_s for j in jobs) / (GPUS * span) if span else None
+    return {"window": window, "strength": strength, "predictions": predictions,
+            "label": label, "guard": guard and label != "fifo-backfill",
+            "avg_jct_s": run.summary["avg_jct_s"], "unfinished": run.summary["unfinished"],
+            "load": load, "jobs": records(run.outcome.jobs),
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """One line per (window, strength, predictions): ratios to the best fixed rule and per
+    job against fifo-backfill."""
+    from slurm_marl.sim.perjob import per_job_comparison
+    by: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault((r["window"], r["strength"], r["predictions"]), {})[r["label"]] = r
+    out = []
+    for key, runs in sorted(by.items()):
+        if not all(p in runs for p in PROFILES):
+            continue
+        best = min(FIXED, key=lambda p: runs[p]["avg_jct_s"])
+        line = {"window": key[0], "strength": key[1], "predictions": key[2],
+                "load": runs["fifo-backfill"]["load"], "best_fixed": best, "profiles": {}}
+        for p in PROFILES:
+            c = per_job_comparison(runs[p]["jobs"], runs["fifo-backfill"]["jobs"])
+            line["profiles"][p] = {
+                "avg_jct_s": runs[p]["avg_jct_s"],
+                "vs_best_fixed": runs[p]["avg_jct_s"] / runs[best]["avg_jct_s"],
+                "share_slower_1_1x": c["share_slower_1_1x"],
+                "share_slower_2x": c["share_slower_2x"], "p99_ratio": c["p99_ratio"],
+                "worst_ratio": c["worst_ratio"], "wall_s": runs[p]["wall_s"]}
+        out.append(line)
+    return out
+
+
+def print_table(lines: list[dict]) -> None:
+    short = {"fifo-backfill": "slurm", "las-lif": "lif", "learned-order": "l-order",
+             "agents place": "ag-place", "agents order+place": "ag-order"}
+    print("window                      str   pred     load | " + " | ".join(
+        f"{short[p]:>8} avg  >1.1x  worst" for p in PROFILES[1:]))
+    for ln in lines:
+        cells = []
+        for p in PROFILES[1:]:
+            v = ln["profiles"][p]
+            cells.append(f"{v['vs_best_fixed']:>12.3f} {v['share_slower_1_1x']:>6.3f} "
+                         f"{v['worst_ratio']:>6.2f}")
+        print(f"{ln['window']:<27} {ln['strength']:<5} {ln['predictions']:<7} "
+              f"{ln['load']:>5.2f} | " + " | ".join(cells))
+    agents = [ln["profiles"]["agents order+place"]["vs_best_fixed"] for ln in lines]
+    place = [ln["profiles"]["agents place"]["vs_best_fixed"] for ln in lines]
+    if agents:
+        print(f"agents order+place vs the best fixed rule: mean {statistics.mean(agents):.3f}, "
+              f"worst {max(agents):.3f} over {len(agents)} rows (issue: mean <= 0.97, "
+              f"none > 1.01); agents place only: mean {statistics.mean(place):.3f}, "
+              f"worst {max(place):.3f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", required=True, help="the agents with their order head")
+    ap.add_argument("--window", action="append", help="a window (repeat); default: the six")
+    ap.add_argument("--strengths", default="none,high")
+    ap.add_argument("--predictions", default="learned,helios")
+    ap.add_argument("--guard", action="store_true", help="the default guard on every "
+                    "profile but fifo-backfill")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True, help="JSON of every run and the table")
+    args = ap.parse_args(argv)
+    items = [(w, s, p, label, args.checkpoint, args.guard)
+             for w in (args.window or WINDOWS) for s in args.strengths.split(",")
+             for p in args.predictions.split(",") for label in PROFILES]
+    rows = []
+    with ProcessPoolExecutor(max(1, args.workers)) as pool:
+        futures = [pool.submit(one, *it) for it in items]
+        for n, fut in enumerate(as_completed(futures), 1):
+            r = fut.result()
+            rows.append(r)
+            print(f"[{n}/{len(items)}] {r['window']} {r['strength']} {r['predictions']} "
+                  f"{r['label']}: {r['avg_jct_s']:.0f} s ({r['wall_s']} s)", flush=True)
+    lines = summarise(rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"rows": [{k: v for k, v in r.items() if k != "jobs"}
+                                             for r in rows], "table": lines,
+                                    "checkpoint": args.checkpoint, "guard": args.guard},
+                                   indent=2) + "\n")
+    print_table(lines)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
