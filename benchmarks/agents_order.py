@@ -138,28 +138,40 @@ def print_table(lines: list[dict]) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--checkpoint", required=True, help="the agents with their order head")
+    ap.add_argument("--checkpoint", help="the agents with their order head (required)")
     ap.add_argument("--window", action="append", help="a window (repeat); default: the six")
     ap.add_argument("--strengths", default="none,high")
     ap.add_argument("--predictions", default="learned,helios")
     ap.add_argument("--guard", action="store_true", help="the default guard on every "
                     "profile but fifo-backfill")
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--out", type=Path, required=True, help="JSON of every run and the table")
+    ap.add_argument("--out", type=Path, help="JSON of every run and the table (required)")
+    ap.add_argument("--resummarise", type=Path, metavar="RUNS_JSONL",
+                    help="only print the table of an earlier (perhaps partial) run")
     args = ap.parse_args(argv)
+    if args.resummarise is not None:
+        print_table(summarise([json.loads(x) for x in args.resummarise.read_text().split("\n")
+                               if x.strip()]))
+        return 0
+    if args.checkpoint is None or args.out is None:
+        ap.error("--checkpoint and --out are required")
     items = [(w, s, p, label, args.checkpoint, args.guard)
              for w in (args.window or WINDOWS) for s in args.strengths.split(",")
              for p in args.predictions.split(",") for label in PROFILES]
     rows = []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    partial = args.out.with_suffix(".runs.jsonl")     # every run as it ends (a long run
+    partial.write_text("")                            # stopped early keeps what ended)
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
         futures = [pool.submit(one, *it) for it in items]
         for n, fut in enumerate(as_completed(futures), 1):
             r = fut.result()
             rows.append(r)
+            with partial.open("a") as fh:
+                fh.write(json.dumps(r) + "\n")
             print(f"[{n}/{len(items)}] {r['window']} {r['strength']} {r['predictions']} "
                   f"{r['label']}: {r['avg_jct_s']:.0f} s ({r['wall_s']} s)", flush=True)
     lines = summarise(rows)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": [{k: v for k, v in r.items() if k != "jobs"}
                                              for r in rows], "table": lines,
                                     "checkpoint": args.checkpoint, "guard": args.guard},

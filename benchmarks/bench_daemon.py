@@ -320,6 +320,9 @@ def main() -> None:
                          "inf), to measure what that proposal would cost")
     ap.add_argument("--clock-step-s", type=float, default=None,
                     help="the learned plugin's clock_step_s (the agents' clock, in steps)")
+    ap.add_argument("--order-window", type=int, default=None, metavar="K",
+                    help="with --learned-agents: the agents also pick which job of a queue "
+                    "starts next among K (an order head with fixed weights)")
     ap.add_argument("--cycle-s", type=float, default=None,
                     help="without --churn: the clock moves this much a cycle (the daemon's "
                          "interval_s) instead of with the wall clock")
@@ -369,6 +372,10 @@ def main() -> None:
     if args.learned_agents:
         from bench_models import model_parts   # untrained agents, as bench_models uses
         context["learned_checkpoint"] = model_parts(tuple(partitions))
+        if args.order_window:
+            from slurm_marl.agent.order_head import OrderHead
+            context["learned_checkpoint"].order = OrderHead.shared(
+                tuple(partitions), [0.1, -0.5, 0.5, 0.0, 0.5, -1.0, 0.5], args.order_window)
     snap = replace(base, time_s=now,
                    jobs=base.jobs + tuple(pending_jobs(args.pending, partitions, now)))
     profile = load_profile(args.profile)
@@ -376,7 +383,8 @@ def main() -> None:
         profile = with_default_guard(profile)
     for key, value in (("max_agent_jobs", args.max_agent_jobs),
                        ("past_depth", args.past_depth),
-                       ("clock_step_s", args.clock_step_s)):
+                       ("clock_step_s", args.clock_step_s),
+                       ("order_window", args.order_window)):
         if value is not None:
             params = {k: dict(v) for k, v in profile.place_params.items()}
             params.setdefault("learned", {})[key] = value
