@@ -52,6 +52,42 @@ FIXED = ("las-lif", "learned-order")
 PROFILES = ("fifo-backfill",) + FIXED + ("agents place", "agents order+place")
 
 
+ORACLE = ("oracle order 4", "oracle order 16")   # --oracle: the headroom of in-queue order
+
+
+class OraclePicker:
+    """Not a product part: picks, among the jobs offered, the one with the least true GPU-time
+    left (``Job.duration_s``, which only the simulator knows): what any order head choosing
+    within the same windows could reach at best (clairvoyant shortest-remaining-first)."""
+
+    key = "oracle"
+
+    def __init__(self, window: int) -> None:
+        self.pick_window = window
+
+    def pick_next(self, window, state):
+        def left(job):
+            total = (job.duration_s or 0.0) * max(1, job.num_gpus)
+            return total - (job.progress_gpu_s or 0.0)
+        best = min(range(len(window)), key=lambda i: (left(window[i]), i))
+        return best, "least true GPU-time left"
+
+
+def with_oracle(window: int):
+    """Patch the simulator's policy builder (in this worker) to add the oracle picker to the
+    policy it builds; returns the undo."""
+    import slurm_marl.sim.run as simrun
+    original = simrun.build_policy
+
+    def build(prof, **context):
+        policy = original(prof, **context)
+        policy._picker = OraclePicker(window)
+        policy._pick_group = policy.order.pick_group
+        return policy
+    simrun.build_policy = build
+    return lambda: setattr(simrun, "build_policy", original)
+
+
 def profile_for(label: str, checkpoint: str, guard: bool):
     from slurm_marl.policy.profile import load_profile, with_default_guard
     from slurm_marl.train.order import agents_profile
@@ -61,7 +97,7 @@ def profile_for(label: str, checkpoint: str, guard: bool):
         from slurm_marl.agent.checkpoint import LearnedCheckpoint
         head = LearnedCheckpoint.load(checkpoint).order
         return agents_profile(checkpoint, head.window if head else 0, guard=guard)
-    prof = load_profile(label)
+    prof = load_profile("learned-order" if label in ORACLE else label)
     return with_default_guard(prof) if guard and label != "fifo-backfill" else prof
 
 
@@ -76,9 +112,11 @@ def one(window: str, strength: str, predictions: str, label: str, checkpoint: st
     cluster = parse_cluster(CLUSTER)
     jobs = load_workload(TRACE, window, cluster)
     t0 = time.perf_counter()
+    undo = with_oracle(int(label.split()[-1])) if label in ORACLE else (lambda: None)
     run = simulate(jobs, cluster, profile_for(label, checkpoint, guard), interference=strength,
                    seed=0, drop_oversized=True, trace_source=(TRACE, window),
                    prediction_error=None if predictions == "learned" else predictions)
+    undo()
     span = max(j.submit_time_s for j in jobs) - min(j.submit_time_s for j in jobs)
     load = sum(j.num_gpus * j.duration_s for j in jobs) / (GPUS * span) if span else None
     return {"window": window, "strength": strength, "predictions": predictions,
@@ -89,6 +127,7 @@ def one(window: str, strength: str, predictions: str, label: str, checkpoint: st
 
 
 def summarise(rows: list[dict]) -> list[dict]:
+    labels = PROFILES + tuple(o for o in ORACLE if any(r["label"] == o for r in rows))
     """One line per (window, strength, predictions): ratios to the best fixed rule and per
     job against fifo-backfill."""
     from slurm_marl.sim.perjob import per_job_comparison
@@ -97,12 +136,12 @@ def summarise(rows: list[dict]) -> list[dict]:
         by.setdefault((r["window"], r["strength"], r["predictions"]), {})[r["label"]] = r
     out = []
     for key, runs in sorted(by.items()):
-        if not all(p in runs for p in PROFILES):
+        if not all(p in runs for p in labels):
             continue
         best = min(FIXED, key=lambda p: runs[p]["avg_jct_s"])
         line = {"window": key[0], "strength": key[1], "predictions": key[2],
                 "load": runs["fifo-backfill"]["load"], "best_fixed": best, "profiles": {}}
-        for p in PROFILES:
+        for p in labels:
             c = per_job_comparison(runs[p]["jobs"], runs["fifo-backfill"]["jobs"])
             line["profiles"][p] = {
                 "avg_jct_s": runs[p]["avg_jct_s"],
@@ -116,12 +155,14 @@ def summarise(rows: list[dict]) -> list[dict]:
 
 def print_table(lines: list[dict]) -> None:
     short = {"fifo-backfill": "slurm", "las-lif": "lif", "learned-order": "l-order",
-             "agents place": "ag-place", "agents order+place": "ag-order"}
+             "agents place": "ag-place", "agents order+place": "ag-order",
+             ORACLE[0]: "oracle4", ORACLE[1]: "oracle16"}
+    labels = [p for p in short if p != "fifo-backfill" and lines and p in lines[0]["profiles"]]
     print("window                      str   pred     load | " + " | ".join(
-        f"{short[p]:>8} avg  >1.1x  worst" for p in PROFILES[1:]))
+        f"{short[p]:>8} avg  >1.1x  worst" for p in labels))
     for ln in lines:
         cells = []
-        for p in PROFILES[1:]:
+        for p in labels:
             v = ln["profiles"][p]
             cells.append(f"{v['vs_best_fixed']:>12.3f} {v['share_slower_1_1x']:>6.3f} "
                          f"{v['worst_ratio']:>6.2f}")
@@ -129,6 +170,11 @@ def print_table(lines: list[dict]) -> None:
               f"{ln['load']:>5.2f} | " + " | ".join(cells))
     agents = [ln["profiles"]["agents order+place"]["vs_best_fixed"] for ln in lines]
     place = [ln["profiles"]["agents place"]["vs_best_fixed"] for ln in lines]
+    for o in ORACLE:
+        if lines and o in lines[0]["profiles"]:
+            v = [ln["profiles"][o]["vs_best_fixed"] for ln in lines]
+            print(f"{o} (clairvoyant picks, learned-order's placement) vs the best fixed "
+                  f"rule: mean {statistics.mean(v):.3f}, best {min(v):.3f}")
     if agents:
         print(f"agents order+place vs the best fixed rule: mean {statistics.mean(agents):.3f}, "
               f"worst {max(agents):.3f} over {len(agents)} rows (issue: mean <= 0.97, "
@@ -144,6 +190,8 @@ def main(argv=None) -> int:
     ap.add_argument("--predictions", default="learned,helios")
     ap.add_argument("--guard", action="store_true", help="the default guard on every "
                     "profile but fifo-backfill")
+    ap.add_argument("--oracle", action="store_true", help="also the clairvoyant pickers "
+                    "(windows of 4 and 16): the headroom of choosing within a queue")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", type=Path, help="JSON of every run and the table (required)")
     ap.add_argument("--resummarise", type=Path, metavar="RUNS_JSONL",
@@ -157,7 +205,8 @@ def main(argv=None) -> int:
         ap.error("--checkpoint and --out are required")
     items = [(w, s, p, label, args.checkpoint, args.guard)
              for w in (args.window or WINDOWS) for s in args.strengths.split(",")
-             for p in args.predictions.split(",") for label in PROFILES]
+             for p in args.predictions.split(",")
+             for label in PROFILES + (ORACLE if args.oracle else ())]
     rows = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     partial = args.out.with_suffix(".runs.jsonl")     # every run as it ends (a long run
