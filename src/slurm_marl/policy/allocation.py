@@ -182,7 +182,8 @@ class Allocation:
         ``pick_group``) that can start now on free GPUs, up to the picker's window; none
         if the job reached cannot start now, is protected by the guard or in no group.
         The window ends at a job of another queue or a protected one (never passed), and
-        after looking at 4 x the window's jobs of the partition."""
+        after looking at 4 x the window's jobs of the partition or 16 x of any partition
+        (a cycle's cost stays linear in its jobs)."""
         job = ranked[i].job
         blocks = self.blocks
         state = self.state
@@ -197,8 +198,8 @@ class Allocation:
         size = self.policy._picker.pick_window
         window = [job]
         looked = 0
-        for r in ranked[i + 1:]:
-            other = r.job
+        for k in range(i + 1, min(len(ranked), i + 1 + 16 * size)):
+            other = ranked[k].job
             if other.partition != job.partition or other.job_id in done:
                 continue
             if other.job_id in blocks.protected or group_of(other, now) != group:
