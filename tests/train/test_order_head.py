@@ -201,3 +201,41 @@ def test_the_fitness_of_a_candidate():
     assert share_slower({3: 650.0}, slurm["jct"]) == 0.0
     assert fitness([mine], [start], [slurm]) == pytest.approx(0.9 + 1 / 3)
     assert fitness([start], [start], [slurm]) == 1.0
+
+
+PHILLY = "src/slurm_marl/data/public/traces/philly.csv"
+
+
+def test_train_order_through_the_cli(tmp_path):
+    """A tiny search end to end: the written checkpoint has a head whose fitness is no worse
+    than the warm start's (the warm start is candidate 0), and bad input is one line, exit 2."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from slurm_marl.agent.checkpoint import shipped_checkpoint
+    from slurm_marl.train.cli import app
+
+    root = Path(__file__).resolve().parents[2]
+    runner = CliRunner()
+    base = ["order", "--checkpoint", str(shipped_checkpoint()), "--trace", str(root / PHILLY),
+            "--window", "vc=6c71a0,rows=0:60", "--cluster", "4x2x2:name=gpu",
+            "--out", str(tmp_path / "head")]
+    result = runner.invoke(app, base + ["--predictions", "helios", "--population", "2",
+                                        "--iterations", "1", "--elite", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    history = json.loads(result.output[result.output.index("{"):])
+    assert history["warm_start_fitness"] == 1.0
+    assert history["iterations"][0]["fitness"][0] == 1.0    # the warm start rerun: exact
+    assert history["best_fitness"] <= 1.0
+    ck = LearnedCheckpoint.load(tmp_path / "head.pt")
+    assert ck.order.window == 4 and ck.order.training["method"] == "cem"
+    assert list(ck.order.weights["gpu"]) == pytest.approx(history["best_weights"])
+    for bad, says in ((["--interference", "loud"], "--interference must be"),
+                      (["--predictions", "psychic"], "--predictions must be"),
+                      (["--population", "2", "--elite", "3"], "--elite must be at most"),
+                      (["--cluster", "4x2x2:name=other"], "none of the checkpoint's")):
+        args = base + bad if bad[0] != "--cluster" else \
+            [a if a != "4x2x2:name=gpu" else bad[1] for a in base]
+        out = runner.invoke(app, args)
+        assert out.exit_code == 2 and says in out.output, out.output
