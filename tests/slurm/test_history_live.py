@@ -138,7 +138,10 @@ def test_slurmdbd_that_dies_while_starting_is_started_again(monkeypatch):
     local = LocalCluster(spec=cluster_spec(nodes=1, accounting=True)).up(timeout_s=45)
     try:
         log = (local.root / "log" / "slurmdbd.log").read_text()
-        assert log.count("Address already in use") >= 1 and log.count(" fatal: ") == 1
+        # died once, of the held port (24.11 may log a second fatal line as that same
+        # process tears down: "_set_fd_polling ... Bad file descriptor"), then started again
+        lines = log.splitlines()
+        assert sum("fatal:" in ln and "Address already in use" in ln for ln in lines) == 1
         assert mariadb_pids and local.pids()["mariadb"] != mariadb_pids[0]
         proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"],
                               env=local.env, capture_output=True, text=True, timeout=30)
