@@ -76,7 +76,7 @@ class OrderHead:
 
     weights: Mapping[str, np.ndarray]
     window: int = DEFAULT_WINDOW
-    training: Mapping = None
+    training: Mapping | None = None
 
     @classmethod
     def keeping_order(cls, agents: Sequence[str], window: int = DEFAULT_WINDOW) -> "OrderHead":
