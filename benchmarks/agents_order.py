@@ -42,12 +42,10 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT / "src/slurm_marl/data/public/traces/philly.csv"
+from learned_clock_step import TRACE, WINDOWS  # noqa: E402 (the same held-out windows)
+
 CLUSTER = "4x2x2:name=gpu"
 GPUS = 16
-WINDOWS = ("vc=6c71a0,rows=8000:8400", "vc=6c71a0,rows=5600:6000", "vc=6214e9,rows=5600:6000",
-           "vc=6214e9,rows=8000:8400", "vc=b436b2,rows=0:400", "vc=ee9e8c,rows=0:400")
 FIXED = ("las-lif", "learned-order")
 PROFILES = ("fifo-backfill",) + FIXED + ("agents place", "agents order+place")
 

@@ -293,7 +293,7 @@ class Observer:
         live, reward, mask = feats.live, feats.reward, feats.mask
         live[:, 14] = np.where(live[:, 0] > 0, live[:, 10] / max(ideal, 1e-6), 0.0)
         mask[-1] = self._may_defer(live, mask, state.now_s, deferred_since_s)
-        job_x = self._job_features(job, clocked(state.now_s, self.clock_step_s), total,
+        job_x = self._job_features(job, self.clock(state.now_s), total,
                                    ideal, cyc, free[rows],
                                    top.group_cap[rows], cands.n, mask[-1])
         return Observation(agent, cyc.x[agent], view.parent, torch.from_numpy(job_x),

@@ -138,10 +138,14 @@ class Allocation:
             self._walk(r)
         return self.preempts + self.places
 
+    def _passed(self, job: Job) -> bool:
+        """The walk leaves this job out: it asks for no GPU, or ``passes_over``."""
+        return job_shape(job)[0] <= 0 or self.blocks.passes_over(job)
+
     def _walk(self, r: RankedJob) -> None:
         """The job the walk reached: start it on free GPUs, else its blocked actions."""
         total = job_shape(r.job)[0]
-        if total <= 0 or self.blocks.passes_over(r.job):
+        if total <= 0 or self.blocks.passes_over(r.job):     # (``_passed``, shape once)
             return
         key = self.memo.key(r.job)
         known = self.memo.known_size(key)
@@ -187,8 +191,7 @@ class Allocation:
         job = ranked[i].job
         blocks = self.blocks
         state = self.state
-        if job.job_id in blocks.protected or job_shape(job)[0] <= 0 \
-                or blocks.passes_over(job):
+        if job.job_id in blocks.protected or self._passed(job):
             return [job]
         group_of = self.policy._pick_group
         now = state.now_s
@@ -207,8 +210,7 @@ class Allocation:
             looked += 1
             if looked > 4 * size:
                 break
-            if other.job_id in tried or job_shape(other)[0] <= 0 \
-                    or blocks.passes_over(other):
+            if other.job_id in tried or self._passed(other):
                 continue
             if has_candidate(other, state, state.free):
                 window.append(other)

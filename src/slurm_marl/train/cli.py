@@ -1,6 +1,9 @@
-"""`slurm-marl train interference|marl|order|thresholds` and `slurm-marl evaluate`. Training
-code lives here and beside it (``train order``: ``order_cli.py``); the daemon never imports
-it (it loads a ``state_dict`` through ``agent/learned.py``)."""
+"""`slurm-marl train interference|marl|order|thresholds` and `slurm-marl evaluate`.
+
+Training code lives here and in the modules beside it (``train order``: ``order_cli.py``;
+what the commands share: ``cli_common.py``); the daemon never imports them (it loads a
+``state_dict`` through ``agent/learned.py``).
+"""
 
 from __future__ import annotations
 
@@ -9,15 +12,16 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
 
 from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.console import output_console
 from slurm_marl.train.cli_tables import (mark_vs_best_heuristic, print_evaluation,
                                          print_metrics, print_thresholds)
+from slurm_marl.train.cli_common import fail as _fail
+from slurm_marl.train.cli_common import load_cluster_and_jobs
+from slurm_marl.train.cli_common import progress as _progress
+from slurm_marl.train.cli_common import strengths as _strength
 from slurm_marl.train.order_cli import order
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -26,17 +30,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 app.command("order")(order)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
-
-
-def _progress(label: str) -> Progress:
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
 
 
 def _threads() -> None:
@@ -129,32 +122,6 @@ def interference(
                   ("val_mae", "baseline_val_mae", "train_mae", "best_epoch", "train_samples",
                    "val_samples", "val_jobs"))
     output_console().print(f"wrote {pt} and {meta}")
-
-
-def load_cluster_and_jobs(trace: Path, windows: list[str], cluster: str):
-    """The simulated cluster and each window's jobs that fit it; a one-line error (exit 2)
-    for a bad trace, window or cluster, or a window with no such job."""
-    from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
-    from slurm_marl.sim.traces import TraceError
-    from slurm_marl.train.workload import load_workload
-    try:
-        sim_cluster = parse_cluster(cluster)
-        jobs = [load_workload(trace, w or None, sim_cluster) for w in windows]
-    except (TraceError, ClusterSpecError, OSError) as exc:
-        _fail(str(exc))
-    for w, j in zip(windows, jobs):
-        if not j:
-            _fail(f"no jobs in {trace} for window {w!r} that fit cluster {cluster!r}")
-    return sim_cluster, jobs
-
-
-def _strength(text: str) -> list[str]:
-    from slurm_marl.sim.perf import STRENGTHS
-    out = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [s for s in out if s not in STRENGTHS]
-    if bad or not out:
-        _fail(f"--interference must be one or more of {', '.join(STRENGTHS)}, got {text!r}")
-    return out
 
 
 @app.command("marl")

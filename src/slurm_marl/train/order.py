@@ -39,7 +39,6 @@ import numpy as np
 from slurm_marl.agent.order_head import KEEP_ORDER, ORDER_FEATURES, OrderHead
 
 BASE_PROFILE = "learned-order"
-SLOWER = 1.1
 
 
 @dataclass(frozen=True)
@@ -86,13 +85,15 @@ def simulate_task(args: tuple) -> dict:
     return {"avg_jct_s": float(run.summary["avg_jct_s"]), "jct": jct}
 
 
-def share_slower(jct: dict, fifo: dict, floor_s: float = 600.0) -> float:
-    """The share of jobs (finished in both) more than ``SLOWER`` x slower than in ``fifo``
-    (a job's ratio: its JCT over max(fifo's, ``floor_s``), as ``sim/perjob.py``)."""
-    both = [i for i in jct if i in fifo]
-    if not both:
-        return 0.0
-    return sum(jct[i] / max(fifo[i], floor_s) > SLOWER for i in both) / len(both)
+def share_slower(jct: dict, fifo: dict) -> float:
+    """The share of jobs (finished in both) more than 1.1x slower than in ``fifo``, each
+    job's ratio as ``sim/perjob.py`` takes it (``job_ratios``: over max(fifo's, 600 s))."""
+    from slurm_marl.sim.perjob import SLOWER, JobTime, job_ratios
+
+    def times(jcts: dict) -> list[JobTime]:
+        return [JobTime(i, 1, "", t) for i, t in jcts.items()]
+    ratios = job_ratios(times(jct), times(fifo))
+    return sum(r > SLOWER for r in ratios.values()) / len(ratios) if ratios else 0.0
 
 
 def fitness(runs: Sequence[dict], base: Sequence[dict], fifo: Sequence[dict]) -> float:

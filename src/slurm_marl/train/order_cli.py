@@ -8,15 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from slurm_marl.train.cli_common import fail, load_cluster_and_jobs, progress, strengths
+
 WINDOW_HELP = "A Philly window, e.g. vc=6c71a0,rows=0:800 (repeat)."
-
-
-def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
 
 
 def order(
@@ -44,42 +40,27 @@ def order(
 ) -> None:
     """Search the agents' order head by CEM from the order plugin's order (the warm start)
     on average JCT, not making more jobs lose against fifo-backfill than the warm start."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
-
     from slurm_marl.agent.checkpoint import LearnedCheckpoint
     from slurm_marl.models.interference import ModelFileError
     from slurm_marl.prediction_error import DISTRIBUTIONS
-    from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
-    from slurm_marl.sim.perf import STRENGTHS
-    from slurm_marl.sim.traces import TraceError
     from slurm_marl.train.order import Search, Task, train_order
-    from slurm_marl.train.workload import load_workload
 
-    strengths = [s.strip() for s in interference.split(",") if s.strip()]
-    if not strengths or any(s not in STRENGTHS for s in strengths):
-        _fail(f"--interference must be one or more of {', '.join(STRENGTHS)}")
     kinds = [p.strip() for p in predictions.split(",") if p.strip()]
     if not kinds or any(p != "learned" and p not in DISTRIBUTIONS for p in kinds):
-        _fail(f"--predictions must be one or more of learned, {', '.join(DISTRIBUTIONS)}")
+        fail(f"--predictions must be one or more of learned, {', '.join(DISTRIBUTIONS)}")
     if elite > population:
-        _fail("--elite must be at most --population")
+        fail("--elite must be at most --population")
+    levels = strengths(interference)
+    sim_cluster, _ = load_cluster_and_jobs(trace, window, cluster)
     try:
         ckpt = LearnedCheckpoint.load(checkpoint)
-        sim_cluster = parse_cluster(cluster)
-        for w in window:
-            if not load_workload(trace, w, sim_cluster):
-                _fail(f"no jobs in {trace} for window {w!r} that fit cluster {cluster!r}")
-    except (ModelFileError, ClusterSpecError, TraceError, OSError) as exc:
-        _fail(str(exc))
-    missing = [a for a in ckpt.config.agents if a not in {p.name for p in sim_cluster.partitions}]
-    if len(missing) == len(ckpt.config.agents):
-        _fail(f"cluster {cluster!r} has none of the checkpoint's partitions "
-              f"{list(ckpt.config.agents)}")
-    tasks = [Task(w, s, p) for w in window for s in strengths for p in kinds]
-    with Progress(TextColumn("order head"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+    except ModelFileError as exc:
+        fail(str(exc))
+    if not set(ckpt.config.agents) & {p.name for p in sim_cluster.partitions}:
+        fail(f"cluster {cluster!r} has none of the checkpoint's partitions "
+             f"{list(ckpt.config.agents)}")
+    tasks = [Task(w, s, p) for w in window for s in levels for p in kinds]
+    with progress("order head") as bar:
         task = bar.add_task("runs", total=None, status="")
         history = train_order(
             checkpoint, trace, tasks, cluster, out, order_window=order_window,

@@ -1,0 +1,49 @@
+"""What the training commands share (``train/cli.py``, ``train/order_cli.py``): the one-line
+error (exit 2), the progress bar, the strengths option and the trace windows loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+
+def fail(message: str) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+def progress(label: str) -> Progress:
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+
+
+def load_cluster_and_jobs(trace: Path, windows: list[str], cluster: str):
+    """The simulated cluster and each window's jobs that fit it; a one-line error (exit 2)
+    for a bad trace, window or cluster, or a window with no such job."""
+    from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
+    from slurm_marl.sim.traces import TraceError
+    from slurm_marl.train.workload import load_workload
+    try:
+        sim_cluster = parse_cluster(cluster)
+        jobs = [load_workload(trace, w or None, sim_cluster) for w in windows]
+    except (TraceError, ClusterSpecError, OSError) as exc:
+        fail(str(exc))
+    for w, j in zip(windows, jobs):
+        if not j:
+            fail(f"no jobs in {trace} for window {w!r} that fit cluster {cluster!r}")
+    return sim_cluster, jobs
+
+
+def strengths(text: str) -> list[str]:
+    """``--interference``'s strengths, comma-separated; a one-line error for another."""
+    from slurm_marl.sim.perf import STRENGTHS
+    out = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in out if s not in STRENGTHS]
+    if bad or not out:
+        fail(f"--interference must be one or more of {', '.join(STRENGTHS)}, got {text!r}")
+    return out
