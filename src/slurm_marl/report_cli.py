@@ -32,6 +32,7 @@ from slurm_marl.sim.perf import STRENGTHS
 from slurm_marl.sim.report_html import render
 from slurm_marl.sim.site_config import SiteConfigError, read_site_cluster, slurm_conf_file
 from slurm_marl.slurm_integration.runner import SlurmError
+from slurm_marl.sweep import BackendError, backend_mapper
 
 LIVE = "sacct"      # --history sacct: read the site's accounting now
 
@@ -97,43 +98,22 @@ def _strengths(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-class BackendError(RuntimeError):
-    """A run that failed where --backend ran it (one line; exit 1)."""
-
-
 BACKENDS = ("inline", "local", "slurm")
 
 
 def _mapper(backend: str, workers: int, folder: Path, slurm_conf: Path,
             partition: str | None, mem: str, time_min: int):
-    """``sim.report.Mapper`` for --backend (None: inline). The slurm backend submits to the
-    cluster of the site's own slurm.conf (``SLURM_CONF``)."""
-    if backend not in BACKENDS:
-        _fail(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}", 2)
-    if workers < 1:
-        _fail(f"--workers must be at least 1, got {workers}", 2)
-    if backend == "inline":
-        return None
-    from slurm_marl.sweep import CallError, SweepError, map_calls
-
-    conf = slurm_conf_file(slurm_conf) if backend == "slurm" else None
-
-    def mapper(fn, tasks, on_done):
-        try:
-            got = map_calls(fn, tasks, backend, workers=workers,
-                            slurm_folder=folder.resolve(), slurm_conf=conf,
-                            partition=partition, time_min=time_min, mem=mem,
-                            job_name="slurm-marl-report", on_done=on_done)
-        except SweepError as exc:
-            raise BackendError(f"--backend {backend}: {exc}") from None
-        bad = [(k, r) for k, r in enumerate(got) if isinstance(r, CallError)]
-        if bad:
-            k, first = bad[0]
-            raise BackendError(f"--backend {backend}: {len(bad)} of {len(got)} run(s) "
-                               f"failed; the first ({_task_label(tasks[k])}): {first}")
-        return got
-
-    return mapper
+    """``sim.report.Mapper`` for --backend (None: inline;
+    ``sweep.backend_mapper``). The slurm backend submits to the cluster of the site's own
+    slurm.conf (``SLURM_CONF``)."""
+    try:
+        return backend_mapper(
+            backend, workers=workers, slurm_folder=folder,
+            slurm_conf=slurm_conf_file(slurm_conf) if backend == "slurm" else None,
+            partition=partition, mem=mem, time_min=time_min, job_name="slurm-marl-report",
+            label=_task_label)
+    except ValueError as exc:
+        _fail(str(exc), 2)
 
 
 def _task_label(task) -> str:

@@ -118,3 +118,45 @@ def test_report_as_array_jobs_gives_the_inline_report(local_slurm, tmp_path):
     texts = [s.read_text() for s in scripts]
     assert len(scripts) == 2 and all("--job-name=slurm-marl-report" in t for t in texts)
     assert sum("#SBATCH --array=" in t for t in texts) == 1
+
+
+def test_train_order_as_array_jobs_gives_the_inline_search(local_slurm, tmp_path):
+    """``slurm-marl train order --backend slurm`` (issue 36: training runs through the sweep
+    backend on Slurm when asked): each batch of simulations (the baselines, then an
+    iteration's candidates) is one array job on the cluster of --slurm-conf; the search's
+    history and the written head are the inline run's."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from slurm_marl.agent.checkpoint import LearnedCheckpoint, shipped_checkpoint
+    from slurm_marl.train.cli import app
+
+    trace = Path(slurm_marl.__file__).parent / "data/public/traces/philly.csv"
+    args = ["order", "--checkpoint", str(shipped_checkpoint()), "--trace", str(trace),
+            "--window", "vc=6c71a0,rows=0:60", "--cluster", "4x2x2:name=gpu",
+            "--predictions", "helios", "--population", "2", "--iterations", "1",
+            "--elite", "1", "--json"]
+    runner = CliRunner()
+    inline = runner.invoke(app, [*args, "--out", str(tmp_path / "inline"), "--backend",
+                                 "inline"])
+    assert inline.exit_code == 0, inline.output
+    started = time.perf_counter()
+    on_slurm = runner.invoke(app, [*args, "--out", str(tmp_path / "slurm"), "--backend",
+                                   "slurm", "--workers", "4", "--slurm-conf",
+                                   str(local_slurm.slurm_conf), "--slurm-mem", "1500M"])
+    print(f"\ntrain order as array jobs: {time.perf_counter() - started:.1f} s")
+    assert on_slurm.exit_code == 0, on_slurm.output
+
+    def history(out: str) -> dict:
+        return json.loads(out[out.index("{"):])
+    assert history(on_slurm.output) == history(inline.output)
+    heads = [LearnedCheckpoint.load(tmp_path / f"{name}.pt").order for name in
+             ("inline", "slurm")]
+    assert heads[0].weights["gpu"].tolist() == heads[1].weights["gpu"].tolist()
+    scripts = sorted((tmp_path / "slurm.slurm").glob("*/*_submission.sh"))
+    texts = [s.read_text() for s in scripts]
+    # two arrays: fifo-backfill and the warm start (2 runs), then the iteration's 2 candidates
+    assert len(scripts) == 2 and all("#SBATCH --array=0-1%" in t for t in texts)
+    assert all("--job-name=slurm-marl-train-order" in t for t in texts)
+    assert not list(tmp_path.glob("*.cem-*"))       # the candidates' folder is removed

@@ -77,3 +77,27 @@ def test_nothing_to_run_and_bad_requests():
         map_calls(points, [1], "slurm")
     with pytest.raises(SweepError, match="does not exist"):
         map_calls(points, [1], "slurm", slurm_folder="/tmp", slurm_conf="/no/such/slurm.conf")
+
+
+def test_backend_mapper_gives_every_result_or_one_line_naming_the_first_failure(tmp_path):
+    """``backend_mapper``: a command's ``--backend`` (issue 36: `train order`; the site
+    report): None for inline, every result in order, or ``BackendError`` naming how many
+    failed and the first by its label; bad settings are a ``ValueError`` (exit 2)."""
+    from slurm_marl.sweep import BackendError, backend_mapper
+
+    assert backend_mapper("inline") is None
+    mapper = backend_mapper("local", workers=2, label=lambda n: f"points({n})")
+    seen = []
+    assert mapper(points, [2, 1], lambda *a: seen.append(a[0])) == [points(2), points(1)]
+    assert sorted(seen) == [0, 1]
+    with pytest.raises(BackendError) as err:
+        mapper(points, [1, -2, -3])
+    assert str(err.value) == ("--backend local: 2 of 3 run(s) failed; the first "
+                              "(points(-2)): ValueError: negative count -2")
+    slurm = backend_mapper("slurm", slurm_conf=tmp_path / "missing.conf")
+    with pytest.raises(BackendError, match="missing.conf does not exist"):
+        slurm(points, [1])
+    for bad, says in ((dict(backend="cloud"), "--backend must be one of inline, local, slurm"),
+                      (dict(backend="local", workers=0), "--workers must be at least 1")):
+        with pytest.raises(ValueError, match=says):
+            backend_mapper(**bad)

@@ -221,10 +221,17 @@ def test_train_order_through_the_cli(tmp_path):
     base = ["order", "--checkpoint", str(shipped_checkpoint()), "--trace", str(root / PHILLY),
             "--window", "vc=6c71a0,rows=0:60", "--cluster", "4x2x2:name=gpu",
             "--out", str(tmp_path / "head")]
-    result = runner.invoke(app, base + ["--predictions", "helios", "--population", "2",
-                                        "--iterations", "1", "--elite", "1", "--json"])
+    tiny = ["--predictions", "helios", "--population", "2", "--iterations", "1",
+            "--elite", "1", "--json"]
+    result = runner.invoke(app, base + tiny + ["--backend", "inline"])
     assert result.exit_code == 0, result.output
     history = json.loads(result.output[result.output.index("{"):])
+    # the same search in two worker processes (``sweep.backend_mapper``): the same history
+    local = runner.invoke(app, [a if a != str(tmp_path / "head") else str(tmp_path / "local")
+                                for a in base] + tiny + ["--backend", "local", "--workers", "2"])
+    assert local.exit_code == 0, local.output
+    assert json.loads(local.output[local.output.index("{"):]) == history
+    assert not list(tmp_path.glob("*.cem-*"))       # the candidates' folder is removed
     assert history["warm_start_fitness"] == 1.0
     assert history["iterations"][0]["fitness"][0] == 1.0    # the warm start rerun: exact
     assert history["best_fitness"] <= 1.0
@@ -234,6 +241,7 @@ def test_train_order_through_the_cli(tmp_path):
     for bad, says in ((["--interference", "loud"], "--interference must be"),
                       (["--predictions", "psychic"], "--predictions must be"),
                       (["--population", "2", "--elite", "3"], "--elite must be at most"),
+                      (["--backend", "cloud"], "--backend must be one of"),
                       (["--cluster", "4x2x2:name=other"], "none of the checkpoint's")):
         args = base + bad if bad[0] != "--cluster" else \
             [a if a != "4x2x2:name=gpu" else bad[1] for a in base]

@@ -7,10 +7,10 @@ sweep`.
 Only the CLI assembly imports this package; it imports sim, policy and shared_data.
 """
 
-from slurm_marl.sweep.run import MAP_BACKENDS, RUN_FIELDS, CallError, SweepError, comparable, \
-    map_calls, run_cell, run_sweep
+from slurm_marl.sweep.run import MAP_BACKENDS, RUN_FIELDS, BackendError, CallError, Mapper, \
+    SweepError, backend_mapper, comparable, map_calls, run_cell, run_sweep
 from slurm_marl.sweep.spec import Sweep, SweepCell, SweepSpecError, cross_product, load_sweep
 
-__all__ = ["MAP_BACKENDS", "RUN_FIELDS", "CallError", "Sweep", "SweepCell", "SweepError",
-           "SweepSpecError", "comparable", "cross_product", "load_sweep", "map_calls", "run_cell",
-           "run_sweep"]
+__all__ = ["MAP_BACKENDS", "RUN_FIELDS", "BackendError", "CallError", "Mapper", "Sweep",
+           "SweepCell", "SweepError", "SweepSpecError", "backend_mapper", "comparable",
+           "cross_product", "load_sweep", "map_calls", "run_cell", "run_sweep"]

@@ -181,6 +181,50 @@ def map_calls(fn: Callable[[Any], Any], args: Sequence, backend: str = "local", 
     return outcomes
 
 
+class BackendError(RuntimeError):
+    """A call that gave no result where the backend ran it, or calls that could not run at
+    all, in one line (the commands exit 1)."""
+
+
+Mapper = Callable[[Callable[[Any], Any], Sequence, "OnCall | None"], list]
+
+
+def backend_mapper(backend: str, *, workers: int = 2, slurm_folder: str | Path = "slurm-runs",
+                   slurm_conf: str | Path | None = None, partition: str | None = None,
+                   mem: str = "4000M", time_min: int = 120, job_name: str = "slurm-marl",
+                   label: Callable[[Any], str] = str) -> Mapper | None:
+    """What a command's ``--backend`` runs its calls with: ``mapper(fn, args, on_done)``,
+    ``map_calls`` on ``backend`` returning every call's result, or raising ``BackendError``
+    that names the first failed call (``label(arg)``) and how many failed; None for
+    ``inline`` (the caller runs the calls itself). ``slurm_folder`` is resolved here, so
+    the nodes see an absolute path."""
+    if backend not in MAP_BACKENDS:
+        raise ValueError(f"--backend must be one of {', '.join(MAP_BACKENDS)}, got "
+                         f"{backend!r}")
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    if backend == "inline":
+        return None
+    folder = Path(slurm_folder).resolve()
+
+    def mapper(fn: Callable[[Any], Any], args: Sequence, on_done: OnCall | None = None
+               ) -> list:
+        try:
+            got = map_calls(fn, args, backend, workers=workers, slurm_folder=folder,
+                            slurm_conf=slurm_conf, partition=partition, time_min=time_min,
+                            mem=mem, job_name=job_name, on_done=on_done)
+        except SweepError as exc:
+            raise BackendError(f"--backend {backend}: {exc}") from None
+        bad = [(k, r) for k, r in enumerate(got) if isinstance(r, CallError)]
+        if bad:
+            k, first = bad[0]
+            raise BackendError(f"--backend {backend}: {len(bad)} of {len(got)} run(s) "
+                               f"failed; the first ({label(args[k])}): {first}")
+        return got
+
+    return mapper
+
+
 def run_sweep(cells: Sequence[SweepCell], backend: str = "local", *, workers: int = 2,
               slurm_folder: str | Path | None = None, slurm_conf: str | Path | None = None,
               partition: str | None = None, time_min: int = 60,

@@ -1,5 +1,5 @@
 """What the training commands share (``train/cli.py``, ``train/order_cli.py``): the one-line
-error (exit 2), the progress bar, the strengths option and the trace windows loaded."""
+error (exit 2, or 1 for a run that failed), the progress bar, the strengths option and the trace windows loaded."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
 
-def fail(message: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, then exit ``code`` (2: bad input; 1: a run that failed)."""
+    Console(stderr=True).print(f"[red]error:[/red] {escape(message)}")
+    raise typer.Exit(code)
 
 
 def progress(label: str) -> Progress:

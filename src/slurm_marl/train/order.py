@@ -22,6 +22,11 @@ saturated demo-cluster windows one guarded run takes minutes.
 
 Predictions: ``learned`` (learned in the run from the history before the window,
 ``sim/online_prediction.py``) or a quality of ``sim/predictions.py`` (``helios``).
+
+The runs go through a ``mapper`` (``sweep.backend_mapper``: `slurm-marl train order
+--backend local | slurm`): the baselines as one batch, then each iteration's candidates x
+tasks as one batch (on Slurm, one array job each). Candidates' checkpoints are written into
+a folder beside ``out`` (the nodes must share it), removed at the end.
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -118,13 +122,25 @@ class Search:
     seed: int = 0
 
 
+def run_inline(fn: Callable, args: Sequence, on_done: Callable | None = None) -> list:
+    """``[fn(a) for a in args]`` in this process, ``on_done(index, outcome, done, total)``
+    after each: the mapper of ``--backend inline``."""
+    results = []
+    for i, arg in enumerate(args):
+        results.append(fn(arg))
+        if on_done is not None:
+            on_done(i, results[-1], i + 1, len(args))
+    return results
+
+
 def train_order(checkpoint: Path, trace: Path, tasks: Sequence[Task], cluster: str,
                 out: Path, *, order_window: int = 4, search: Search = Search(),
-                workers: int = 1, sim_seed: int = 0,
+                mapper: Callable | None = None, sim_seed: int = 0,
                 progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Search the order head's weights (module docstring); writes ``out``.pt/.json (the
     checkpoint with the best head found, the warm start if none beat it) and
-    ``out``.history.json. Returns the history."""
+    ``out``.history.json. Returns the history. ``mapper(fn, args, on_done)`` runs each
+    batch of simulations (None: ``run_inline``); it raises if a run gives no result."""
     from slurm_marl.agent.checkpoint import LearnedCheckpoint
     ckpt = LearnedCheckpoint.load(checkpoint)
     agents = ckpt.config.agents
@@ -136,22 +152,28 @@ def train_order(checkpoint: Path, trace: Path, tasks: Sequence[Task], cluster: s
     done = 0
     history: dict = {"features": list(ORDER_FEATURES), "window": order_window,
                      "tasks": [t.__dict__ for t in tasks], "iterations": []}
-    with tempfile.TemporaryDirectory(prefix="order-cem-") as tmp, \
-            ProcessPoolExecutor(max(1, workers)) as pool:
+    trace, checkpoint = Path(trace).resolve(), Path(checkpoint).resolve()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run_batch = mapper or run_inline
+    with tempfile.TemporaryDirectory(prefix=f"{out.name}.cem-", dir=out.parent) as tmp:
         def run_all(items: list, label: str) -> list[dict]:
             nonlocal done
-            results = []
-            for res in pool.map(simulate_task, items):
-                results.append(res)
-                done += 1
+            first = done
+
+            def seen(index: int, outcome, finished: int, total: int) -> None:
                 if progress is not None:
-                    progress(done, runs_total, label)
+                    progress(first + finished, runs_total, label)
+            results = run_batch(simulate_task, items, seen)
+            done = first + len(items)
             return results
 
-        args = [(str(trace), cluster, t, "fifo-backfill", None, sim_seed) for t in tasks]
-        fifo = run_all(args, "fifo-backfill")
-        base = run_all([(str(trace), cluster, t, str(checkpoint), 0, sim_seed)
-                        for t in tasks], "warm start")
+        # the baselines as one batch: fifo-backfill, then the warm start, per task
+        both = run_all([(str(trace), cluster, t, "fifo-backfill", None, sim_seed)
+                        for t in tasks]
+                       + [(str(trace), cluster, t, str(checkpoint), 0, sim_seed)
+                          for t in tasks], "fifo-backfill and the warm start")
+        fifo, base = both[:len(tasks)], both[len(tasks):]
         history["warm_start_fitness"] = fitness(base, base, fifo)    # 1.0 by definition
         best_w, best_fit = mean.copy(), history["warm_start_fitness"]
         for it in range(search.iterations):
@@ -187,7 +209,6 @@ def train_order(checkpoint: Path, trace: Path, tasks: Sequence[Task], cluster: s
         "tasks": [t.__dict__ for t in tasks], "cluster": cluster,
         "population": search.population, "iterations": search.iterations,
         "elite": search.elite, "sigma": search.sigma, "seed": search.seed})
-    out.parent.mkdir(parents=True, exist_ok=True)
     ckpt.save(out)
     Path(str(out) + ".history.json").write_text(json.dumps(history, indent=2) + "\n")
     return history

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -35,7 +36,29 @@ def order(
     elite: Annotated[int, typer.Option("--elite", min=1)] = 3,
     sigma: Annotated[float, typer.Option("--sigma", min=0.0)] = 0.5,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    workers: Annotated[int, typer.Option("--workers", min=1)] = 1,
+    backend: Annotated[str, typer.Option(
+        "--backend", help="Where the simulations run: inline (one after the other in this "
+        "process), local (--workers processes) or slurm (each batch one Slurm array job, "
+        "--workers tasks at a time; this host's Python, the trace and --out's folder must "
+        "be on a file system the nodes share). A batch: the two baselines, then each "
+        "iteration's candidates x tasks.")] = "local",
+    workers: Annotated[int, typer.Option(
+        "--workers", min=1, help="Processes (local) or array tasks at a time (slurm).")] = 1,
+    slurm_folder: Annotated[Optional[Path], typer.Option(
+        "--slurm-folder", help="With --backend slurm: submitit's job folder, shared with "
+        "the nodes (default: OUT.slurm).")] = None,
+    slurm_conf: Annotated[Optional[Path], typer.Option(
+        "--slurm-conf", help="With --backend slurm: slurm.conf for sbatch/squeue (default: "
+        "$SLURM_CONF).")] = None,
+    slurm_partition: Annotated[Optional[str], typer.Option(
+        "--slurm-partition", help="With --backend slurm: the arrays' partition (default: "
+        "the cluster's default).")] = None,
+    slurm_mem: Annotated[str, typer.Option(
+        "--slurm-mem", help="With --backend slurm: memory per task (sbatch --mem).")]
+    = "4000M",
+    slurm_time: Annotated[int, typer.Option(
+        "--slurm-time", min=1, help="With --backend slurm: time limit per task, minutes.")]
+    = 120,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Search the agents' order head by CEM from the order plugin's order (the warm start)
@@ -43,6 +66,7 @@ def order(
     from slurm_marl.agent.checkpoint import LearnedCheckpoint
     from slurm_marl.models.interference import ModelFileError
     from slurm_marl.prediction_error import DISTRIBUTIONS
+    from slurm_marl.sweep import BackendError, backend_mapper
     from slurm_marl.train.order import Search, Task, train_order
 
     kinds = [p.strip() for p in predictions.split(",") if p.strip()]
@@ -51,6 +75,17 @@ def order(
     if elite > population:
         fail("--elite must be at most --population")
     levels = strengths(interference)
+    conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF")
+                          else None)
+    if backend == "slurm" and conf is not None and not conf.is_file():
+        fail(f"--slurm-conf {conf} does not exist")
+    try:
+        mapper = backend_mapper(
+            backend, workers=workers, slurm_folder=slurm_folder or Path(f"{out}.slurm"),
+            slurm_conf=conf, partition=slurm_partition, mem=slurm_mem, time_min=slurm_time,
+            job_name="slurm-marl-train-order", label=_run_label)
+    except ValueError as exc:
+        fail(str(exc))
     sim_cluster, _ = load_cluster_and_jobs(trace, window, cluster)
     try:
         ckpt = LearnedCheckpoint.load(checkpoint)
@@ -62,11 +97,15 @@ def order(
     tasks = [Task(w, s, p) for w in window for s in levels for p in kinds]
     with progress("order head") as bar:
         task = bar.add_task("runs", total=None, status="")
-        history = train_order(
-            checkpoint, trace, tasks, cluster, out, order_window=order_window,
-            search=Search(population, iterations, elite, sigma, seed=seed), workers=workers,
-            progress=lambda n, total, label: bar.update(task, completed=n, total=total,
-                                                        status=escape(label)))
+        try:
+            history = train_order(
+                checkpoint, trace, tasks, cluster, out, order_window=order_window,
+                search=Search(population, iterations, elite, sigma, seed=seed),
+                mapper=mapper,
+                progress=lambda n, total, label: bar.update(task, completed=n, total=total,
+                                                            status=escape(label)))
+        except BackendError as exc:
+            fail(str(exc), 1)
     if as_json:
         print(json.dumps(history, indent=2))
         return
@@ -79,3 +118,10 @@ def order(
     print(f"weights ({', '.join(history['features'])}): "
           + ", ".join(f"{w:.3f}" for w in history["best_weights"]))
     print(f"written: {out}.pt, {out}.json, {out}.history.json")
+
+
+def _run_label(args: tuple) -> str:
+    """One simulation of ``train/order.simulate_task``, named in a failure's line."""
+    _trace, _cluster, task, what, order_window, _seed = args
+    who = what if order_window is None else f"{Path(what).name}, window {order_window}"
+    return f"{who} on {task.window} at {task.strength}, {task.predictions} predictions"
