@@ -334,6 +334,8 @@ def main() -> None:
                     help="then every free GPU taken by one more running job (a full cluster)")
     ap.add_argument("--cprofile", metavar="FILE", default=None,
                     help="write a cProfile of the cycles after the first to FILE (pstats)")
+    ap.add_argument("--cprofile-first", action="store_true",
+                    help="with --cprofile: profile the first cycle alone")
     ap.add_argument("--churn", type=int, default=0, metavar="N",
                     help="each cycle N running jobs end and N new jobs arrive (module doc)")
     ap.add_argument("--step-s", type=float, default=60.0,
@@ -426,7 +428,7 @@ def main() -> None:
         guard_times = []
         prof = cProfile.Profile() if args.cprofile else None
         for i in range(args.cycles):
-            if prof is not None and i == 1:
+            if prof is not None and i == (0 if args.cprofile_first else 1):
                 prof.enable()
             if args.paired:
                 source.advance()
@@ -440,6 +442,8 @@ def main() -> None:
             assert report.error is None, report.error
             if args.paired and not i % 2:
                 bare_times.append(_timed_cycle(bare))
+            if prof is not None and args.cprofile_first and i == 0:
+                prof.disable()
             if args.closed_loop:
                 done = source.apply(report.decisions)
                 carried = [carried[0] + done[0], carried[1] + done[1]]
