@@ -160,3 +160,46 @@ def test_train_order_as_array_jobs_gives_the_inline_search(local_slurm, tmp_path
     assert len(scripts) == 2 and all("#SBATCH --array=0-1%" in t for t in texts)
     assert all("--job-name=slurm-marl-train-order" in t for t in texts)
     assert not list(tmp_path.glob("*.cem-*"))       # the candidates' folder is removed
+
+
+def test_train_marl_as_a_slurm_job_trains_as_inline(local_slurm, tmp_path):
+    """``slurm-marl train marl --backend slurm`` (issue 36): the whole training is one plain
+    Slurm job on the cluster of --slurm-conf, writing the run folder as the inline run does;
+    the same update's numbers come back."""
+    import csv
+    import json
+
+    from typer.testing import CliRunner
+
+    from slurm_marl.agent.checkpoint import LearnedCheckpoint, shipped_checkpoint
+    from slurm_marl.train.cli import app
+
+    LearnedCheckpoint.load(shipped_checkpoint()).interference.save(tmp_path / "im")
+    trace = Path(slurm_marl.__file__).parent / "data/public/traces/philly.csv"
+    args = ["marl", "--reward-model", str(tmp_path / "im"), "--trace", str(trace),
+            "--window", "vc=6c71a0,rows=0:60", "--cluster", "4x2x2:name=gpu",
+            "--jobs-per-episode", "30", "--episodes-per-update", "1", "--updates", "1",
+            "--json"]
+    runner = CliRunner()
+    inline = runner.invoke(app, [*args, "--out", str(tmp_path / "inline")])
+    assert inline.exit_code == 0, inline.output
+    started = time.perf_counter()
+    on_slurm = runner.invoke(app, [*args, "--out", str(tmp_path / "slurm"), "--backend",
+                                   "slurm", "--slurm-conf", str(local_slurm.slurm_conf),
+                                   "--slurm-mem", "1500M", "--slurm-time", "10"])
+    print(f"\ntrain marl as a Slurm job: {time.perf_counter() - started:.1f} s")
+    assert on_slurm.exit_code == 0, on_slurm.output
+
+    def row(run: str) -> dict:
+        with open(tmp_path / run / "train_log.csv", encoding="utf-8") as fh:
+            (only,) = list(csv.DictReader(fh))
+        return {k: v for k, v in only.items() if k != "wall_s"}
+    assert row("slurm") == row("inline") and float(row("slurm")["env_steps"]) > 0
+    doc = json.loads(on_slurm.output[on_slurm.output.index("{"):])
+    assert doc["updates"] == 1 and doc["out"] == str((tmp_path / "slurm").resolve())
+    assert (tmp_path / "slurm" / "policy.pt").is_file()
+    scripts = list((tmp_path / "slurm" / "slurm").glob("*/*_submission.sh"))
+    assert len(scripts) == 1
+    text = scripts[0].read_text()
+    assert "--array" not in text and "#SBATCH --job-name=slurm-marl-train-marl" in text
+    assert "#SBATCH --time=10" in text

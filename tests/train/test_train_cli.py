@@ -118,6 +118,22 @@ def test_train_marl_resume_and_evaluate(files):
                  "training_curve.png"):
         assert (files / "run" / name).is_file()
 
+    # the same first update in another process (--backend local, sweep.backend_mapper):
+    # the same training (the summary but its wall time, the log row but its timings)
+    other = runner.invoke(app, [a if a != str(files / "run") else str(files / "run_local")
+                                for a in common] + ["--updates", "1", "--backend", "local"])
+    assert other.exit_code == 0, other.output
+    doc_local = json.loads(other.output[other.output.index("{"):])
+    first_doc = json.loads(first.output[first.output.index("{"):])
+    timing = ("wall_s", "update_s", "rollout_s", "learn_s", "out")
+
+    def same(d: dict) -> dict:
+        return {k: (same(v) if isinstance(v, dict) else v) for k, v in d.items()
+                if k not in timing}
+    assert same(doc_local) == same(first_doc) and doc_local["env_steps"] > 0
+    bad = runner.invoke(app, common + ["--updates", "1", "--backend", "cloud"])
+    assert bad.exit_code == 2 and "--backend must be one of" in bad.output
+
     ev_app = __import__("typer").Typer()
     ev_app.command()(evaluate)
     result = runner.invoke(ev_app, ["--checkpoint", str(files / "run" / "policy.pt"),

@@ -1,6 +1,7 @@
 """`slurm-marl train interference|marl|order|thresholds` and `slurm-marl evaluate`.
 
-Training code lives here and in the modules beside it (``train order``: ``order_cli.py``;
+Training code lives here and in the modules beside it (``train marl``: ``marl_cli.py``;
+``train order``: ``order_cli.py``;
 what the commands share: ``cli_common.py``); the daemon never imports them (it loads a
 ``state_dict`` through ``agent/learned.py``).
 """
@@ -14,7 +15,6 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.console import output_console
 from slurm_marl.train.cli_tables import (mark_vs_best_heuristic, print_evaluation,
                                          print_metrics, print_thresholds)
@@ -22,12 +22,14 @@ from slurm_marl.train.cli_common import fail as _fail
 from slurm_marl.train.cli_common import load_cluster_and_jobs
 from slurm_marl.train.cli_common import progress as _progress
 from slurm_marl.train.cli_common import strengths as _strength
+from slurm_marl.train.marl_cli import marl
 from slurm_marl.train.order_cli import order
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Train the interference (reward) model, the placement agents and "
                        "2D-LAS knobs.")
 
+app.command("marl")(marl)
 app.command("order")(order)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -122,132 +124,6 @@ def interference(
                   ("val_mae", "baseline_val_mae", "train_mae", "best_epoch", "train_samples",
                    "val_samples", "val_jobs"))
     output_console().print(f"wrote {pt} and {meta}")
-
-
-@app.command("marl")
-def marl(
-    reward_model: Annotated[Path, typer.Option(
-        "--reward-model", help="Interference model from `train interference` (its .pt or "
-        "its folder).")],
-    trace: Annotated[Path, typer.Option("--trace", help="Trace CSV (Philly, Tiresias, "
-                                        "generic).")],
-    window: Annotated[list[str], typer.Option(
-        "--window", help="Training window(s), e.g. vc=6c71a0,rows=0:3000 (repeatable).")],
-    out: Annotated[Path, typer.Option("--out", help="Run folder: policy.pt/json, "
-                                      "train_log.csv, training_curve.png, train_state.*")],
-    cluster: Annotated[str, typer.Option("--cluster", help="Cluster spec, e.g. "
-                                         "4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b")] =
-        "4x2x4:leaf=2:name=a+4x2x4:leaf=2:name=b",
-    interference: Annotated[str, typer.Option(
-        "--interference", help="Simulated interference strength.")] = "high",
-    mode: Annotated[str, typer.Option("--mode", help="multi: one agent per partition; "
-                                      "single: one agent for the cluster.")] = "multi",
-    jobs_per_episode: Annotated[int, typer.Option("--jobs-per-episode", min=1)] = 150,
-    updates: Annotated[int, typer.Option("--updates", min=1)] = 50,
-    episodes_per_update: Annotated[int, typer.Option("--episodes-per-update", min=1)] = 4,
-    defer_cost: Annotated[float, typer.Option("--defer-cost", min=0.0)] = 0.05,
-    speed_threshold: Annotated[float, typer.Option(
-        "--speed-threshold", min=0.0, max=1.0,
-        help="A placement earns predicted speed - this x ideal speed - imposed slowdown.")]
-        = POOR_VS_IDEAL,
-    eval_window: Annotated[Optional[str], typer.Option(
-        "--eval-window", help="Validation window for the greedy policy's JCT.")] = None,
-    eval_every: Annotated[int, typer.Option("--eval-every", min=0)] = 0,
-    lr: Annotated[float, typer.Option("--lr")] = 1e-3,
-    gamma: Annotated[float, typer.Option("--gamma", min=0.0, max=1.0,
-                                         help="Discount per decision of an agent.")] = 0.8,
-    ent_coef: Annotated[float, typer.Option("--ent-coef")] = 0.01,
-    eps_start: Annotated[float, typer.Option("--eps-start")] = 0.3,
-    replay: Annotated[int, typer.Option("--replay", min=0,
-                                        help="Past rollouts kept in the FIFO replay.")] = 2,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    imitate_updates: Annotated[int, typer.Option(
-        "--imitate-updates", min=0,
-        help="Warm start: the first N updates clone --teacher (DAgger), then PPO.")] = 0,
-    teacher: Annotated[str, typer.Option(
-        "--teacher", help="Profile whose placement (waits included) the warm start clones; "
-        "its estimator is the --reward-model.")] = "las-lif",
-    bc_coef: Annotated[float, typer.Option(
-        "--bc-coef", min=0.0,
-        help="Weight of the teacher cross-entropy in PPO's loss, fading to 0.")] = 0.0,
-    max_defer_s: Annotated[float, typer.Option(
-        "--max-defer-s", min=0.0,
-        help="How long the agents may keep a job deferred while placements exist "
-             "(0: no bound, like las-lif); stored in the checkpoint.")] = 0.0,
-    clock_step_s: Annotated[float, typer.Option(
-        "--clock-step-s", min=0.0, help="The agents read the clock in steps of this many "
-        "seconds (0: exact), so placements are reused until the next; stored.")] = 0.0,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] =
-        False,
-    as_json: JsonOpt = False,
-) -> None:
-    """Train the placement agents (PPO, Harmony-style reward and exploration)."""
-    _threads()
-    from slurm_marl.models.interference import InterferenceModel, ModelFileError
-    from slurm_marl.train.env import PlacementEnv
-    from slurm_marl.train.evaluate import avg_jct
-    from slurm_marl.train.ppo import PPOConfig, train
-    from slurm_marl.train.workload import episodes
-
-    if mode not in ("multi", "single"):
-        _fail(f"--mode must be multi or single, got {mode!r}")
-    if imitate_updates >= updates:
-        _fail(f"--imitate-updates ({imitate_updates}) must be fewer than --updates "
-              f"({updates})")
-    from slurm_marl.policy.profile import ProfileError, load_profile
-    try:
-        teacher_profile = load_profile(teacher)
-    except ProfileError as exc:
-        _fail(f"--teacher: {exc}")
-    strength = _strength(interference)
-    if len(strength) != 1:
-        _fail("train marl takes one --interference strength")
-    try:
-        model = InterferenceModel.load(reward_model)
-    except ModelFileError as exc:
-        _fail(str(exc))
-    sim_cluster, windows = load_cluster_and_jobs(trace, window, cluster)
-    eps = [e for jobs in windows for e in episodes(jobs, jobs_per_episode)]
-    evaluate = None
-    if eval_window:
-        _, (val_jobs,) = load_cluster_and_jobs(trace, [eval_window], cluster)
-        evaluate = lambda ckpt: avg_jct(val_jobs, sim_cluster, ckpt, strength[0], seed)  # noqa
-    env = PlacementEnv(sim_cluster, eps, model, mode=mode, strength=strength[0],
-                       defer_cost=defer_cost, speed_threshold=speed_threshold, seed=seed,
-                       teacher=teacher_profile, max_defer_s=max_defer_s,
-                       clock_step_s=clock_step_s)
-    cfg = PPOConfig(updates=updates, episodes_per_update=episodes_per_update, lr=lr,
-                    gamma=gamma,
-                    ent_coef=ent_coef, eps_start=eps_start, replay=replay, seed=seed,
-                    imitate_updates=imitate_updates, bc_coef=bc_coef,
-                    eval_every=eval_every if eval_window else 0)
-    extra = {"trace": str(trace), "windows": list(window), "cluster": cluster,
-             "interference": strength[0], "mode": mode, "jobs_per_episode": jobs_per_episode,
-             "defer_cost": defer_cost, "eval_window": eval_window,
-             "teacher": teacher if imitate_updates or bc_coef else None,
-             "reward_model": str(reward_model)}
-    try:
-        with _progress(f"{mode}-agent PPO") as bar:
-            task = bar.add_task("train", total=updates, status="")
-            state, _ = train(env, model, cfg, out, resume=resume, evaluate=evaluate, extra=extra,
-                          progress=lambda s, row: bar.update(
-                              task, completed=s.update,
-                              status=f"reward/step {row['step_reward']:+.3f} "
-                                     f"eval JCT {row['eval_avg_jct_s'] or '-'}"))
-    except (FileNotFoundError, ValueError) as exc:
-        _fail(str(exc))
-    finally:
-        env.close()
-    doc = {"out": str(out), "updates": state.update, "env_steps": state.env_steps,
-           "episodes": state.episodes, "wall_s": round(state.wall_s, 1),
-           "best_eval_avg_jct_s": state.best_eval_jct_s,
-           "last": state.history[-1] if state.history else None}
-    if as_json:
-        print(json.dumps(doc, indent=2))
-        return
-    print_metrics(f"{mode}-agent training ({out})", doc,
-                  ("updates", "env_steps", "episodes", "wall_s", "best_eval_avg_jct_s"))
-    output_console().print(f"wrote {out}/policy.pt, policy.json, train_log.csv, training_curve.png")
 
 
 @app.command("thresholds")

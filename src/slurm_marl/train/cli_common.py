@@ -25,20 +25,13 @@ def progress(label: str) -> Progress:
 
 
 def load_cluster_and_jobs(trace: Path, windows: list[str], cluster: str):
-    """The simulated cluster and each window's jobs that fit it; a one-line error (exit 2)
-    for a bad trace, window or cluster, or a window with no such job."""
-    from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
-    from slurm_marl.sim.traces import TraceError
-    from slurm_marl.train.workload import load_workload
+    """The simulated cluster and each window's jobs that fit it
+    (``workload.cluster_and_windows``); its error in one line, exit 2."""
+    from slurm_marl.train.workload import cluster_and_windows
     try:
-        sim_cluster = parse_cluster(cluster)
-        jobs = [load_workload(trace, w or None, sim_cluster) for w in windows]
-    except (TraceError, ClusterSpecError, OSError) as exc:
+        return cluster_and_windows(trace, windows, cluster)
+    except ValueError as exc:
         fail(str(exc))
-    for w, j in zip(windows, jobs):
-        if not j:
-            fail(f"no jobs in {trace} for window {w!r} that fit cluster {cluster!r}")
-    return sim_cluster, jobs
 
 
 def strengths(text: str) -> list[str]:

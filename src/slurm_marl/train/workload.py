@@ -49,3 +49,22 @@ def episodes(jobs: list[TraceJob], jobs_per_episode: int) -> list[list[TraceJob]
     return [rebase(jobs[i:i + jobs_per_episode])
             for i in range(0, len(jobs), jobs_per_episode)
             if len(jobs[i:i + jobs_per_episode]) >= max(1, jobs_per_episode // 2)]
+
+
+def cluster_and_windows(trace: str | Path, windows: list[str], cluster: str
+                        ) -> tuple[SimCluster, list[list[TraceJob]]]:
+    """The simulated cluster of ``cluster`` and each window's jobs that fit it; a
+    ``ValueError`` (one line) for a bad trace, window or cluster, or a window with no such
+    job."""
+    from slurm_marl.sim.cluster import ClusterSpecError, parse_cluster
+    from slurm_marl.sim.traces import TraceError
+    try:
+        sim_cluster = parse_cluster(cluster)
+        jobs = [load_workload(trace, w or None, sim_cluster) for w in windows]
+    except (TraceError, ClusterSpecError, OSError) as exc:
+        raise ValueError(str(exc)) from None
+    for w, j in zip(windows, jobs):
+        if not j:
+            raise ValueError(f"no jobs in {trace} for window {w!r} that fit cluster "
+                             f"{cluster!r}")
+    return sim_cluster, jobs
