@@ -105,11 +105,15 @@ def marl(
     strength = _strength(interference)
     if len(strength) != 1:
         fail("train marl takes one --interference strength")
-    run = MarlRun(reward_model, trace, tuple(window), out, cluster, strength[0], mode,
-                  jobs_per_episode, updates, episodes_per_update, defer_cost,
-                  speed_threshold, eval_window, eval_every, lr, gamma, ent_coef, eps_start,
-                  replay, seed, imitate_updates, teacher, bc_coef, max_defer_s,
-                  clock_step_s, resume).absolute()
+    run = MarlRun(
+        reward_model=reward_model, trace=trace, windows=tuple(window), out=out,
+        cluster=cluster, interference=strength[0], mode=mode,
+        jobs_per_episode=jobs_per_episode, updates=updates,
+        episodes_per_update=episodes_per_update, defer_cost=defer_cost,
+        speed_threshold=speed_threshold, eval_window=eval_window, eval_every=eval_every,
+        lr=lr, gamma=gamma, ent_coef=ent_coef, eps_start=eps_start, replay=replay,
+        seed=seed, imitate_updates=imitate_updates, teacher=teacher, bc_coef=bc_coef,
+        max_defer_s=max_defer_s, clock_step_s=clock_step_s, resume=resume).absolute()
     try:
         check(run)
     except ValueError as exc:

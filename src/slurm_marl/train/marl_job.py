@@ -12,7 +12,7 @@ changed in between.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -46,11 +46,9 @@ class MarlRun:
     max_defer_s: float = 0.0
     clock_step_s: float = 0.0
     resume: bool = False
-    extra: dict = field(default_factory=dict)
 
     def absolute(self) -> "MarlRun":
         """The same run with its paths absolute (a Slurm job starts in another folder)."""
-        from dataclasses import replace
         return replace(self, reward_model=Path(self.reward_model).resolve(),
                        trace=Path(self.trace).resolve(), out=Path(self.out).resolve())
 
@@ -111,7 +109,7 @@ def run_marl(run: MarlRun, progress: Callable | None = None) -> dict:
              "jobs_per_episode": run.jobs_per_episode, "defer_cost": run.defer_cost,
              "eval_window": run.eval_window,
              "teacher": run.teacher if run.imitate_updates or run.bc_coef else None,
-             "reward_model": str(run.reward_model), **run.extra}
+             "reward_model": str(run.reward_model)}
     try:
         state, _ = train(env, model, cfg, Path(run.out), resume=run.resume,
                          evaluate=evaluate, extra=extra, progress=progress)
