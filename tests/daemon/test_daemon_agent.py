@@ -71,7 +71,7 @@ def test_user_begin_time_and_held_jobs_are_left_alone(tmp_path):
     seen = []
     a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (user_begin, held, requeued, by_slurm),
                                            PARTS), [])
-    a.memory.preempted.add(3)
+    a.memory.preempted[3] = -1e9
     a.policy = type("P", (), {"run_cycle": lambda self, s: seen.append(s) or []})()
     a.cycle()
     assert [j.job_id for j in seen[0].pending] == [3]
@@ -146,7 +146,7 @@ def test_requeued_job_placed_again_where_it_was_is_restarted(tmp_path):
     place = Place(1, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),))
     a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (pending(1, now, eligible_in=0),),
                                               PARTS), [place])
-    a.memory.preempted.update({1})  # requeued by the agent itself
+    a.memory.preempted.update({1: -1e9})  # requeued by the agent itself, long ago
     a.cycle()
     assert any(isinstance(d, Place) for d in sink.calls[-1])
     requeued = pending(1, now + 60, eligible_in=121, restart_count=1)
@@ -181,7 +181,7 @@ def test_a_requeued_job_is_free_to_resume_elsewhere_unless_the_user_pinned_it(tm
                       admin_comment="slurm-marl:v1;tpn=gres:gpu:1;tpj=")
     a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (own, users, unknown), PARTS), [])
     a.policy = RecordingPolicy()
-    a.memory.preempted.update({1, 2, 3})  # requeued by the agent itself
+    a.memory.preempted.update(dict.fromkeys((1, 2, 3), -1e9))  # requeued by the agent itself
     a.cycle()
     seen = a.policy.seen[-1]
     assert seen.job(1).required_nodes == ()
@@ -193,7 +193,7 @@ def test_fifo_inside_a_queue_keeps_the_first_submit_time_across_a_requeue(tmp_pa
     now = 1000.0
     a, _ = agent(tmp_path, ClusterSnapshot(now, NODES, (pending(1, now),), PARTS), [])
     a.policy = RecordingPolicy()
-    a.memory.preempted.update({1})  # requeued by the agent itself
+    a.memory.preempted.update({1: -1e9})  # requeued by the agent itself, long ago
     a.cycle()
     requeued = replace(pending(1, now + 100, eligible_in=121, restart_count=1),
                        submit_time_s=now + 99)
@@ -311,3 +311,34 @@ def test_a_job_demoted_this_cycle_can_be_preempted_from_a_second_partition_on_it
     report = at(1900.0, [w_job(JobState.PENDING, restart_count=1), j_job(1000.0)])
     assert [d.job_id for d in report.decisions if isinstance(d, Preempt)] == [8]
     assert [d.job_id for d in report.decisions if isinstance(d, Place)] == [7]
+
+
+def test_a_job_the_agent_requeued_is_not_started_again_within_seconds(tmp_path):
+    """A requeue revokes the ended run's credential, stamped by the second; a start in that
+    second fails the job ("Job credential revoked", seen in a 60x replay: FAILED, not
+    requeued). So the agent asks Slurm to start a job it requeued no sooner than
+    ``REQUEUE_SETTLE_S`` after the cycle that requeued it; other jobs' starts go ahead."""
+    from slurm_marl.daemon.write_memory import WriteMemory
+
+    now = 1000.0
+    victim = Job(1, partition="gpu", state=JobState.RUNNING, gpus_per_node=1, nodes=("n1",),
+                 gpu_alloc=(("n1", (0,)),), start_time_s=now - 1, submit_time_s=now - 5)
+    a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (victim,), PARTS),
+                    [Preempt(1, "las", "yields to job 2")], preempt_partitions=["gpu"])
+    a.cycle()
+    assert [type(d) for d in sink.calls[0]] == [Preempt] and 1 in a.memory.preempted
+    place = Place(1, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 0, 1),))
+    other = Place(2, "consolidate", "fits", nodes=("n1",), allocs=(GroupAlloc("n1", 1, 1),))
+    settle = WriteMemory.REQUEUE_SETTLE_S
+    starts = []
+    for dt in (0.5, settle - 0.5, settle + 0.5):
+        requeued = pending(1, now, eligible_in=121 - dt, restart_count=1)
+        a.source = FakeClusterSource(ClusterSnapshot(now + dt, NODES, (requeued,
+                                                                       pending(2, now)), PARTS))
+        a.policy = type("P", (), {"run_cycle": lambda self, s: [place, other]})()
+        before = len(sink.calls)
+        a.cycle()
+        starts.append(sorted(d.job_id for c in sink.calls[before:] for d in c
+                             if isinstance(d, Place) and d.start_now))
+    # job 2 is started at once; job 1 only once the settling time has passed
+    assert starts[0] == [2] and [1 in s for s in starts] == [False, False, True]

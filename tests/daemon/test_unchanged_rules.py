@@ -171,7 +171,7 @@ def test_a_narrowed_job_is_read_as_its_users_per_node_request(tmp_path):
                   admin_comment="slurm-marl:v1;tpn=gres:gpu:2;tpj=;req=")
     policy = SeeingPolicy()
     a, _ = agent(tmp_path, ClusterSnapshot(NOW, NODES, (job,), PARTS), policy)
-    a.memory.preempted.add(1)
+    a.memory.preempted[1] = -1e9
     a.cycle()
     seen = policy.seen[0].job(1)
     assert (seen.gpus_per_node, seen.gpus_per_job, seen.node_count) == (2, 0, 1)

@@ -250,7 +250,8 @@ class Agent:
               ) -> tuple[list[Decision], list[Place]]:
         """(writes for Slurm, changed plans that need no write): the decisions translated
         (``writes.translate``), the releases of jobs left to Slurm, and none to a job
-        whose refusal pause is not over."""
+        whose refusal pause is not over, nor a start of a job the agent requeued seconds
+        ago (``WriteMemory.settled``)."""
         writes, advice = translate(
             snap, decided.decisions, decided.orders, self.config.agent,
             written=self.store.written.get({d.job_id for d in decided.decisions}),
@@ -259,7 +260,8 @@ class Agent:
             inflight_nodes=self.memory.inflight_nodes(),
             resv_renewed=self.memory.resv_renewed)
         writes += admitted.released
-        return self.memory.past_backoff(writes, snap.time_s), advice
+        return self.memory.settled(self.memory.past_backoff(writes, snap.time_s),
+                                   snap.time_s), advice
 
     def _apply(self, report: CycleReport, writes: list[Decision], snap: ClusterSnapshot
                ) -> list[WriteResult]:

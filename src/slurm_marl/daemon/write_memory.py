@@ -1,10 +1,18 @@
 """What the agent remembers of its own writes between cycles.
 
 Jobs told to start that Slurm has not started yet (in flight: admission holds them), jobs
-it requeued itself (it may restart them at once; a requeue by Slurm keeps Slurm's own
-delay), when each of its reservations was last written, and jobs whose last write Slurm
-refused. A refusal that will not change (a job Slurm holds, a request it will not take) is
-retried with a doubling pause, not every cycle, and logged once.
+it requeued itself and when (it may restart them, skipping Slurm's own delay after a
+requeue, but not within ``REQUEUE_SETTLE_S`` of it: ``settled``), when each of its
+reservations was last written, and jobs whose last write Slurm refused. A refusal that
+will not change (a job Slurm holds, a request it will not take) is retried with a doubling
+pause, not every cycle, and logged once.
+
+Why the settling: a requeue revokes the ended run's job credential on its nodes, stamped in
+whole seconds, and slurmd refuses a credential made in that second or before ("Job
+credential revoked"), upon which Slurm fails the batch job instead of requeueing it. Slurm's
+own delay after a requeue (``cred_expire`` + 1 s) avoids that; an agent restarting the job
+within the same second does not (seen in a 60x replay: a job requeued 0.3 s after it
+started and placed again 0.7 s later ended FAILED). A few seconds clear it.
 """
 
 from __future__ import annotations
@@ -32,12 +40,17 @@ class Written:
 
 class WriteMemory:
     REFUSED_PAUSE_MAX_S = 600.0
+    # No start of a job the agent requeued until this long after the cycle that requeued it
+    # (module docstring): the requeue is written within the cycle, and a second stamp on
+    # either side of it is cleared.
+    REQUEUE_SETTLE_S = 3.0
 
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
         # job id -> (placement, when it was told to start)
         self.inflight: dict[int, tuple[Place, float]] = {}
-        self.preempted: set[int] = set()
+        # job id -> the time of the cycle in which this agent requeued it
+        self.preempted: dict[int, float] = {}
         self.resv_renewed: dict[str, float] = {}
         # job id -> (no write before, refusals in a row)
         self.refused: dict[int, tuple[float, int]] = {}
@@ -56,6 +69,23 @@ class WriteMemory:
         return [d for d in writes if isinstance(d, EndReservation)
                 or self.refused.get(d.job_id, (0.0, 0))[0] <= now_s]
 
+    def settled(self, writes: list[Decision], now_s: float) -> list[Decision]:
+        """``writes`` but the starts of jobs this agent requeued less than
+        ``REQUEUE_SETTLE_S`` ago (module docstring): they wait a cycle or two, pending."""
+        if not self.preempted:
+            return writes
+        out = []
+        for d in writes:
+            since = self.preempted.get(d.job_id)
+            if isinstance(d, Place) and d.start_now and since is not None \
+                    and now_s - since < self.REQUEUE_SETTLE_S:
+                log.debug("job %s: not started yet, %.1f s after the agent requeued it "
+                          "(Slurm revokes the ended run's credential by the second)",
+                          d.job_id, now_s - since)
+                continue
+            out.append(d)
+        return out
+
     def remember(self, results: list[WriteResult], snap: ClusterSnapshot) -> Written:
         """Take in a cycle's write results; what they change in the store."""
         self._note_refusals(results, snap.time_s)
@@ -71,7 +101,7 @@ class WriteMemory:
                     out.reservations_ended.append(d.name)
                     self.resv_renewed.pop(d.name, None)
             elif isinstance(d, Preempt) and r.ok:
-                self.preempted.add(d.job_id)
+                self.preempted[d.job_id] = snap.time_s
             elif isinstance(d, SetPriority) and d.site_factor and r.ok:
                 out.marks.append((d.job_id, "site_factor", str(d.priority)))
             elif isinstance(d, Place) and r.ok:
