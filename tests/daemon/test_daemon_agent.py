@@ -39,13 +39,16 @@ def test_placement_written_once_then_held_until_slurm_starts_it(tmp_path):
     a, sink = agent(tmp_path, ClusterSnapshot(now, NODES, (job,), PARTS), [place])
     a.cycle()
     assert any(isinstance(d, Place) for d in sink.calls[0])
-    # Next cycle: Slurm has not started it yet. It is neither re-placed nor offered to the
-    # policy, and its GPU counts as taken.
+    # Next cycle: Slurm has not started it yet. It is not re-placed: the policy sees it
+    # running where it was told to start (not preemptible), its GPU taken, so the guard's
+    # replica does not take it for ended.
     seen = []
     a.policy = type("P", (), {"run_cycle": lambda self, s: seen.append(s) or []})()
     a.source = FakeClusterSource(ClusterSnapshot(now + 1, NODES, (job,), PARTS))
     a.cycle()
-    assert seen[0].job(1) is None and 2 in seen[0].node("n1").used_gpu_indices
+    told = seen[0].job(1)
+    assert told.is_running and not told.preemptible and told.start_time_s == now
+    assert told.gpu_alloc == (("n1", (2,)),) and 2 in seen[0].node("n1").used_gpu_indices
     assert not sink.calls[1:] or not any(isinstance(d, Place) for d in sink.calls[-1])
 
 

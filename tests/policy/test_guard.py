@@ -454,3 +454,45 @@ def test_the_slack_may_be_a_share_of_the_slurm_alone_jct():
     assert due == {"wait": pytest.approx(0.5 * 501.0), "jct": pytest.approx(0.5 * 1502.0)}
     with pytest.raises(ValueError, match="slack_on"):
         guard_settings({"slack_on": "run"})
+
+
+def test_a_job_told_to_start_stays_in_the_guards_view_until_slurm_starts_it(tmp_path):
+    """The daemon holds a job it told to start, until Slurm starts it, out of re-deciding.
+    The guard's replica must still see it: a job gone from its view has ended, to the
+    replica, which would free the job's GPUs and run ahead of Slurm alone. (On a real
+    cluster every job then came out protected at first sight, and 2D-LAS ran as FIFO.) Job 1
+    (the whole node) is told to start at 10 and is still pending at 11 and 12; job 2 (the
+    whole node too) waits behind it in the replica, unprotected."""
+    from fakes import FakeClusterSource, FakeDecisionSink
+
+    from slurm_marl.daemon.config import parse_config
+    from slurm_marl.daemon.service import Agent
+    from slurm_marl.daemon.store import Store
+
+    node = Node(name="n1", partitions=("p",), cpus=8, real_memory_mib=16000,
+                gpu_groups=(GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1)))
+    parts = (Partition("p", ("n1",), True),)
+    first, second = (Job(j, partition="p", gpus_per_node=4, submit_time_s=t)
+                     for j, t in ((1, 9.0), (2, 9.5)))
+    profile = tmp_path / "guarded.toml"
+    profile.write_text('name = "g"\npreemption = true\nbackfill = true\n'
+                       'backfill_reserve = false\n[order]\nplugin = "tiresias_las"\n'
+                       'thresholds_gpu_s = [600]\n[place]\nconsolidate = 1.0\n'
+                       '[guard]\nmodel = "replica"\nslack = 0.1\nslack_min_s = 0.5\n'
+                       'step_s = 0\ntick_s = 0\nrewind_s = 3600\nprotect_running = true\n')
+    cfg = parse_config({"agent": {"state_dir": str(tmp_path), "interval_s": 1, "grace_s": 30,
+                                  "profile": str(profile), "managed_partitions": ["p"],
+                                  "preempt_partitions": ["p"]}})
+    sink = FakeDecisionSink()
+    source = FakeClusterSource(ClusterSnapshot(10.0, (node,), (first,), parts))
+    agent = Agent(cfg, source, sink, Store(tmp_path / "s.sqlite"),
+                  build_policy(load_profile(profile)))
+    agent.cycle()
+    assert any(isinstance(d, Place) and d.job_id == 1 and d.start_now
+               for d in sink.calls[0])
+    shadow = agent.policy.order.shadow
+    for now in (11.0, 12.0):          # Slurm has not started it yet: in flight
+        source.snap = ClusterSnapshot(now, (node,), (first, second), parts)
+        agent.cycle()
+        assert 1 in shadow.running and not shadow.seen[1].ended
+        assert 2 not in shadow.starts and 2 not in shadow.protected

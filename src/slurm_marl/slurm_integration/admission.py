@@ -193,25 +193,32 @@ class Admission:
     def hold_inflight(self, snap: ClusterSnapshot, inflight: dict[int, tuple[Place, float]]
                       ) -> ClusterSnapshot:
         """Slurm starts a released job a moment after ``StartTime=now``. Until it does (or
-        six intervals pass), the job is not re-decided, and its planned GPUs count as
-        taken, so the next cycle neither moves it nor gives its GPUs to another job. For
-        deciding only: writes see the real state."""
+        six intervals pass), the job is decided as running where it was told to start
+        (since then, on its planned GPUs, not preemptible): the next cycle neither moves
+        it nor gives its GPUs to another job, and the Slurm-alone guard keeps seeing it
+        (a job gone from the view is a job ended, to the guard's replica: it would free
+        the job's GPUs there and run ahead of Slurm alone). For deciding only: writes see
+        the real state."""
         ttl = max(5.0, 6 * self.rules.interval_s)
         held: dict[str, set[int]] = {}
-        skip: set[int] = set()
+        told: dict[int, Job] = {}
         for job_id, (place, when) in list(inflight.items()):
             job = snap.job(job_id)
             if job is None or not job.is_pending or snap.time_s - when > ttl:
                 del inflight[job_id]
                 continue
-            skip.add(job_id)
-            _take_planned(snap, place, held)
-        if not skip:
+            taken = _take_planned(snap, place, held)
+            told[job_id] = job.with_(
+                state=JobState.RUNNING, nodes=tuple(taken) or tuple(place.nodes),
+                start_time_s=when,
+                gpu_alloc=tuple((n, tuple(sorted(g))) for n, g in taken.items()),
+                preemptible=False, pending_reason="")
+        if not told:
             return snap
         nodes = tuple(replace(n, used_gpu_indices=n.used_gpu_indices | held[n.name])
                       if n.name in held else n for n in snap.nodes)
-        return replace(snap, nodes=nodes, jobs=tuple(j for j in snap.jobs
-                                                     if j.job_id not in skip))
+        return replace(snap, nodes=nodes, jobs=tuple(told.get(j.job_id, j)
+                                                     for j in snap.jobs))
 
     # ---- the jobs of one partition ------------------------------------------------------
     def decidable(self, view: ClusterSnapshot, part: str = "",
@@ -287,8 +294,11 @@ def _as_user_asked(j: Job, marker) -> Job:
     return j
 
 
-def _take_planned(snap: ClusterSnapshot, place: Place, held: dict[str, set[int]]) -> None:
-    """The GPUs an in-flight placement will take, added to ``held`` (by node)."""
+def _take_planned(snap: ClusterSnapshot, place: Place, held: dict[str, set[int]]
+                  ) -> dict[str, set[int]]:
+    """The GPUs an in-flight placement will take, added to ``held`` (by node); returns
+    them (by node, in the placement's order of nodes)."""
+    taken_here: dict[str, set[int]] = {}
     for a in place.allocs:
         node = snap.node(a.node)
         if node is None or a.group >= len(node.gpu_groups):
@@ -296,4 +306,5 @@ def _take_planned(snap: ClusterSnapshot, place: Place, held: dict[str, set[int]]
         taken = held.setdefault(a.node, set())
         free = [i for i in node.free_in_group(node.gpu_groups[a.group]) if i not in taken]
         taken.update(free[:a.gpus])
-
+        taken_here.setdefault(a.node, set()).update(free[:a.gpus])
+    return taken_here
