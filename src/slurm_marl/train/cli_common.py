@@ -34,6 +34,17 @@ def load_cluster_and_jobs(trace: Path, windows: list[str], cluster: str):
         fail(str(exc))
 
 
+def slurm_conf_for(backend: str, given: Path | None) -> Path | None:
+    """``--slurm-conf``, else ``$SLURM_CONF`` (None: sbatch's own default); a one-line
+    error (exit 2) if the slurm backend is asked for with a file that does not exist."""
+    import os
+    conf = given or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF")
+                     else None)
+    if backend == "slurm" and conf is not None and not conf.is_file():
+        fail(f"--slurm-conf {conf} does not exist")
+    return conf
+
+
 def strengths(text: str) -> list[str]:
     """``--interference``'s strengths, comma-separated; a one-line error for another."""
     from slurm_marl.sim.perf import STRENGTHS

@@ -5,7 +5,6 @@ local | slurm``, in another process or as one Slurm job (``train/marl_job.py`` i
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import typer
 
 from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.console import output_console
-from slurm_marl.train.cli_common import fail, progress
+from slurm_marl.train.cli_common import fail, progress, slurm_conf_for
 from slurm_marl.train.cli_common import strengths as _strength
 from slurm_marl.train.cli_tables import print_metrics
 
@@ -152,10 +151,7 @@ def _elsewhere(run, backend: str, slurm_conf: Path | None, slurm_folder: Path | 
     from slurm_marl.sweep import BackendError, backend_mapper
     from slurm_marl.train.marl_job import run_marl
 
-    conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF")
-                          else None)
-    if backend == "slurm" and conf is not None and not conf.is_file():
-        fail(f"--slurm-conf {conf} does not exist")
+    conf = slurm_conf_for(backend, slurm_conf)
     try:
         mapper = backend_mapper(backend, workers=1,
                                 slurm_folder=slurm_folder or run.out / "slurm",

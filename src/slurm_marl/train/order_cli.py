@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
-from slurm_marl.train.cli_common import fail, load_cluster_and_jobs, progress, strengths
+from slurm_marl.train.cli_common import (fail, load_cluster_and_jobs, progress,
+                                         slurm_conf_for, strengths)
 
 WINDOW_HELP = "A Philly window, e.g. vc=6c71a0,rows=0:800 (repeat)."
 
@@ -75,10 +75,7 @@ def order(
     if elite > population:
         fail("--elite must be at most --population")
     levels = strengths(interference)
-    conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF")
-                          else None)
-    if backend == "slurm" and conf is not None and not conf.is_file():
-        fail(f"--slurm-conf {conf} does not exist")
+    conf = slurm_conf_for(backend, slurm_conf)
     try:
         mapper = backend_mapper(
             backend, workers=workers, slurm_folder=slurm_folder or Path(f"{out}.slurm"),
