@@ -48,9 +48,12 @@ class MarlRun:
     resume: bool = False
 
     def absolute(self) -> "MarlRun":
-        """The same run with its paths absolute (a Slurm job starts in another folder)."""
+        """The same run with its paths absolute (a Slurm job starts in another folder),
+        the teacher's too where it names a profile file."""
+        teacher = Path(self.teacher)
         return replace(self, reward_model=Path(self.reward_model).resolve(),
-                       trace=Path(self.trace).resolve(), out=Path(self.out).resolve())
+                       trace=Path(self.trace).resolve(), out=Path(self.out).resolve(),
+                       teacher=str(teacher.resolve()) if teacher.is_file() else self.teacher)
 
 
 def check(run: MarlRun):
