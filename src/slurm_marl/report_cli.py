@@ -17,6 +17,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
     TimeElapsedColumn
 
+from slurm_marl.cli_options import (SlurmMemOpt, SlurmPartitionOpt, SlurmTimeOpt,
+                                     WorkersOpt)
 from slurm_marl.console import output_console
 from slurm_marl.history import fetch as F
 from slurm_marl.history.records import FIELDS, HistoryJob, read_history
@@ -176,19 +178,13 @@ def report(
         "cluster of --slurm-conf, --workers tasks at a time; this host's Python and "
         "--slurm-folder must be on a file system the nodes share). Each profile x strength "
         "is one task, and with --tune each partition's search.")] = "inline",
-    workers: Annotated[int, typer.Option(
-        "--workers", help="Processes (local) or array tasks at a time (slurm).")] = 2,
+    workers: WorkersOpt = 2,
     slurm_folder: Annotated[Path, typer.Option(
         "--slurm-folder", help="With --backend slurm: submitit's job folder, shared with "
         "the nodes.")] = Path("report-slurm"),
-    slurm_partition: Annotated[Optional[str], typer.Option(
-        "--slurm-partition", help="With --backend slurm: the array's partition (default: "
-        "the cluster's default).")] = None,
-    slurm_mem: Annotated[str, typer.Option(
-        "--slurm-mem", help="With --backend slurm: memory per task (sbatch --mem).")]
-    = "4000M",
-    slurm_time: Annotated[int, typer.Option(
-        "--slurm-time", help="With --backend slurm: time limit per task, minutes.")] = 120,
+    slurm_partition: SlurmPartitionOpt = None,
+    slurm_mem: SlurmMemOpt = "4000M",
+    slurm_time: SlurmTimeOpt = 120,
 ) -> None:
     """What the agent's profiles would have done on this site, for its own jobs: the
     simulator first replays Slurm alone (fifo-backfill) on the history and says how close

@@ -12,6 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from slurm_marl.cli_options import (SlurmConfOpt, SlurmFolderOpt, SlurmMemOpt,
+                                     SlurmPartitionOpt, SlurmTimeOpt)
 from slurm_marl.colocation import POOR_VS_IDEAL
 from slurm_marl.console import output_console
 from slurm_marl.train.cli_common import fail, progress, slurm_conf_for
@@ -81,21 +83,11 @@ def marl(
         "default), local (one other process) or slurm (one Slurm job on the cluster of "
         "--slurm-conf; this host's Python, the inputs and --out must be on a file system "
         "the nodes share). The training is the same on each.")] = "inline",
-    slurm_conf: Annotated[Optional[Path], typer.Option(
-        "--slurm-conf", help="With --backend slurm: slurm.conf for sbatch/squeue (default: "
-        "$SLURM_CONF).")] = None,
-    slurm_folder: Annotated[Optional[Path], typer.Option(
-        "--slurm-folder", help="With --backend slurm: submitit's job folder, shared with "
-        "the nodes (default: OUT/slurm).")] = None,
-    slurm_partition: Annotated[Optional[str], typer.Option(
-        "--slurm-partition", help="With --backend slurm: the job's partition (default: the "
-        "cluster's default).")] = None,
-    slurm_mem: Annotated[str, typer.Option(
-        "--slurm-mem", help="With --backend slurm: the job's memory (sbatch --mem).")]
-    = "8000M",
-    slurm_time: Annotated[int, typer.Option(
-        "--slurm-time", min=1, help="With --backend slurm: the job's time limit, minutes.")]
-    = 1440,
+    slurm_conf: SlurmConfOpt = None,
+    slurm_folder: SlurmFolderOpt = None,
+    slurm_partition: SlurmPartitionOpt = None,
+    slurm_mem: SlurmMemOpt = "8000M",
+    slurm_time: SlurmTimeOpt = 1440,
     as_json: JsonOpt = False,
 ) -> None:
     """Train the placement agents (PPO, Harmony-style reward and exploration)."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 
+from slurm_marl.cli_options import (SlurmConfOpt, SlurmFolderOpt, SlurmMemOpt,
+                                     SlurmPartitionOpt, SlurmTimeOpt, WorkersOpt)
 from slurm_marl.train.cli_common import (fail, load_cluster_and_jobs, progress,
                                          slurm_conf_for, strengths)
 
@@ -42,23 +44,12 @@ def order(
         "--workers tasks at a time; this host's Python, the trace and --out's folder must "
         "be on a file system the nodes share). A batch: the two baselines, then each "
         "iteration's candidates x tasks.")] = "local",
-    workers: Annotated[int, typer.Option(
-        "--workers", min=1, help="Processes (local) or array tasks at a time (slurm).")] = 1,
-    slurm_folder: Annotated[Optional[Path], typer.Option(
-        "--slurm-folder", help="With --backend slurm: submitit's job folder, shared with "
-        "the nodes (default: OUT.slurm).")] = None,
-    slurm_conf: Annotated[Optional[Path], typer.Option(
-        "--slurm-conf", help="With --backend slurm: slurm.conf for sbatch/squeue (default: "
-        "$SLURM_CONF).")] = None,
-    slurm_partition: Annotated[Optional[str], typer.Option(
-        "--slurm-partition", help="With --backend slurm: the arrays' partition (default: "
-        "the cluster's default).")] = None,
-    slurm_mem: Annotated[str, typer.Option(
-        "--slurm-mem", help="With --backend slurm: memory per task (sbatch --mem).")]
-    = "4000M",
-    slurm_time: Annotated[int, typer.Option(
-        "--slurm-time", min=1, help="With --backend slurm: time limit per task, minutes.")]
-    = 120,
+    workers: WorkersOpt = 1,
+    slurm_folder: SlurmFolderOpt = None,
+    slurm_conf: SlurmConfOpt = None,
+    slurm_partition: SlurmPartitionOpt = None,
+    slurm_mem: SlurmMemOpt = "4000M",
+    slurm_time: SlurmTimeOpt = 120,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Search the agents' order head by CEM from the order plugin's order (the warm start)
