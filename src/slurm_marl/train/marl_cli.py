@@ -92,18 +92,20 @@ def marl(
 ) -> None:
     """Train the placement agents (PPO, Harmony-style reward and exploration)."""
     from slurm_marl.train.marl_job import MarlRun, check
+    from slurm_marl.train.ppo import PPOConfig
 
     strength = _strength(interference)
     if len(strength) != 1:
         fail("train marl takes one --interference strength")
+    ppo = PPOConfig(updates=updates, episodes_per_update=episodes_per_update, lr=lr,
+                    gamma=gamma, ent_coef=ent_coef, eps_start=eps_start, replay=replay,
+                    seed=seed, imitate_updates=imitate_updates, bc_coef=bc_coef,
+                    eval_every=eval_every)
     run = MarlRun(
         reward_model=reward_model, trace=trace, windows=tuple(window), out=out,
-        cluster=cluster, interference=strength[0], mode=mode,
-        jobs_per_episode=jobs_per_episode, updates=updates,
-        episodes_per_update=episodes_per_update, defer_cost=defer_cost,
-        speed_threshold=speed_threshold, eval_window=eval_window, eval_every=eval_every,
-        lr=lr, gamma=gamma, ent_coef=ent_coef, eps_start=eps_start, replay=replay,
-        seed=seed, imitate_updates=imitate_updates, teacher=teacher, bc_coef=bc_coef,
+        cluster=cluster, interference=strength[0], ppo=ppo, mode=mode,
+        jobs_per_episode=jobs_per_episode, defer_cost=defer_cost,
+        speed_threshold=speed_threshold, eval_window=eval_window, teacher=teacher,
         max_defer_s=max_defer_s, clock_step_s=clock_step_s, resume=resume).absolute()
     try:
         check(run)

@@ -15,10 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from slurm_marl.train.ppo import PPOConfig
+
 
 @dataclass(frozen=True)
 class MarlRun:
-    """`train marl`'s settings (see its options)."""
+    """`train marl`'s settings (see its options): the environment's and the run's, and
+    PPO's (``ppo``; its ``eval_every`` counts only with an ``eval_window``)."""
 
     reward_model: Path
     trace: Path
@@ -26,23 +29,13 @@ class MarlRun:
     out: Path
     cluster: str
     interference: str
+    ppo: PPOConfig
     mode: str = "multi"
     jobs_per_episode: int = 150
-    updates: int = 50
-    episodes_per_update: int = 4
     defer_cost: float = 0.05
     speed_threshold: float = 0.8
     eval_window: str | None = None
-    eval_every: int = 0
-    lr: float = 1e-3
-    gamma: float = 0.8
-    ent_coef: float = 0.01
-    eps_start: float = 0.3
-    replay: int = 2
-    seed: int = 0
-    imitate_updates: int = 0
     teacher: str = "las-lif"
-    bc_coef: float = 0.0
     max_defer_s: float = 0.0
     clock_step_s: float = 0.0
     resume: bool = False
@@ -65,9 +58,9 @@ def check(run: MarlRun):
 
     if run.mode not in ("multi", "single"):
         raise ValueError(f"--mode must be multi or single, got {run.mode!r}")
-    if run.imitate_updates >= run.updates:
-        raise ValueError(f"--imitate-updates ({run.imitate_updates}) must be fewer than "
-                         f"--updates ({run.updates})")
+    if run.ppo.imitate_updates >= run.ppo.updates:
+        raise ValueError(f"--imitate-updates ({run.ppo.imitate_updates}) must be fewer "
+                         f"than --updates ({run.ppo.updates})")
     try:
         teacher = load_profile(run.teacher)
     except ProfileError as exc:
@@ -90,28 +83,24 @@ def run_marl(run: MarlRun, progress: Callable | None = None) -> dict:
     torch.set_num_threads(1)
     from slurm_marl.train.env import PlacementEnv
     from slurm_marl.train.evaluate import avg_jct
-    from slurm_marl.train.ppo import PPOConfig, train
+    from slurm_marl.train.ppo import train
     from slurm_marl.train.workload import episodes
 
     model, teacher, cluster, windows, val_jobs = check(run)
     eps = [e for jobs in windows for e in episodes(jobs, run.jobs_per_episode)]
     def validate(ckpt) -> float:
-        return avg_jct(val_jobs, cluster, ckpt, run.interference, run.seed)
+        return avg_jct(val_jobs, cluster, ckpt, run.interference, run.ppo.seed)
     evaluate = validate if val_jobs is not None else None
     env = PlacementEnv(cluster, eps, model, mode=run.mode, strength=run.interference,
                        defer_cost=run.defer_cost, speed_threshold=run.speed_threshold,
-                       seed=run.seed, teacher=teacher, max_defer_s=run.max_defer_s,
+                       seed=run.ppo.seed, teacher=teacher, max_defer_s=run.max_defer_s,
                        clock_step_s=run.clock_step_s)
-    cfg = PPOConfig(updates=run.updates, episodes_per_update=run.episodes_per_update,
-                    lr=run.lr, gamma=run.gamma, ent_coef=run.ent_coef,
-                    eps_start=run.eps_start, replay=run.replay, seed=run.seed,
-                    imitate_updates=run.imitate_updates, bc_coef=run.bc_coef,
-                    eval_every=run.eval_every if run.eval_window else 0)
+    cfg = replace(run.ppo, eval_every=run.ppo.eval_every if run.eval_window else 0)
     extra = {"trace": str(run.trace), "windows": list(run.windows), "cluster": run.cluster,
              "interference": run.interference, "mode": run.mode,
              "jobs_per_episode": run.jobs_per_episode, "defer_cost": run.defer_cost,
              "eval_window": run.eval_window,
-             "teacher": run.teacher if run.imitate_updates or run.bc_coef else None,
+             "teacher": run.teacher if run.ppo.imitate_updates or run.ppo.bc_coef else None,
              "reward_model": str(run.reward_model)}
     try:
         state, _ = train(env, model, cfg, Path(run.out), resume=run.resume,
