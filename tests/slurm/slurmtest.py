@@ -119,9 +119,9 @@ def as_nobody(c: "Cluster", *args: str) -> subprocess.CompletedProcess:
     """A Slurm command run as the unprivileged user ``nobody`` (the gate treats root and
     the agent apart). Slurm 24.11+ now and then refuses a user's job update with EAGAIN
     ("Resource temporarily unavailable for job N", the update not applied): retried, as it
-    asks, for up to 10 s (under load, as when CI runs two Slurm versions at once, 2.5 s of
-    retries was not always enough)."""
-    for _ in range(20):
+    asks, for up to 30 s (under load, as when CI runs two Slurm versions at once, 2.5 s of
+    retries was not always enough, and 10 s once not for an array's update on 26.05)."""
+    for _ in range(60):
         proc = subprocess.run(["runuser", "-u", "nobody", "--", *args], env=c.local.env,
                               capture_output=True, text=True, timeout=30)
         if "Resource temporarily unavailable" not in proc.stderr:
