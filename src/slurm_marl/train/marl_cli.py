@@ -108,13 +108,13 @@ def marl(
         speed_threshold=speed_threshold, eval_window=eval_window, teacher=teacher,
         max_defer_s=max_defer_s, clock_step_s=clock_step_s, resume=resume).absolute()
     try:
-        check(run)
+        loaded = check(run)
     except ValueError as exc:
         fail(str(exc))
     with progress(f"{mode}-agent PPO") as bar:
         task = bar.add_task("train", total=updates, status="")
         if backend == "inline":
-            doc = _inline(run, lambda s, row: bar.update(
+            doc = _inline(run, loaded, lambda s, row: bar.update(
                 task, completed=s.update, status=f"reward/step {row['step_reward']:+.3f} "
                                                  f"eval JCT {row['eval_avg_jct_s'] or '-'}"))
         else:
@@ -130,10 +130,11 @@ def marl(
                            f"training_curve.png")
 
 
-def _inline(run, on_update) -> dict:
+def _inline(run, loaded: tuple, on_update) -> dict:
+    """The run in this process, on the inputs the command has checked (loaded once)."""
     from slurm_marl.train.marl_job import run_marl
     try:
-        return run_marl(run, on_update)
+        return run_marl(run, on_update, loaded)
     except ValueError as exc:
         fail(str(exc))
 

@@ -75,10 +75,12 @@ def check(run: MarlRun):
     return model, teacher, cluster, windows, val
 
 
-def run_marl(run: MarlRun, progress: Callable | None = None) -> dict:
-    """Train (module docstring); ``progress(state, row)`` after each update. Returns the
-    command's summary (``out``, updates, env steps, episodes, wall seconds, best validation
-    JCT, the last log row)."""
+def run_marl(run: MarlRun, progress: Callable | None = None, loaded: tuple | None = None
+             ) -> dict:
+    """Train (module docstring); ``progress(state, row)`` after each update; ``loaded``:
+    ``check(run)``'s inputs where the caller has them (None: loaded here, as in a job).
+    Returns the command's summary (``out``, updates, env steps, episodes, wall seconds,
+    best validation JCT, the last log row)."""
     import torch
     torch.set_num_threads(1)
     from slurm_marl.train.env import PlacementEnv
@@ -86,8 +88,9 @@ def run_marl(run: MarlRun, progress: Callable | None = None) -> dict:
     from slurm_marl.train.ppo import train
     from slurm_marl.train.workload import episodes
 
-    model, teacher, cluster, windows, val_jobs = check(run)
+    model, teacher, cluster, windows, val_jobs = loaded or check(run)
     eps = [e for jobs in windows for e in episodes(jobs, run.jobs_per_episode)]
+
     def validate(ckpt) -> float:
         return avg_jct(val_jobs, cluster, ckpt, run.interference, run.ppo.seed)
     evaluate = validate if val_jobs is not None else None
