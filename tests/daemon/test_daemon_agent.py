@@ -345,3 +345,20 @@ def test_a_job_the_agent_requeued_is_not_started_again_within_seconds(tmp_path):
                              if isinstance(d, Place) and d.start_now))
     # job 2 is started at once; job 1 only once the settling time has passed
     assert starts[0] == [2] and [1 in s for s in starts] == [False, False, True]
+
+
+def test_the_requeues_of_jobs_slurm_no_longer_lists_are_forgotten():
+    """A daemon that runs for months keeps no entry for every job it ever requeued: once
+    the table outgrows the queue, the requeues of jobs Slurm no longer lists are dropped,
+    those of jobs still listed kept (admission still lets the agent restart them)."""
+    from slurm_marl.daemon.write_memory import WriteMemory
+
+    memory = WriteMemory(interval_s=5.0)
+    memory.preempted = {job_id: 100.0 + job_id for job_id in range(1, 1001)}
+    listed = (pending(7, 1000.0, restart_count=1), pending(2000, 1000.0))
+    memory.remember([], ClusterSnapshot(1000.0, NODES, listed, PARTS))
+    assert memory.preempted == {7: 107.0}
+    # below the threshold nothing is scanned: a small table stays as it is
+    memory.preempted = {1: 1.0, 2: 2.0}
+    memory.remember([], ClusterSnapshot(1000.0, NODES, listed, PARTS))
+    assert memory.preempted == {1: 1.0, 2: 2.0}

@@ -89,6 +89,7 @@ class WriteMemory:
     def remember(self, results: list[WriteResult], snap: ClusterSnapshot) -> Written:
         """Take in a cycle's write results; what they change in the store."""
         self._note_refusals(results, snap.time_s)
+        self._forget_gone(snap)
         out = Written()
         for r in results:
             d = r.decision
@@ -109,6 +110,17 @@ class WriteMemory:
                 if d.start_now:
                     self.inflight[d.job_id] = (d, snap.time_s)
         return out
+
+    def _forget_gone(self, snap: ClusterSnapshot) -> None:
+        """Forget the requeues of jobs Slurm no longer lists (ended and purged): a daemon
+        that runs for months would otherwise keep one entry for every job it ever
+        requeued. Checked only once the table outgrows the queue, so a cycle pays for it
+        rarely."""
+        if len(self.preempted) <= max(64, 2 * len(snap.jobs)):
+            return
+        listed = {j.job_id for j in snap.jobs}
+        for job_id in [j for j in self.preempted if j not in listed]:
+            del self.preempted[job_id]
 
     def _note_refusals(self, results: list[WriteResult], now_s: float) -> None:
         ok = {r.decision.job_id for r in results if r.ok}
