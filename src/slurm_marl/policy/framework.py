@@ -4,8 +4,8 @@ Mechanism apart from policy (as in the Kubernetes scheduler framework): the orde
 ranks jobs, place plugins filter and score candidate placements. The cycle allocates jobs in
 rank order (``allocation.py``); for a job that cannot start on free GPUs the other actions
 (``actions.py``: preemption, then backfill's reservation) run over the same snapshot and
-state. ``run_cycle`` is deterministic, so the daemon and the simulator reach the same decisions from the same snapshots; it is a
-pure function of the snapshot except for an order plugin that keeps state across cycles
+state. ``run_cycle`` is deterministic, so the daemon and the simulator reach the same
+decisions from the same snapshots; it is a pure function of the snapshot except for an order plugin that keeps state across cycles
 (``CycleAwareOrder``: Tiresias' queue lists), which then depends on the snapshots seen before.
 
 What a cycle returns:
@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from operator import attrgetter
 
@@ -231,7 +231,8 @@ class Policy:
                 running = self.rank([j for j in snapshot.jobs if j.state in ACTIVE_STATES],
                                     now)
             reuse_key = (tuple(p.name for p in snapshot.partitions), partitions)
-            inputs = _placement_inputs(snapshot, ranked, running)
+            inputs = _placement_inputs(snapshot, ranked, running), (
+                frozenset(self._guard.shadow.protected) if self._guard is not None else None)
             last = self._reuse.get(reuse_key)
             # (a horizon of inf holds at any clock, inf too: a trace's job may arrive there)
             if last is not None and last[0] == inputs and now >= last[3] \
@@ -262,19 +263,21 @@ class Policy:
         preemption = (Preemption(self, snapshot.jobs, now, state, ranked=running)
                       if profile.preemption else None)
         protected = self._guard.shadow.protected if self._guard is not None else {}
+        state.protected = protected
         return Allocation(self, profile, state, preemption, protected,
                           self._monotone).run(ranked)
 
     # -- placement helpers ---------------------------------------------------------------
-    def score(self, job: Job, cands: list[Candidate], state: CycleState):
-        """Best feasible candidate by weighted plugin score; ties keep generation order."""
+    def score(self, job: Job, cands: list[Candidate], state: CycleState, filtered: bool = True):
+        """Best feasible candidate by weighted plugin score; ties keep generation order
+        (``filtered=False``: the place plugins' own filters are not asked)."""
         best = None
         best_total = 0.0
         best_terms: tuple = ()
         n_ok = 0
         place = self._deciders(job, state)
         keys = tuple(p.key for p, _ in place)
-        filters = self._filters if place is self.place else \
+        filters = () if not filtered else self._filters if place is self.place else \
             [p.feasible for p, _ in place if abilities(p).filters]
         for cand in cands:
             ok = True
@@ -353,9 +356,12 @@ class Policy:
             return None
         with state.judging(cap):
             best, terms, n_ok = self.score(job, cands, state)
-        if best is None:
-            return None
-        return best, terms, n_ok
+            # A job the guard protects is never held back for a better spot: Slurm alone
+            # would start it on any that fits (``held``: its place plugins would have).
+            held = best is None and job.job_id in state.protected
+            if held:
+                best, terms, n_ok = self.score(job, cands, state, filtered=False)
+        return None if best is None else (best, terms, n_ok, held)
 
     @staticmethod
     def decision(job: Job, cand: Candidate, terms, start_now: bool, state: CycleState,
@@ -440,10 +446,3 @@ def run_cycle(snapshot: ClusterSnapshot, profile: Profile) -> list[Decision]:
     if isinstance(policy.order, CycleAwareOrder):
         policy.order.reset()
     return policy.run_cycle(snapshot)
-
-
-def decisions_by_kind(decisions: Sequence[Decision]) -> Mapping[str, list[Decision]]:
-    out: dict[str, list[Decision]] = {}
-    for d in decisions:
-        out.setdefault(type(d).__name__, []).append(d)
-    return out
