@@ -269,8 +269,10 @@ class Policy:
 
     # -- placement helpers ---------------------------------------------------------------
     def score(self, job: Job, cands: list[Candidate], state: CycleState, filtered: bool = True):
-        """Best feasible candidate by weighted plugin score; ties keep generation order
-        (``filtered=False``: the place plugins' own filters are not asked)."""
+        """(best feasible candidate by weighted plugin score, its terms, how many passed the
+        place plugins' filters); ties keep generation order. A job the guard protects
+        (``state.protected``) is never held back for a better spot: where the filters would
+        refuse every candidate, they are not asked (``filtered=False``; 0 passed)."""
         best = None
         best_total = 0.0
         best_terms: tuple = ()
@@ -293,6 +295,8 @@ class Policy:
             total = sum(t[1] for t in terms)
             if best is None or total > best_total + 1e-12:
                 best, best_total, best_terms = cand, total, terms
+        if best is None and filters and cands and job.job_id in state.protected:
+            return self.score(job, cands, state, filtered=False)[:2] + (0,)
         return best, best_terms, n_ok
 
     def _deciders(self, job: Job, state: CycleState) -> tuple[tuple[PlacePlugin, float], ...]:
@@ -356,12 +360,7 @@ class Policy:
             return None
         with state.judging(cap):
             best, terms, n_ok = self.score(job, cands, state)
-            # A job the guard protects is never held back for a better spot: Slurm alone
-            # would start it on any that fits (``held``: its place plugins would have).
-            held = best is None and job.job_id in state.protected
-            if held:
-                best, terms, n_ok = self.score(job, cands, state, filtered=False)
-        return None if best is None else (best, terms, n_ok, held)
+        return None if best is None else (best, terms, n_ok)
 
     @staticmethod
     def decision(job: Job, cand: Candidate, terms, start_now: bool, state: CycleState,
