@@ -498,52 +498,27 @@ def test_a_job_told_to_start_stays_in_the_guards_view_until_slurm_starts_it(tmp_
         assert 2 not in shadow.starts and 2 not in shadow.protected
 
 
-SKEW = {"name": "skew-guard", "preemption": False, "backfill": True,
-        "backfill_reserve": False, "order": {"plugin": "tiresias_las",
-                                             "thresholds_gpu_s": [600]},
-        "place": {"tiresias_skew": 1.0}}
 
-
-def _spread_only_cluster(now: float) -> ClusterSnapshot:
-    """Two 4-GPU nodes, each half busy: a 4-GPU job fits only spread over both."""
-    group = (GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1))
+def test_a_cycle_is_not_reused_once_a_blocked_job_becomes_protected():
+    """Reuse (``reuse_decisions``) must see protection: the blocked 8-GPU job ranks first
+    before and after it is protected, so only the protected set tells the two cycles
+    apart; protected, it is passed by no later arrival (the test above)."""
     nodes = tuple(Node(name=n, partitions=("p",), cpus=8, real_memory_mib=16000,
-                       gpu_groups=group, used_gpu_indices=frozenset((0, 1)), alloc_cpus=2)
-                  for n in ("n1", "n2"))
-    busy = tuple(Job(10 + i, partition="p", gpus_per_node=2, submit_time_s=0.0,
-                     state=JobState.RUNNING, start_time_s=10.0, model_type="resnet50",
-                     nodes=(n,), gpu_alloc=((n, (0, 1)),))
-                 for i, n in enumerate(("n1", "n2")))
-    vgg = Job(1, partition="p", gpus_per_job=4, node_count=1, submit_time_s=100.0,
-              model_type="vgg16")
-    return ClusterSnapshot(now, nodes, (*busy, vgg), (Partition("p", ("n1", "n2")),))
-
-
-def test_a_protected_job_is_not_held_back_for_a_better_spot():
-    """A place plugin may hold a job for a better spot (Tiresias' skew rule: a VGG job
-    only on the fewest nodes). Slurm alone would start it on any that fits, so once the
-    guard protects it, it starts on the best spot free now, and the reason says why."""
-    snap = _spread_only_cluster(5000.0)
-    guard = {"slack": 10.0, "slack_min_s": 1e6}      # protected only as the test says
-    policy = build_policy(profile_from_mapping({**SKEW, "guard": guard}))
-    assert not [d for d in policy.run_cycle(snap) if isinstance(d, Place)]
-    policy = build_policy(profile_from_mapping({**SKEW, "guard": guard}))
-    policy.order.shadow.protected[1] = 4000.0
-    placed = [d for d in policy.run_cycle(snap) if isinstance(d, Place)]
-    assert [(d.job_id, d.start_now, sorted(d.nodes)) for d in placed] == \
-        [(1, True, ["n1", "n2"])]
-    assert "protected by the Slurm-alone guard" in placed[0].reason
-    assert "instead of waiting for a better one" in placed[0].reason
-
-
-def test_a_cycle_is_not_reused_once_a_job_it_held_becomes_protected():
-    """Reuse (``reuse_decisions``) must see protection: the held job ranks first before
-    and after, so only the protected set tells the two cycles apart."""
-    snap = _spread_only_cluster(5000.0)
-    policy = build_policy(profile_from_mapping(
-        {**SKEW, "guard": {"slack": 10.0, "slack_min_s": 1e6}}))
+                       gpu_groups=(GpuGroup(0, (0, 1), "s0", 0),
+                                   GpuGroup(1, (2, 3), "s1", 1)),
+                       used_gpu_indices=frozenset(used), alloc_cpus=len(used))
+                  for n, used in (("n1", (0, 1, 2, 3)), ("n2", ())))
+    running = Job(1, partition="p", gpus_per_node=4, submit_time_s=0.0,
+                  state=JobState.RUNNING, start_time_s=10.0, attained_gpu_s=4 * 4990.0,
+                  nodes=("n1",), gpu_alloc=(("n1", (0, 1, 2, 3)),))
+    big = Job(2, partition="p", gpus_per_node=4, node_count=2, submit_time_s=5.0)
+    small = Job(3, partition="p", gpus_per_node=1, submit_time_s=100.0)
+    snap = ClusterSnapshot(5000.0, nodes, (running, big, small), (Partition("p", ("n1", "n2")),))
+    policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
     policy.reuse_decisions = True
-    assert not [d for d in policy.run_cycle(snap) if isinstance(d, Place)]
-    policy.order.shadow.protected[1] = 4000.0
-    assert [d.job_id for d in policy.run_cycle(replace(snap, time_s=5001.0))
-            if isinstance(d, Place)] == [1]
+    policy.order.shadow.protected.update({1: 100.0})
+    assert [d.job_id for d in policy.run_cycle(snap) if isinstance(d, Place)] == [3]
+    policy.order.shadow.protected[2] = 4000.0
+    assert [r.job.job_id for r in policy.rank([big, small], 5001.0)] == [2, 3]
+    decisions = policy.run_cycle(replace(snap, time_s=5001.0))
+    assert not [d for d in decisions if isinstance(d, (Place, Preempt))], decisions

@@ -142,23 +142,6 @@ def test_defer_keeps_the_job_queued_without_preempting_until_max_defer(tiny_clus
     assert set(places(late)) == {1}
 
 
-def test_an_agent_never_defers_a_job_the_guard_protects(tiny_cluster, checkpoint):
-    """The Slurm-alone guard's protected jobs are never held back for a better spot: an
-    agent that always wants to wait places a protected job at once (defer is masked for
-    it), while the same job unprotected waits."""
-    from dataclasses import replace as with_
-    _always_defer(checkpoint)
-    fresh = pending(1, 1, "a", queued_s=50.0)
-    snap = snapshot_with_pending(tiny_cluster, [fresh], time_s=100.0)
-    guard = {"slack": 10.0, "slack_min_s": 1e6}     # protected only as the test says
-    policy = build_policy(with_(learned_profile(checkpoint), guard=guard))
-    assert not places(policy.run_cycle(snap))
-    policy = build_policy(with_(learned_profile(checkpoint), guard=guard))
-    policy.order.shadow.protected[1] = 60.0
-    got = places(policy.run_cycle(snap))
-    assert set(got) == {1} and got[1].plugin == "learned"
-
-
 def test_profile_file_with_the_learned_key_runs_in_the_simulator(tiny_cluster, checkpoint,
                                                                  tmp_path):
     toml = tmp_path / "las-learned.toml"

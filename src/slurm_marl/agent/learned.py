@@ -156,9 +156,7 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
                 self._choices[job.job_id] = _PAST_DEPTH
                 return _PAST_DEPTH
             self._owned[agent] = looked + 1
-        # a job the Slurm-alone guard protects is never deferred while it can start
-        obs = self.observer.observe(job, state, self._deferred_since.get(job.job_id),
-                                    may_defer=job.job_id not in state.protected)
+        obs = self.observer.observe(job, state, self._deferred_since.get(job.job_id))
         if obs is None:
             self._no_agent(job.partition)
             choice = _FALLBACK

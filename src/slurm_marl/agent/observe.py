@@ -251,12 +251,10 @@ class Observer:
                            torch.zeros(job_dim(self.n_vocab)),
                            torch.zeros(g, len(LIVE_FEATURES)), mask)
 
-    def observe(self, job: Job, state: PlacementState, deferred_since_s: float | None = None,
-                may_defer: bool = True) -> Observation | None:
+    def observe(self, job: Job, state: PlacementState, deferred_since_s: float | None = None
+                ) -> Observation | None:
         """The job's agent's observation, or None when no agent owns the job's partition.
-        ``deferred_since_s``: when the agent first deferred the job (None: never);
-        ``may_defer=False``: defer is not valid while a placement is (a job the Slurm-alone
-        guard protects).
+        ``deferred_since_s``: when the agent first deferred the job (None: never).
 
         Valid actions are exactly the framework's candidates (``generate_candidates`` on
         ``state.view``, which the plugin being node-specific makes one per fitting group):
@@ -294,8 +292,7 @@ class Observer:
         feats.add_others(cands, local, top, free, node_free, speed_m, imposed_m)
         live, reward, mask = feats.live, feats.reward, feats.mask
         live[:, 14] = np.where(live[:, 0] > 0, live[:, 10] / max(ideal, 1e-6), 0.0)
-        mask[-1] = self._may_defer(live, mask, state.now_s, deferred_since_s) and (
-            may_defer or not mask[:-1].any())
+        mask[-1] = self._may_defer(live, mask, state.now_s, deferred_since_s)
         job_x = self._job_features(job, self.clock(state.now_s), total,
                                    ideal, cyc, free[rows],
                                    top.group_cap[rows], cands.n, mask[-1])

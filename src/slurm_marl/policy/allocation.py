@@ -248,11 +248,8 @@ class Allocation:
         choice = self.policy._best(job, state, state.free)
         if choice is None:
             return False
-        cand, terms, n_ok = choice
+        cand, terms, _ = choice
         state.claim(job, cand)
-        if not n_ok:    # (``Policy.score``: a protected job its filters would have held)
-            note += ("; protected by the Slurm-alone guard, it takes the best spot free now "
-                     "instead of waiting for a better one as its place plugins would")
         self.places.append(self.policy.decision(
             job, cand, terms, True, state,
             f"starts now on {len(cand.nodes)} node(s), {cand.groups} GPU group(s){note}"))

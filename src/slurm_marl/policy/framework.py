@@ -231,6 +231,8 @@ class Policy:
                 running = self.rank([j for j in snapshot.jobs if j.state in ACTIVE_STATES],
                                     now)
             reuse_key = (tuple(p.name for p in snapshot.partitions), partitions)
+            # (the guard's protected jobs too: a blocked one is passed by no later arrival,
+            # and a job may become protected without changing its rank)
             inputs = _placement_inputs(snapshot, ranked, running), (
                 frozenset(self._guard.shadow.protected) if self._guard is not None else None)
             last = self._reuse.get(reuse_key)
@@ -263,23 +265,19 @@ class Policy:
         preemption = (Preemption(self, snapshot.jobs, now, state, ranked=running)
                       if profile.preemption else None)
         protected = self._guard.shadow.protected if self._guard is not None else {}
-        state.protected = protected
         return Allocation(self, profile, state, preemption, protected,
                           self._monotone).run(ranked)
 
     # -- placement helpers ---------------------------------------------------------------
-    def score(self, job: Job, cands: list[Candidate], state: CycleState, filtered: bool = True):
-        """(best feasible candidate by weighted plugin score, its terms, how many passed the
-        place plugins' filters); ties keep generation order. A job the guard protects
-        (``state.protected``) is never held back for a better spot: where the filters would
-        refuse every candidate, they are not asked (``filtered=False``; 0 passed)."""
+    def score(self, job: Job, cands: list[Candidate], state: CycleState):
+        """Best feasible candidate by weighted plugin score; ties keep generation order."""
         best = None
         best_total = 0.0
         best_terms: tuple = ()
         n_ok = 0
         place = self._deciders(job, state)
         keys = tuple(p.key for p, _ in place)
-        filters = () if not filtered else self._filters if place is self.place else \
+        filters = self._filters if place is self.place else \
             [p.feasible for p, _ in place if abilities(p).filters]
         for cand in cands:
             ok = True
@@ -295,8 +293,6 @@ class Policy:
             total = sum(t[1] for t in terms)
             if best is None or total > best_total + 1e-12:
                 best, best_total, best_terms = cand, total, terms
-        if best is None and filters and cands and job.job_id in state.protected:
-            return self.score(job, cands, state, filtered=False)[:2] + (0,)
         return best, best_terms, n_ok
 
     def _deciders(self, job: Job, state: CycleState) -> tuple[tuple[PlacePlugin, float], ...]:
@@ -360,7 +356,9 @@ class Policy:
             return None
         with state.judging(cap):
             best, terms, n_ok = self.score(job, cands, state)
-        return None if best is None else (best, terms, n_ok)
+        if best is None:
+            return None
+        return best, terms, n_ok
 
     @staticmethod
     def decision(job: Job, cand: Candidate, terms, start_now: bool, state: CycleState,

@@ -2,9 +2,7 @@
 finished it (issue 33). It needs no hindsight: it keeps a shadow of Slurm's own first-come
 first-served order over what the agent has seen so far, and a job that is still waiting
 past the start that shadow gives it (plus a slack) is *protected*: it ranks before every
-unprotected job (so it is started first, preempting if the profile preempts), it is never
-held back for a better spot (``Policy._best``: where its place plugins' filters would make
-it wait, it takes the best spot free now; the learned agents may not defer it) and, once
+unprotected job (so it is started first, preempting if the profile preempts) and, once
 running, no pending job may preempt it.
 
 The shadow (``shadow_starts``) is a fluid FCFS schedule of the cluster's GPUs: jobs in

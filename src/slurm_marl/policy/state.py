@@ -10,7 +10,6 @@ the framework and the plugins).
 
 from __future__ import annotations
 
-from collections.abc import Container
 from contextlib import contextmanager
 
 from dataclasses import dataclass
@@ -140,10 +139,6 @@ class CycleState:
         # ``what_if`` says which, so plugins never compare objects. Set by ``judging``.
         self.view: Capacity = self.free
         self.what_if = False
-        # Jobs the Slurm-alone guard protects (``policy/guard.py``): none is held back for a
-        # better placement (``Policy.score``'s ``filtered``; the learned agents may not defer
-        # them). Set by the policy for its walk.
-        self.protected: Container[int] = ()
         self.free_cpus = [i.free_cpus for i in self.infos]
         self.free_mem = [i.free_mem_mib for i in self.infos]
         self._partition_nodes: dict[str, tuple[int, ...]] = {}
