@@ -498,7 +498,6 @@ def test_a_job_told_to_start_stays_in_the_guards_view_until_slurm_starts_it(tmp_
         assert 2 not in shadow.starts and 2 not in shadow.protected
 
 
-
 def test_a_cycle_is_not_reused_once_a_blocked_job_becomes_protected():
     """Reuse (``reuse_decisions``) must see protection: the blocked 8-GPU job ranks first
     before and after it is protected, so only the protected set tells the two cycles

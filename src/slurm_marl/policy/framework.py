@@ -5,8 +5,9 @@ ranks jobs, place plugins filter and score candidate placements. The cycle alloc
 rank order (``allocation.py``); for a job that cannot start on free GPUs the other actions
 (``actions.py``: preemption, then backfill's reservation) run over the same snapshot and
 state. ``run_cycle`` is deterministic, so the daemon and the simulator reach the same
-decisions from the same snapshots; it is a pure function of the snapshot except for an order plugin that keeps state across cycles
-(``CycleAwareOrder``: Tiresias' queue lists), which then depends on the snapshots seen before.
+decisions from the same snapshots; it is a pure function of the snapshot except for an order
+plugin that keeps state across cycles (``CycleAwareOrder``: Tiresias' queue lists, the
+guard's shadow), which then depends on the snapshots seen before.
 
 What a cycle returns:
 
@@ -27,10 +28,10 @@ computed every cycle (the ranking, and reasons that name attained service), but 
 preemptions and placements that follow are a function of the ranking and of the
 snapshot's jobs and nodes without what only the clock moves (``NOT_READ_BY_PLACEMENT``):
 when all place plugins declare themselves ``Pure`` and neither the ranking (of pending jobs,
-and of running ones where preemption may pick victims) nor those inputs changed since the
-last cycle of the same partitions, that cycle's preemptions and placements are returned
-again instead of being searched for. On an unchanged cluster most of a cycle's work is that
-search. A plugin that is not pure (the learned one: deferrals kept across cycles, a clock
+and of running ones where preemption may pick victims), the jobs the guard protects, nor
+those inputs changed since the last cycle of the same partitions, that cycle's preemptions
+and placements are returned again instead of being searched for. On an unchanged cluster
+most of a cycle's work is that search. A plugin that is not pure (the learned one: deferrals kept across cycles, a clock
 in its features) takes part when it says, after each cycle, until when that cycle's
 decisions would be made again on the same inputs (``ReuseHorizon``: a time, inf
 for ever, -inf not at all); the reuse then also needs the clock before that time, and not
