@@ -25,18 +25,18 @@ Decisions come in that order: priorities, then preemptions, then placements.
 
 Reuse (``Policy.reuse_decisions``, the daemon's ``agent.reuse_decisions``): priorities are
 computed every cycle (the ranking, and reasons that name attained service), but the
-preemptions and placements that follow are a function of the ranking and of the
-snapshot's jobs and nodes without what only the clock moves (``NOT_READ_BY_PLACEMENT``):
-when all place plugins declare themselves ``Pure`` and neither the ranking (of pending jobs,
-and of running ones where preemption may pick victims), the jobs the guard protects, nor
-those inputs changed since the last cycle of the same partitions, that cycle's preemptions
-and placements are returned again instead of being searched for. On an unchanged cluster
-most of a cycle's work is that search. A plugin that is not pure (the learned one: deferrals kept across cycles, a clock
-in its features) takes part when it says, after each cycle, until when that cycle's
-decisions would be made again on the same inputs (``ReuseHorizon``: a time, inf
-for ever, -inf not at all); the reuse then also needs the clock before that time, and not
-before the cycle's own time (a clock that went back is decided afresh: a plugin's horizon
-bounds the clock going forward, as a clock read in steps would be one step back).
+preemptions and placements that follow are a function of the ranking and of the snapshot's
+jobs and nodes without what only the clock moves (``NOT_READ_BY_PLACEMENT``): when all place
+plugins declare themselves ``Pure`` and neither the ranking (of pending jobs, and of running
+ones where preemption may pick victims), the jobs the guard protects, nor those inputs
+changed since the last cycle of the same partitions, that cycle's preemptions and placements
+are returned again instead of being searched for. On an unchanged cluster most of a cycle's
+work is that search. A plugin that is not pure (the learned one: deferrals kept across
+cycles, a clock in its features) takes part when it says, after each cycle, until when that
+cycle's decisions would be made again on the same inputs (``ReuseHorizon``: a time, inf for
+ever, -inf not at all); the reuse then also needs the clock before that time, and not before
+the cycle's own time (a clock that went back is decided afresh: a plugin's horizon bounds
+the clock going forward, as a clock read in steps would be one step back).
 """
 
 from __future__ import annotations
