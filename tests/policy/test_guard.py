@@ -254,10 +254,9 @@ def test_the_guard_uses_nothing_from_the_future(model, rng):
     assert before == again
 
 
-def test_a_blocked_protected_job_is_not_passed_by_a_later_arrival():
-    """8 GPUs; a protected job runs on n1's 4; an older protected 8-GPU job waits for it
-    (protected jobs do not preempt each other). A 1-GPU job that arrived later would fit
-    on n2 (fit-first backfill would start it): it waits too."""
+def _big_job_behind_a_runner() -> ClusterSnapshot:
+    """Two 4-GPU nodes: job 1 runs on n1; 8-GPU job 2 (older) waits for it; 1-GPU job 3
+    (later) would fit on n2."""
     nodes = tuple(Node(name=n, partitions=("p",), cpus=8, real_memory_mib=16000,
                        gpu_groups=(GpuGroup(0, (0, 1), "s0", 0),
                                    GpuGroup(1, (2, 3), "s1", 1)),
@@ -268,7 +267,14 @@ def test_a_blocked_protected_job_is_not_passed_by_a_later_arrival():
                   nodes=("n1",), gpu_alloc=(("n1", (0, 1, 2, 3)),))
     big = Job(2, partition="p", gpus_per_node=4, node_count=2, submit_time_s=5.0)
     small = Job(3, partition="p", gpus_per_node=1, submit_time_s=100.0)
-    snap = ClusterSnapshot(5000.0, nodes, (running, big, small), (Partition("p", ("n1", "n2")),))
+    return ClusterSnapshot(5000.0, nodes, (running, big, small), (Partition("p", ("n1", "n2")),))
+
+
+def test_a_blocked_protected_job_is_not_passed_by_a_later_arrival():
+    """8 GPUs; a protected job runs on n1's 4; an older protected 8-GPU job waits for it
+    (protected jobs do not preempt each other). A 1-GPU job that arrived later would fit
+    on n2 (fit-first backfill would start it): it waits too."""
+    snap = _big_job_behind_a_runner()
     # a slack no job reaches here: protected are the two the test names
     policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
     policy.order.shadow.protected.update({1: 100.0, 2: 200.0})
@@ -502,22 +508,12 @@ def test_a_cycle_is_not_reused_once_a_blocked_job_becomes_protected():
     """Reuse (``reuse_decisions``) must see protection: the blocked 8-GPU job ranks first
     before and after it is protected, so only the protected set tells the two cycles
     apart; protected, it is passed by no later arrival (the test above)."""
-    nodes = tuple(Node(name=n, partitions=("p",), cpus=8, real_memory_mib=16000,
-                       gpu_groups=(GpuGroup(0, (0, 1), "s0", 0),
-                                   GpuGroup(1, (2, 3), "s1", 1)),
-                       used_gpu_indices=frozenset(used), alloc_cpus=len(used))
-                  for n, used in (("n1", (0, 1, 2, 3)), ("n2", ())))
-    running = Job(1, partition="p", gpus_per_node=4, submit_time_s=0.0,
-                  state=JobState.RUNNING, start_time_s=10.0, attained_gpu_s=4 * 4990.0,
-                  nodes=("n1",), gpu_alloc=(("n1", (0, 1, 2, 3)),))
-    big = Job(2, partition="p", gpus_per_node=4, node_count=2, submit_time_s=5.0)
-    small = Job(3, partition="p", gpus_per_node=1, submit_time_s=100.0)
-    snap = ClusterSnapshot(5000.0, nodes, (running, big, small), (Partition("p", ("n1", "n2")),))
+    snap = _big_job_behind_a_runner()
     policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
     policy.reuse_decisions = True
     policy.order.shadow.protected.update({1: 100.0})
     assert [d.job_id for d in policy.run_cycle(snap) if isinstance(d, Place)] == [3]
     policy.order.shadow.protected[2] = 4000.0
-    assert [r.job.job_id for r in policy.rank([big, small], 5001.0)] == [2, 3]
+    assert [r.job.job_id for r in policy.rank([snap.job(2), snap.job(3)], 5001.0)] == [2, 3]
     decisions = policy.run_cycle(replace(snap, time_s=5001.0))
     assert not [d for d in decisions if isinstance(d, (Place, Preempt))], decisions
