@@ -5,7 +5,7 @@
         [--max-agent-jobs N] [--past-depth what_if|fallback] [--probe-standing]
         [--clock-step-s S] [--cycle-s S]
         [--busy-fraction F] [--saturated] [--cprofile FILE]
-        [--churn N [--step-s 60] [--closed-loop]] [--guard [--paired]]
+        [--churn N [--step-s 60] [--closed-loop]] [--guard [--paired]] [--against P]
 
 The snapshot (2,000 nodes x 8 GPUs in 2 groups, 40 nodes per leaf, half the GPUs busy,
 1,000 pending jobs of 1-16 GPUs) comes from topology.synthetic; the cycle is the daemon's
@@ -44,6 +44,13 @@ alternating order (module-level node memos favour whichever runs second); its de
 never carried out. The per-cycle ratio is then the guard's cost on the same inputs. In the
 closed loop those inputs are the guarded trajectory, on which the unguarded agent would
 preempt the jobs the guard protects.
+
+``--against P`` pairs the same way with an agent of another profile (built as the first,
+with the same context, without this run's learned-plugin overrides; guarded too with
+``--guard``): two profiles' cycles measured side by side on the same snapshots, a cycle
+apart in time, which on a shared machine whose speed drifts from minute to minute is a
+steadier ratio than two runs one after the other. With ``--no-reuse`` every cycle is
+decided afresh, so the later cycles measure what a changed cluster's cycle costs.
 """
 
 from __future__ import annotations
@@ -350,10 +357,16 @@ def main() -> None:
                     help="with --guard: a second agent without the guard decides every "
                          "snapshot the guarded one sees (its decisions not carried out), "
                          "the two in alternating order; both timed (module doc)")
+    ap.add_argument("--against", metavar="P",
+                    help="a second agent with profile P decides every snapshot this one "
+                         "sees (its decisions not carried out), the two in alternating "
+                         "order; both timed (module doc)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.paired and not args.guard:
         ap.error("--paired needs --guard")
+    if args.paired and args.against:
+        ap.error("--paired and --against are two kinds of pairing: give one")
     if args.probe_standing:
         import slurm_marl.agent.learned as learned
         learned.LearnedPlacement.reuse_horizon = lambda self, state: math.inf
@@ -404,10 +417,14 @@ def main() -> None:
             snap, args.churn, args.step_s) if args.churn
             else FixedSource(snap, args.fresh_jobs, args.cycle_s))
         carried = [0, 0]
-        if args.paired:
+        paired = args.paired or bool(args.against)
+        if paired:
             source = Seen(source)
+            other = load_profile(args.against or args.profile)
+            if args.against and args.guard:
+                other = with_default_guard(other)
             bare = Agent(cfg, Again(source), sink=None, store=Store(Path(tmp) / "b.sqlite"),
-                         policy=build_policy(load_profile(args.profile), **context))
+                         policy=build_policy(other, **context))
         agent = Agent(cfg, source, sink=None,
                       store=Store(Path(tmp) / "s.sqlite"),
                       policy=build_policy(profile, **context))
@@ -430,9 +447,9 @@ def main() -> None:
         for i in range(args.cycles):
             if prof is not None and i == (0 if args.cprofile_first else 1):
                 prof.enable()
-            if args.paired:
+            if paired:
                 source.advance()
-            if args.paired and i % 2:        # (the node memos favour the second)
+            if paired and i % 2:        # (the node memos favour the second)
                 bare_times.append(_timed_cycle(bare))
             guard_s[0] = 0.0
             t0 = time.perf_counter()
@@ -440,7 +457,7 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
             guard_times.append(guard_s[0])
             assert report.error is None, report.error
-            if args.paired and not i % 2:
+            if paired and not i % 2:
                 bare_times.append(_timed_cycle(bare))
             if prof is not None and args.cprofile_first and i == 0:
                 prof.disable()
@@ -486,12 +503,16 @@ def main() -> None:
         if shadow is not None else None,
         "rss_mib": rss / 2**20, "rss_growth_mib": (rss - rss_start) / 2**20,
     }
-    if args.paired:
+    if paired:
         ratios = [g / b for g, b in zip(times[1:], bare_times[1:]) if b > 0]
+        kind = "against" if args.against else "unguarded"
         result.update({
-            "paired_unguarded_first_cycle_s": bare_times[0],
-            "paired_unguarded_median_cycle_s": statistics.median(bare_times[1:] or bare_times),
-            # per cycle, guarded over unguarded on the same snapshot
+            "paired_profile": args.against or f"{args.profile} without the guard",
+            f"paired_{kind}_first_cycle_s": bare_times[0],
+            f"paired_{kind}_median_cycle_s": statistics.median(bare_times[1:] or bare_times),
+            # this run's first cycle over the other's (each the first of its agent)
+            "paired_first_ratio": times[0] / bare_times[0] if bare_times[0] > 0 else None,
+            # per later cycle, this agent over the other on the same snapshot
             "paired_median_ratio": statistics.median(ratios) if ratios else None,
             "paired_total_ratio": sum(times[1:]) / max(1e-9, sum(bare_times[1:]))})
     if args.json:
