@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_marl.colocation import GROUP, NODE, SPAN
+from slurm_marl.colocation import GROUP, LEAF, NODE, SPAN
 from slurm_marl.domain import ClusterSnapshot, Job, JobState
 from slurm_marl.policy.framework import build_policy
 from slurm_marl.policy.node_classes import NodeClasses
 from slurm_marl.policy.profile import load_profile
+from slurm_marl.placement_shapes import make_candidate
 from slurm_marl.policy.state import CycleState
 from slurm_marl.topology.synthetic import synthetic_snapshot
 
@@ -129,3 +130,54 @@ def test_one_node_per_colocation_class_decides_as_every_node(variant, preemption
     snap = co_located_snapshot(rng)
     profile = replace(lif_profile(variant), preemption=preemption)
     assert decide(profile, snap) == decide(profile, snap, every_node=True)
+
+
+def scanned_by_level(self, cand):
+    """``CycleState.colocated_by_level`` without its memo: the node's groups scanned on
+    every question (the reference the memoised answers are checked against)."""
+    group_level, node_level, leaf_level = [], [], []
+    chosen = {(n, g) for n, g, _ in cand.allocs}
+    for n in cand.nodes:
+        for g, models in enumerate(self.colocated[n]):
+            (group_level if (n, g) in chosen else node_level).extend(models)
+    if len(cand.nodes) > 1:
+        for leaf in {self.leaf_of[n] for n in cand.nodes}:
+            leaf_level.extend(self.leaf_multinode.get(leaf, ()))
+    return {GROUP: tuple(sorted(group_level)), NODE: tuple(sorted(node_level)),
+            LEAF: tuple(sorted(leaf_level))}
+
+
+@pytest.mark.parametrize("variant", ["las-lif", "neighbours"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rng=st.randoms(use_true_random=False))
+def test_memoised_colocation_decides_as_scanning_every_time(variant, rng):
+    """The state keeps a one-node candidate's co-location until a claim or a preemption
+    changes the node: with preemption on (releases) and many claims a cycle, the decisions
+    are those of the scan on every question."""
+    snap = co_located_snapshot(rng)
+    profile = replace(lif_profile(variant), preemption=True)
+    memoised = decide(profile, snap)
+    with mock.patch.object(CycleState, "colocated_by_level", scanned_by_level):
+        assert decide(profile, snap) == memoised
+
+
+def test_a_claim_and_a_release_change_the_memoised_colocation_of_their_node():
+    snap = co_located_snapshot(random.Random(3))
+    state = CycleState(snap, track_colocation=True, track_holders=True)
+    running = next(j for j in snap.jobs if j.gpu_alloc and j.model_type == "a"
+                   and len({n for n, _, _ in state.running_allocs[j.job_id]}) == 1)
+    n, g, _ = state.running_allocs[running.job_id][0]
+    there = make_candidate(((n, g, 1),), state.leaf_of)
+    elsewhere = make_candidate((((n + 1) % len(state.infos), 0, 1),), state.leaf_of)
+    before = state.colocated_by_level(there)[GROUP]
+    untouched = state.colocated_by_level(elsewhere)
+    assert "a" in before
+    state.release_running(running)
+    assert state.colocated_by_level(there)[GROUP] == scanned_by_level(state, there)[GROUP]
+    assert len(state.colocated_by_level(there)[GROUP]) == len(before) - 1
+    job = Job(job_id=1, partition=running.partition, state=JobState.PENDING, model_type="b",
+              gpus_per_job=1)
+    state.claim(job, there)
+    assert state.colocated_by_level(there) == scanned_by_level(state, there)
+    assert "b" in state.colocated_by_level(there)[GROUP]
+    assert state.colocated_by_level(elsewhere) is untouched    # another node: kept

@@ -164,6 +164,9 @@ class CycleState:
         # Nodes whose co-location this cycle changed (claims, preemptions): what differs
         # from the snapshot there (the learned observer's incremental family counts).
         self.colocation_changed: set[int] = set()
+        # ``colocated_by_level`` of one-node candidates, per node and groups, until the
+        # node's co-location changes
+        self._by_level: dict[int, dict[tuple[int, ...], dict]] = {}
         # Nodes by class for single-node candidates (``node_class_fits``), over the lists
         # above (and ``colocated``); its pools are built on first use.
         self._classes = NodeClasses(self.free, self.free_cpus, self.free_mem, self.infos)
@@ -371,6 +374,7 @@ class CycleState:
             self._holders[n][g] = [h for h in self._holders[n][g] if h[0] != job.job_id]
             if model in self._colocated[n][g]:
                 self._colocated[n][g].remove(model)
+            self._by_level.pop(n, None)
         total = sum(per_node.values())
         for n, k in per_node.items():
             self.free_cpus[n] += per_node_share(job.cpus, k, total)
@@ -388,6 +392,7 @@ class CycleState:
         model = job.model_type or "unknown"
         for n, g, _ in allocs:
             self._colocated[n][g].append(model)
+            self._by_level.pop(n, None)
         nodes = {a[0] for a in allocs}
         if len(nodes) > 1:
             for leaf in {self.leaf_of[n] for n in nodes}:
@@ -397,16 +402,24 @@ class CycleState:
         """Model types the candidate would share with, by co-location level (``colocation``):
         same GPU group, same node (other groups), same leaf (multi-node jobs, only for a
         multi-node candidate; one entry per leaf the candidate and the job share, and nodes
-        with no leaf switch share the leaf ``None``)."""
+        with no leaf switch share the leaf ``None``). The answer may be shared with later
+        calls: read it, do not change it."""
         group_level: list[str] = []
         node_level: list[str] = []
         if len(cand.nodes) == 1:    # most candidates: one node, no leaf level
-            chosen_groups = {g for _, g, _ in cand.allocs}
-            for g, models in enumerate(self.colocated[cand.nodes[0]]):
+            n = cand.nodes[0]
+            chosen = tuple(g for _, g, _ in cand.allocs)
+            memo = self._by_level.get(n)
+            hit = memo.get(chosen) if memo is not None else None
+            if hit is not None:     # (kept until a claim or a release changes the node)
+                return hit
+            for g, models in enumerate(self.colocated[n]):
                 if models:
-                    (group_level if g in chosen_groups else node_level).extend(models)
-            return {GROUP: tuple(sorted(group_level)), NODE: tuple(sorted(node_level)),
-                    LEAF: ()}
+                    (group_level if g in chosen else node_level).extend(models)
+            out = {GROUP: tuple(sorted(group_level)), NODE: tuple(sorted(node_level)),
+                   LEAF: ()}
+            self._by_level.setdefault(n, {})[chosen] = out
+            return out
         chosen = {(n, g) for n, g, _ in cand.allocs}
         for n in cand.nodes:
             for g, models in enumerate(self.colocated[n]):

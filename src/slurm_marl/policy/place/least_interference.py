@@ -60,7 +60,7 @@ class LeastInterference(ReadsColocation, Pure):
         last = self._last
         if last is not None and last[0] is cand and last[1] is job:
             return last[2], last[3]
-        coloc = state.colocated_by_level(cand)
+        coloc = dict(state.colocated_by_level(cand))   # (the state's answer is shared)
         coloc["span"] = span_tags(cand.groups, len(cand.nodes), cand.leaves)
         speed = float(self.estimator.predict_speed(job, coloc))
         self._last = (cand, job, speed, coloc)
