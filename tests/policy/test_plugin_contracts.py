@@ -6,15 +6,16 @@ plugins really read, and a plugin missing a member or contradicting itself is re
 name when it is built."""
 
 import types
+from dataclasses import replace
 
 import pytest
 
 from policy_builders import node, pending, running, snapshot
 from slurm_marl.policy import plugins
 from slurm_marl.policy.framework import build_policy
-from slurm_marl.policy.plugins import (Delegating, Filtering, LocalFilter, PlacePlugin,
-                                       PluginError, Proposer, Pure, ReuseHorizon, abilities,
-                                       build_plugin)
+from slurm_marl.policy.plugins import (Delegating, Filtering, JudgesMany, LocalFilter,
+                                       PlacePlugin, PluginError, Proposer, Pure, ReuseHorizon,
+                                       abilities, build_plugin)
 from slurm_marl.policy.profile import profile_from_mapping
 from slurm_marl.policy.state import CycleState
 
@@ -62,13 +63,15 @@ def test_a_place_plugin_missing_a_member_or_contradicting_itself_is_refused_by_n
 # What each built-in plugin implements and declares; the tests below check the
 # declarations against what the plugins read.
 ABILITIES = {
-    ("consolidate", ()): {"pure"},
+    ("consolidate", ()): {"pure", "judges_many"},
     ("spread", ()): {"pure"},
     ("binpack", ()): {"pure", "reads_host"},
     ("tiresias_skew", ()): {"pure", "filters", "local_filter"},
-    ("least_interference", ()): {"pure", "reads_colocation"},
+    ("least_interference", ()): {"pure", "reads_colocation", "judges_many"},
     ("least_interference", (("defer_below", 0.5),)): {"pure", "reads_colocation", "filters",
-                                                       "local_filter"},
+                                                       "local_filter", "judges_many"},
+    ("least_interference", (("include_neighbours", False),)): {"pure", "reads_colocation",
+                                                                 "judges_many"},
     ("learned", ()): {"filters", "reads_colocation", "node_identity", "reads_host",
                       "reuse_horizon", "proposes", "delegates", "picks"},
 }
@@ -84,6 +87,50 @@ def test_each_built_in_plugin_implements_and_declares_what_it_does(key, params):
     assert isinstance(plugin, ReuseHorizon) == ab.reuse_horizon
     assert isinstance(plugin, Proposer) == ab.proposes
     assert isinstance(plugin, Delegating) == ab.delegates
+    assert not ab.judges_many or isinstance(plugin, JudgesMany)
+
+
+class Slowdowns:
+    """Speeds that differ by neighbour, level and spread (and by job), so candidates and
+    jobs score apart and a defer bar rejects some."""
+
+    def predict_speed(self, job, coloc):
+        speed = 1.0 - 0.01 * (job.job_id % 7)
+        for level, cut in (("group", 0.6), ("node", 0.1), ("leaf", 0.05)):
+            speed *= (1 - cut) ** len(coloc.get(level, ()))
+        return speed * (0.9 ** len(coloc.get("span", ())))
+
+
+@pytest.mark.parametrize("key, params", [k for k, v in ABILITIES.items()
+                                         if "judges_many" in v])
+def test_a_plugin_judging_many_answers_as_it_does_one_by_one(key, params):
+    """On free GPUs and on a what-if overlay, after questions about another job and with
+    the candidates in another order: ``feasible_many`` and ``score_many`` give, value for
+    value, what ``feasible`` and ``score`` give."""
+    snap = _cluster()
+    job, other = snap.jobs[-1], replace(snap.jobs[-1], job_id=10, model_type="bert")
+    state = CycleState(snap)
+    policy = build_policy(profile_from_mapping({"name": "t", "order": {"plugin": "fifo"},
+                                                "place": {"consolidate": 1.0}}))
+    cands = policy.generate(job, state, state.free, flags=(False, True, True))
+    overlay = [[g + 1 for g in row] for row in state.free]
+    est = Slowdowns()
+    for cap, order in ((state.free, cands), (overlay, cands[::-1])):
+        with state.judging(cap):
+            one = build_plugin("place", key, dict(params), interference_estimator=est)
+            many = build_plugin("place", key, dict(params), interference_estimator=est)
+            many.score_many(other, order, state)
+            if abilities(many).filters:
+                many.feasible_many(other, order, state)
+            if abilities(one).filters:
+                assert many.feasible_many(job, order, state) == \
+                    [one.feasible(job, c, state) for c in order]
+            assert many.score_many(job, order, state) == \
+                [one.score(job, c, state) for c in order]
+            if "least_interference" == key:
+                assert len(set(many.score_many(job, order, state))) > 1
+            if abilities(one).filters and cap is state.free:
+                assert not all(many.feasible_many(job, order, state))
 
 
 def _cluster():

@@ -57,6 +57,7 @@ from slurm_marl.policy.plugins import (CycleAwareOrder, OrderPlugin, PlacePlugin
 from slurm_marl.placement_shapes import Candidate, generate_candidates, has_candidate
 from slurm_marl.policy.profile import Profile, ProfileError, load_profile
 from slurm_marl.policy.replica import ReplicaShadow
+from slurm_marl.policy.scoring import judged_at_once, score_at_once
 from slurm_marl.policy.state import ACTIVE_STATES, PENDING, CycleState
 
 log = logging.getLogger(__name__)
@@ -277,6 +278,8 @@ class Policy:
         best_terms: tuple = ()
         n_ok = 0
         place = self._deciders(job, state)
+        if judged_at_once(place):    # each plugin asked once for all (policy/scoring.py)
+            return score_at_once(place, job, cands, state)
         keys = tuple(p.key for p, _ in place)
         filters = self._filters if place is self.place else \
             [p.feasible for p, _ in place if abilities(p).filters]

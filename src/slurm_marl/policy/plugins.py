@@ -147,6 +147,7 @@ class Abilities:
     proposes: bool
     delegates: bool
     picks: bool = False
+    judges_many: bool = False
 
 
 @functools.cache
@@ -158,7 +159,9 @@ def _class_abilities(cls: type) -> Abilities:
                      node_identity=issubclass(cls, NodeIdentity),
                      reads_host=issubclass(cls, ReadsHost), pure=issubclass(cls, Pure),
                      reuse_horizon=has("reuse_horizon"), proposes=has("propose"),
-                     delegates=has("plugin_for"), picks=has("pick_next"))
+                     delegates=has("plugin_for"), picks=has("pick_next"),
+                     judges_many=has("score_many") and (not has("feasible")
+                                                        or has("feasible_many")))
 
 
 def abilities(plugin: object) -> Abilities:
@@ -221,6 +224,22 @@ class Delegating(Protocol):
 
     def plugin_for(self, job: Job, state: "CycleState") -> PlacePlugin:
         """The plugin whose rules decide this job (``self`` or another)."""
+
+
+@runtime_checkable
+class JudgesMany(Protocol):
+    """A place plugin that answers for all of a job's candidates at once, with exactly the
+    values its ``score`` (and, if it filters, ``feasible``) gives one by one. Where every
+    plugin deciding a job does, the framework asks each once per job (``policy/scoring.py``)
+    instead of once per candidate: on a large cluster the calls, not the work, were most of
+    a heuristic's cost per candidate."""
+
+    def score_many(self, job: Job, cands: Sequence["Candidate"], state: "CycleState"
+                   ) -> list[float]:
+        """``[score(job, c, state) for c in cands]``."""
+
+    # and, for a ``Filtering`` plugin:
+    #   def feasible_many(self, job, cands, state) -> list[bool]   # feasible() of each
 
 
 class PluginError(ValueError):

@@ -7,7 +7,7 @@ nodes uses as few as the cluster allows, under one leaf switch when it can.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from slurm_marl.domain import Job
 from slurm_marl.policy.place._common import fill_stats, min_groups
@@ -44,6 +44,21 @@ class Consolidate(Pure):
         return consolidate_score(len(cand.nodes), state.min_nodes(job), cand.groups,
                                  min_groups(cand, state, gpus), cand.leaves, group_left,
                                  group_cap, node_left, node_cap)
+
+    def score_many(self, job: Job, cands: Sequence[Candidate], state: CycleState
+                   ) -> list[float]:
+        """``score`` of each (``JudgesMany``), the one-group case inline."""
+        out = []
+        view, infos = state.view, state.infos
+        for cand in cands:
+            if len(cand.allocs) == 1:
+                n, g, k = cand.allocs[0]
+                row, info = view[n], infos[n]
+                out.append(consolidate_score(1, 1, 1, 1, 1, row[g] - k, info.group_cap[g],
+                                             sum(row) - k, info.gpu_count))
+            else:
+                out.append(self.score(job, cand, state))
+        return out
 
 
 def validate(params: Mapping) -> None:

@@ -18,7 +18,7 @@ neutral one predicts no interference.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from slurm_marl.colocation import ideal_span, span_tags
 from slurm_marl.domain import Job
@@ -53,6 +53,7 @@ class LeastInterference(ReadsColocation, Pure):
         self._last: tuple | None = None
         self._last_ideal: tuple | None = None
         self._neighbour_memo: dict[tuple[str, str, str], float] = {}
+        self._kept: tuple | None = None     # own_speeds' last answer (job, state, by cand)
 
     def _evaluate(self, job: Job, cand: Candidate, state: CycleState) -> tuple[float, dict]:
         """(predicted own speed, co-location by level); the framework asks feasible() then
@@ -91,6 +92,32 @@ class LeastInterference(ReadsColocation, Pure):
             self._neighbour_memo[key] = hit
         return hit
 
+    def own_speeds(self, job: Job, cands: Sequence[Candidate], state: CycleState
+                   ) -> list[float]:
+        """``own_speed`` of each candidate, asked in one loop; the last answer is kept for
+        ``score_many`` of the same job (the framework asks ``feasible_many`` first)."""
+        kept = self._kept
+        if kept is not None and kept[0] is job and kept[1]() is state:
+            hits = kept[2]
+            found = [hits.get(id(c)) for c in cands]
+            if all(h is not None and h[0] is c for h, c in zip(found, cands)):
+                return [h[1] for h in found]
+        predict = self.estimator.predict_speed
+        speeds = []
+        for cand in cands:
+            coloc = dict(state.colocated_by_level(cand))   # (the state's answer is shared)
+            coloc["span"] = span_tags(cand.groups, len(cand.nodes), cand.leaves)
+            speeds.append(float(predict(job, coloc)))
+        self._kept = (job, weakref.ref(state), {id(c): (c, s) for c, s in zip(cands, speeds)})
+        return speeds
+
+    def score_many(self, job: Job, cands: Sequence[Candidate], state: CycleState
+                   ) -> list[float]:
+        """``score`` of each (``JudgesMany``)."""
+        if self.include_neighbours:
+            return [self.score(job, c, state) for c in cands]
+        return self.own_speeds(job, cands, state)
+
     def score(self, job: Job, cand: Candidate, state: CycleState) -> float:
         own, coloc = self._evaluate(job, cand, state)
         if not self.include_neighbours:
@@ -115,6 +142,12 @@ class DeferringLeastInterference(LeastInterference, LocalFilter):
     def feasible(self, job: Job, cand: Candidate, state: CycleState) -> bool:
         return self.own_speed(job, cand, state) >= \
             self.defer_below * self.ideal_speed(job, state) - 1e-12
+
+    def feasible_many(self, job: Job, cands: Sequence[Candidate], state: CycleState
+                      ) -> list[bool]:
+        """``feasible`` of each (``JudgesMany``)."""
+        bar = self.defer_below * self.ideal_speed(job, state) - 1e-12
+        return [s >= bar for s in self.own_speeds(job, cands, state)]
 
 
 def validate(params: Mapping) -> None:
