@@ -72,6 +72,8 @@ ABILITIES = {
                                                        "local_filter", "judges_many"},
     ("least_interference", (("include_neighbours", False),)): {"pure", "reads_colocation",
                                                                  "judges_many"},
+    ("least_interference", (("defer_below", 0.8), ("include_neighbours", False))): {
+        "pure", "reads_colocation", "filters", "local_filter", "judges_many"},   # las-lif's
     ("learned", ()): {"filters", "reads_colocation", "node_identity", "reads_host",
                       "reuse_horizon", "proposes", "delegates", "picks"},
 }
@@ -95,7 +97,7 @@ class Slowdowns:
     jobs score apart and a defer bar rejects some."""
 
     def predict_speed(self, job, coloc):
-        speed = 1.0 - 0.01 * (job.job_id % 7)
+        speed = (0.5 if job.model_type == "bert" else 1.0) - 0.01 * (job.job_id % 7)
         for level, cut in (("group", 0.6), ("node", 0.1), ("leaf", 0.05)):
             speed *= (1 - cut) ** len(coloc.get(level, ()))
         return speed * (0.9 ** len(coloc.get("span", ())))
@@ -375,3 +377,26 @@ def test_a_delegated_job_is_decided_by_asking_the_delegate_itself():
     # the decision names the plugin that decided it, with its own score
     assert [k for k, _ in places[2].scores] == ["consolidate"]
     assert places[1].scores == (("hands_on", 0.5),)
+
+
+def test_least_interference_judging_many_never_answers_from_before_a_claim():
+    """Its answer kept from ``feasible_many`` for ``score_many`` is not taken for the same
+    job and candidates once a claim has changed co-location."""
+    snap = _cluster()
+    job = snap.jobs[-1]
+    state = CycleState(snap, track_colocation=True)
+    policy = build_policy(profile_from_mapping({"name": "t", "order": {"plugin": "fifo"},
+                                                "place": {"consolidate": 1.0}}))
+    cands = policy.generate(job, state, state.free, flags=(False, True, True))
+    lif = build_plugin("place", "least_interference",
+                       {"defer_below": 0.8, "include_neighbours": False},
+                       interference_estimator=Slowdowns())
+    before = lif.feasible_many(job, cands, state)
+    state.claim(replace(job, job_id=11), cands[0])
+    after = lif.score_many(job, cands, state)
+    fresh = build_plugin("place", "least_interference",
+                         {"defer_below": 0.8, "include_neighbours": False},
+                         interference_estimator=Slowdowns())
+    assert after == [fresh.score(job, c, state) for c in cands]
+    assert after[0] < lif.own_speeds(job, cands[:1], CycleState(snap, track_colocation=True))[0]
+    assert any(before)

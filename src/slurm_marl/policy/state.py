@@ -167,6 +167,7 @@ class CycleState:
         # ``colocated_by_level`` of one-node candidates, per node and groups, until the
         # node's co-location changes
         self._by_level: dict[int, dict[tuple[int, ...], dict]] = {}
+        self.colocation_moves = 0     # claims and releases so far (answers kept by it)
         # Nodes by class for single-node candidates (``node_class_fits``), over the lists
         # above (and ``colocated``); its pools are built on first use.
         self._classes = NodeClasses(self.free, self.free_cpus, self.free_mem, self.infos)
@@ -375,6 +376,7 @@ class CycleState:
             if model in self._colocated[n][g]:
                 self._colocated[n][g].remove(model)
             self._by_level.pop(n, None)
+        self.colocation_moves += 1
         total = sum(per_node.values())
         for n, k in per_node.items():
             self.free_cpus[n] += per_node_share(job.cpus, k, total)
@@ -393,6 +395,7 @@ class CycleState:
         for n, g, _ in allocs:
             self._colocated[n][g].append(model)
             self._by_level.pop(n, None)
+        self.colocation_moves += 1
         nodes = {a[0] for a in allocs}
         if len(nodes) > 1:
             for leaf in {self.leaf_of[n] for n in nodes}:

@@ -53,7 +53,7 @@ class LeastInterference(ReadsColocation, Pure):
         self._last: tuple | None = None
         self._last_ideal: tuple | None = None
         self._neighbour_memo: dict[tuple[str, str, str], float] = {}
-        self._kept: tuple | None = None     # own_speeds' last answer (job, state, by cand)
+        self._kept: tuple | None = None     # feasible_many's answer for score_many
 
     def _evaluate(self, job: Job, cand: Candidate, state: CycleState) -> tuple[float, dict]:
         """(predicted own speed, co-location by level); the framework asks feasible() then
@@ -92,12 +92,15 @@ class LeastInterference(ReadsColocation, Pure):
             self._neighbour_memo[key] = hit
         return hit
 
-    def own_speeds(self, job: Job, cands: Sequence[Candidate], state: CycleState
-                   ) -> list[float]:
-        """``own_speed`` of each candidate, asked in one loop; the last answer is kept for
-        ``score_many`` of the same job (the framework asks ``feasible_many`` first)."""
-        kept = self._kept
-        if kept is not None and kept[0] is job and kept[1]() is state:
+    def own_speeds(self, job: Job, cands: Sequence[Candidate], state: CycleState,
+                   keep: bool = False) -> list[float]:
+        """``own_speed`` of each candidate, asked in one loop. ``keep``: the answer is kept
+        for the next call, which takes it if it asks about the same job, state and
+        candidates with no claim or release since (the framework asks ``feasible_many``,
+        then ``score_many`` of those that passed), and forgets it either way."""
+        kept, self._kept = self._kept, None
+        if kept is not None and kept[0] is job and kept[1]() is state \
+                and kept[3] == state.colocation_moves:
             hits = kept[2]
             found = [hits.get(id(c)) for c in cands]
             if all(h is not None and h[0] is c for h, c in zip(found, cands)):
@@ -108,7 +111,10 @@ class LeastInterference(ReadsColocation, Pure):
             coloc = dict(state.colocated_by_level(cand))   # (the state's answer is shared)
             coloc["span"] = span_tags(cand.groups, len(cand.nodes), cand.leaves)
             speeds.append(float(predict(job, coloc)))
-        self._kept = (job, weakref.ref(state), {id(c): (c, s) for c, s in zip(cands, speeds)})
+        if keep:
+            self._kept = (job, weakref.ref(state),
+                          {id(c): (c, s) for c, s in zip(cands, speeds)},
+                          state.colocation_moves)
         return speeds
 
     def score_many(self, job: Job, cands: Sequence[Candidate], state: CycleState
@@ -147,7 +153,7 @@ class DeferringLeastInterference(LeastInterference, LocalFilter):
                       ) -> list[bool]:
         """``feasible`` of each (``JudgesMany``)."""
         bar = self.defer_below * self.ideal_speed(job, state) - 1e-12
-        return [s >= bar for s in self.own_speeds(job, cands, state)]
+        return [s >= bar for s in self.own_speeds(job, cands, state, keep=True)]
 
 
 def validate(params: Mapping) -> None:
