@@ -505,11 +505,11 @@ def main() -> None:
     }
     if paired:
         ratios = [g / b for g, b in zip(times[1:], bare_times[1:]) if b > 0]
-        kind = "against" if args.against else "unguarded"
         result.update({
+            # the other agent: --against's profile, or this one without the guard
             "paired_profile": args.against or f"{args.profile} without the guard",
-            f"paired_{kind}_first_cycle_s": bare_times[0],
-            f"paired_{kind}_median_cycle_s": statistics.median(bare_times[1:] or bare_times),
+            "paired_first_cycle_s": bare_times[0],
+            "paired_median_cycle_s": statistics.median(bare_times[1:] or bare_times),
             # this run's first cycle over the other's (each the first of its agent)
             "paired_first_ratio": times[0] / bare_times[0] if bare_times[0] > 0 else None,
             # per later cycle, this agent over the other on the same snapshot

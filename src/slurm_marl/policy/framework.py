@@ -360,9 +360,7 @@ class Policy:
             return None
         with state.judging(cap):
             best, terms, n_ok = self.score(job, cands, state)
-        if best is None:
-            return None
-        return best, terms, n_ok
+        return None if best is None else (best, terms, n_ok)
 
     @staticmethod
     def decision(job: Job, cand: Candidate, terms, start_now: bool, state: CycleState,

@@ -47,18 +47,9 @@ class Consolidate(Pure):
 
     def score_many(self, job: Job, cands: Sequence[Candidate], state: CycleState
                    ) -> list[float]:
-        """``score`` of each (``JudgesMany``), the one-group case inline."""
-        out = []
-        view, infos = state.view, state.infos
-        for cand in cands:
-            if len(cand.allocs) == 1:
-                n, g, k = cand.allocs[0]
-                row, info = view[n], infos[n]
-                out.append(consolidate_score(1, 1, 1, 1, 1, row[g] - k, info.group_cap[g],
-                                             sum(row) - k, info.gpu_count))
-            else:
-                out.append(self.score(job, cand, state))
-        return out
+        """``score`` of each (``JudgesMany``)."""
+        score = self.score
+        return [score(job, c, state) for c in cands]
 
 
 def validate(params: Mapping) -> None:

@@ -55,15 +55,19 @@ class LeastInterference(ReadsColocation, Pure):
         self._neighbour_memo: dict[tuple[str, str, str], float] = {}
         self._kept: tuple | None = None     # feasible_many's answer for score_many
 
+    def _query(self, job: Job, cand: Candidate, state: CycleState) -> tuple[float, dict]:
+        """(predicted own speed, co-location by level with the candidate's span)."""
+        coloc = dict(state.colocated_by_level(cand))   # (the state's answer is shared)
+        coloc["span"] = span_tags(cand.groups, len(cand.nodes), cand.leaves)
+        return float(self.estimator.predict_speed(job, coloc)), coloc
+
     def _evaluate(self, job: Job, cand: Candidate, state: CycleState) -> tuple[float, dict]:
-        """(predicted own speed, co-location by level); the framework asks feasible() then
-        score() of the same candidate, so the last answer is kept."""
+        """``_query``; the framework asks feasible() then score() of the same candidate,
+        so the last answer is kept."""
         last = self._last
         if last is not None and last[0] is cand and last[1] is job:
             return last[2], last[3]
-        coloc = dict(state.colocated_by_level(cand))   # (the state's answer is shared)
-        coloc["span"] = span_tags(cand.groups, len(cand.nodes), cand.leaves)
-        speed = float(self.estimator.predict_speed(job, coloc))
+        speed, coloc = self._query(job, cand, state)
         self._last = (cand, job, speed, coloc)
         return speed, coloc
 
@@ -105,12 +109,8 @@ class LeastInterference(ReadsColocation, Pure):
             found = [hits.get(id(c)) for c in cands]
             if all(h is not None and h[0] is c for h, c in zip(found, cands)):
                 return [h[1] for h in found]
-        predict = self.estimator.predict_speed
-        speeds = []
-        for cand in cands:
-            coloc = dict(state.colocated_by_level(cand))   # (the state's answer is shared)
-            coloc["span"] = span_tags(cand.groups, len(cand.nodes), cand.leaves)
-            speeds.append(float(predict(job, coloc)))
+        query = self._query
+        speeds = [query(job, c, state)[0] for c in cands]
         if keep:
             self._kept = (job, weakref.ref(state),
                           {id(c): (c, s) for c, s in zip(cands, speeds)},
