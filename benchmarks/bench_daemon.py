@@ -50,7 +50,10 @@ with the same context, without this run's learned-plugin overrides; guarded too 
 ``--guard``): two profiles' cycles measured side by side on the same snapshots, a cycle
 apart in time, which on a shared machine whose speed drifts from minute to minute is a
 steadier ratio than two runs one after the other. With ``--no-reuse`` every cycle is
-decided afresh, so the later cycles measure what a changed cluster's cycle costs.
+decided afresh, so the later cycles measure what a changed cluster's cycle costs. The first
+cycle's ratio favours whichever agent decides second (it finds memos the first filled):
+this run's profile decides first unless ``--other-first``; a run each way bounds the
+first cycle's true ratio from both sides.
 """
 
 from __future__ import annotations
@@ -361,6 +364,10 @@ def main() -> None:
                     help="a second agent with profile P decides every snapshot this one "
                          "sees (its decisions not carried out), the two in alternating "
                          "order; both timed (module doc)")
+    ap.add_argument("--other-first", action="store_true",
+                    help="with --paired or --against: the second agent decides first in the "
+                         "first cycle (and in every even one): the first-cycle ratio then "
+                         "flatters this run's profile instead of the other (module doc)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.paired and not args.guard:
@@ -449,7 +456,8 @@ def main() -> None:
                 prof.enable()
             if paired:
                 source.advance()
-            if paired and i % 2:        # (the node memos favour the second)
+            other_first = paired and (i + args.other_first) % 2
+            if other_first:             # (the node memos favour the second)
                 bare_times.append(_timed_cycle(bare))
             guard_s[0] = 0.0
             t0 = time.perf_counter()
@@ -457,7 +465,7 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
             guard_times.append(guard_s[0])
             assert report.error is None, report.error
-            if paired and not i % 2:
+            if paired and not other_first:
                 bare_times.append(_timed_cycle(bare))
             if prof is not None and args.cprofile_first and i == 0:
                 prof.disable()
@@ -508,6 +516,7 @@ def main() -> None:
         result.update({
             # the other agent: --against's profile, or this one without the guard
             "paired_profile": args.against or f"{args.profile} without the guard",
+            "paired_decides_first": bool(args.other_first),   # in the first cycle
             "paired_first_cycle_s": bare_times[0],
             "paired_median_cycle_s": statistics.median(bare_times[1:] or bare_times),
             # this run's first cycle over the other's (each the first of its agent)

@@ -545,7 +545,8 @@ def test_jobs_past_the_agent_depth_decide_alike_with_the_node_class_index(tiny_i
                              tiny_interference)
     profile = load_profile("las-learned")
     profile = replace(profile, place_params={"learned": {**profile.place_params["learned"],
-                                                         "max_agent_jobs": 2}})
+                                                         "max_agent_jobs": 2,
+                                                         "past_depth": "what_if"}})
 
     def decide():
         return build_policy(profile, learned_checkpoint=ckpt).run_cycle(snap)
