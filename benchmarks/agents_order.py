@@ -86,21 +86,33 @@ def with_oracle(window: int):
     return lambda: setattr(simrun, "build_policy", original)
 
 
-def profile_for(label: str, checkpoint: str, guard: bool):
+def with_params(prof, params: dict):
+    """``prof`` with more parameters for its learned place plugin (``--learned-param``)."""
+    if not params:
+        return prof
+    from dataclasses import replace
+    from types import MappingProxyType
+    place = {k: dict(v) for k, v in prof.place_params.items()}
+    place["learned"] = {**place.get("learned", {}), **params}
+    return replace(prof, place_params=MappingProxyType(place))
+
+
+def profile_for(label: str, checkpoint: str, guard: bool, params: dict | None = None):
     from slurm_marl.policy.profile import load_profile, with_default_guard
     from slurm_marl.train.order import agents_profile
     if label == "agents place":
-        return agents_profile(checkpoint, 0, guard=guard)
+        return with_params(agents_profile(checkpoint, 0, guard=guard), params or {})
     if label == "agents order+place":
         from slurm_marl.agent.checkpoint import LearnedCheckpoint
         head = LearnedCheckpoint.load(checkpoint).order
-        return agents_profile(checkpoint, head.window if head else 0, guard=guard)
+        return with_params(agents_profile(checkpoint, head.window if head else 0,
+                                          guard=guard), params or {})
     prof = load_profile("learned-order" if label in ORACLE else label)
     return with_default_guard(prof) if guard and label != "fifo-backfill" else prof
 
 
 def one(window: str, strength: str, predictions: str, label: str, checkpoint: str,
-        guard: bool) -> dict:
+        guard: bool, params: dict | None = None) -> dict:
     import torch
     torch.set_num_threads(1)
     from slurm_marl.sim.cluster import parse_cluster
@@ -111,7 +123,8 @@ def one(window: str, strength: str, predictions: str, label: str, checkpoint: st
     jobs = load_workload(TRACE, window, cluster)
     t0 = time.perf_counter()
     undo = with_oracle(int(label.split()[-1])) if label in ORACLE else (lambda: None)
-    run = simulate(jobs, cluster, profile_for(label, checkpoint, guard), interference=strength,
+    run = simulate(jobs, cluster, profile_for(label, checkpoint, guard, params),
+                   interference=strength,
                    seed=0, drop_oversized=True, trace_source=(TRACE, window),
                    prediction_error=None if predictions == "learned" else predictions)
     undo()
@@ -190,6 +203,9 @@ def main(argv=None) -> int:
                     "profile but fifo-backfill")
     ap.add_argument("--oracle", action="store_true", help="also the clairvoyant pickers "
                     "(windows of 4 and 16): the headroom of choosing within a queue")
+    ap.add_argument("--learned-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a parameter of the agents' learned place plugin (repeat), e.g. "
+                    "max_agent_jobs=8 and past_depth=fallback as the shipped las-learned")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", type=Path, help="JSON of every run and the table (required)")
     ap.add_argument("--resummarise", type=Path, metavar="RUNS_JSONL",
@@ -201,7 +217,13 @@ def main(argv=None) -> int:
         return 0
     if args.checkpoint is None or args.out is None:
         ap.error("--checkpoint and --out are required")
-    items = [(w, s, p, label, args.checkpoint, args.guard)
+    params = {}
+    for item in args.learned_param:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--learned-param {item!r}: expected KEY=VALUE")
+        params[key] = int(value) if value.lstrip("-").isdigit() else value
+    items = [(w, s, p, label, args.checkpoint, args.guard, params)
              for w in (args.window or WINDOWS) for s in args.strengths.split(",")
              for p in args.predictions.split(",")
              for label in PROFILES + (ORACLE if args.oracle else ())]
@@ -221,7 +243,8 @@ def main(argv=None) -> int:
     lines = summarise(rows)
     args.out.write_text(json.dumps({"rows": [{k: v for k, v in r.items() if k != "jobs"}
                                              for r in rows], "table": lines,
-                                    "checkpoint": args.checkpoint, "guard": args.guard},
+                                    "checkpoint": args.checkpoint, "guard": args.guard,
+                                    "learned_params": params},
                                    indent=2) + "\n")
     print_table(lines)
     return 0
