@@ -54,6 +54,9 @@ def test_missing_checkpoint_falls_back_to_consolidate_with_a_log_line(tiny_clust
     want = places(build_policy(load_profile("las-consolidate")).run_cycle(snap))
     assert {k: v.allocs for k, v in got.items()} == {k: v.allocs for k, v in want.items()}
     assert len(got) == 2
+    # each decision says why consolidate placed it (``explain`` shows the reason)
+    assert all(d.reason.endswith("; no learned checkpoint loaded: placed by consolidate")
+               for d in got.values())
 
 
 def test_corrupt_or_code_carrying_checkpoints_fall_back(tiny_cluster, checkpoint, caplog):
@@ -94,6 +97,8 @@ def test_a_job_in_a_partition_without_agent_uses_the_fallback(tiny_cluster,
             snapshot_with_pending(tiny_cluster, [pending(1, 1, "a"), pending(2, 1, "b")])))
     assert "no agent for partition 'b'" in caplog.text
     assert set(got) == {1, 2}
+    assert got[2].reason.endswith("; no agent for partition b: placed by consolidate")
+    assert "placed by" not in got[1].reason            # an agent decided job 1
     # what-if questions (an overlay capacity) about b's jobs go to the fallback too
     from slurm_marl.policy.place.least_interference import LeastInterference
     from slurm_marl.placement_shapes import generate_candidates
@@ -557,3 +562,25 @@ def test_jobs_past_the_agent_depth_decide_alike_with_the_node_class_index(tiny_i
     assert any(isinstance(d, Place) and d.plugin == "least_interference" for d in indexed)
     with mock.patch.object(CycleState, "node_class_fits", lambda *args, **kw: None):
         assert decide() == indexed
+
+
+def test_a_job_past_the_agents_depth_says_so_in_its_reason():
+    """The shipped profile on the shipped checkpoint's cluster: a burst of 12 one-GPU jobs
+    on 16 free GPUs; the agent decides the first ``max_agent_jobs`` (8), consolidate the
+    rest, and each of those decisions says why in its reason (what ``explain`` prints)."""
+    from slurm_marl.sim.cluster import parse_cluster
+    cluster = parse_cluster("4x2x2:name=gpu")
+    profile = load_profile("las-learned")
+    depth = profile.place_params["learned"]["max_agent_jobs"]
+    assert depth == 8 and profile.place_params["learned"]["past_depth"] == "fallback"
+    jobs = [pending(i, 1, "gpu", queued_s=float(i)) for i in range(1, 13)]
+    got = places(build_policy(profile).run_cycle(snapshot_with_pending(cluster, jobs)))
+    assert set(got) == set(range(1, 13))
+    by_agent = sorted(i for i, d in got.items() if d.plugin == "learned")
+    past = sorted(i for i, d in got.items() if d.plugin != "learned")
+    assert by_agent == list(range(1, depth + 1)) and past == list(range(depth + 1, 13))
+    for i in past:
+        assert got[i].plugin == "consolidate"
+        assert got[i].reason.endswith("; past the agents' depth this cycle "
+                                      "(max_agent_jobs = 8): placed by consolidate")
+    assert not any("placed by" in got[i].reason for i in by_agent)

@@ -248,6 +248,22 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
             return self._delegate(choice)
         return self if self._owned.get(agent, 0) < self.max_agent_jobs else self.past_depth_plugin
 
+    def handed_note(self, job: Job, state: CycleState) -> str:
+        """Why another plugin decided this job, for its decision's reason ("" where an
+        agent decided it): asked after the framework placed the job this cycle."""
+        if not self.active:
+            return f"no learned checkpoint loaded: placed by {self.fallback_key}"
+        agent = self._agent_of(job, state)
+        if agent is None:
+            return f"no agent for partition {job.partition}: placed by {self.fallback_key}"
+        self._sync(state)
+        choice = self._choices.get(job.job_id)
+        if choice is _PAST_DEPTH or (choice is None and self.max_agent_jobs and
+                                     self._owned.get(agent, 0) >= self.max_agent_jobs):
+            return (f"past the agents' depth this cycle (max_agent_jobs = "
+                    f"{self.max_agent_jobs}): placed by {self.past_depth_plugin.key}")
+        return ""
+
     def _no_agent(self, partition: str) -> None:
         if partition not in self._warned:
             self._warned.add(partition)

@@ -252,8 +252,20 @@ class Allocation:
         state.claim(job, cand)
         self.places.append(self.policy.decision(
             job, cand, terms, True, state,
-            f"starts now on {len(cand.nodes)} node(s), {cand.groups} GPU group(s){note}"))
+            f"starts now on {len(cand.nodes)} node(s), {cand.groups} GPU group(s){note}"
+            f"{self._handed(job)}"))
         return True
+
+    def _handed(self, job: Job) -> str:
+        """Why a plugin the profile does not name decided the job, for the decision's
+        reason: each delegating plugin's ``handed_note`` ("" where it decided itself)."""
+        policy = self.policy
+        out = ""
+        for (plugin, _), delegates in zip(policy.place, policy._delegates):
+            note = getattr(plugin, "handed_note", None) if delegates else None
+            text = note(job, self.state) if note is not None else ""
+            out += f"; {text}" if text else ""
+        return out
 
     def _preempt(self, r: RankedJob, key: tuple | None, total: int) -> bool:
         """Start the job on GPUs taken from lower-ranked running jobs, if it can."""

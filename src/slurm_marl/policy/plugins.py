@@ -220,7 +220,9 @@ class Delegating(Protocol):
     for partitions it has no agent for): the framework offers such a job's candidates as
     the plugin returned here needs them, and outside what-if questions asks that plugin's
     ``feasible`` and ``score`` directly, so the delegating plugin's own answers for such a
-    job must be the delegate's."""
+    job must be the delegate's. It may also say why it handed a placed job on
+    (``handed_note(job, state) -> str``, "" where it decided itself): the decision's reason
+    then ends with it, so ``explain`` shows why another plugin placed the job."""
 
     def plugin_for(self, job: Job, state: "CycleState") -> PlacePlugin:
         """The plugin whose rules decide this job (``self`` or another)."""
