@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import datetime
 import functools
 import logging
@@ -250,11 +251,20 @@ def run_daemon(config: Config, agent: Agent | None = None, max_cycles: int | Non
             except SchedulerNotRunningError:  # a second signal, or max_cycles and a signal
                 pass
 
-    def stop(signum, _frame) -> None:
+    def stopping(signum: int) -> None:
         log.info("signal %d: stopping", signum)
         notifier.stopping()
         done.set()
         _shutdown()
+
+    def stop(signum, _frame) -> None:
+        # The handler runs in the main thread between two of its bytecodes, perhaps while
+        # it holds the lock of the event it waits on (the scheduler's, or ``done`` in a
+        # standby): ``Event.set`` or the scheduler's shutdown here would wait for that
+        # lock for ever (a daemon hung after "signal 15: stopping"). A thread of its own,
+        # started without taking any of ``threading``'s locks, does it once the main
+        # thread lets go.
+        _thread.start_new_thread(stopping, (signum,))
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -312,7 +322,8 @@ def _run_active(config: Config, agent: Agent | None, max_cycles: int | None, not
     probe = getattr(agent, "probe", lambda: None)   # an agent without a probe: interval only
 
     def tick() -> None:
-        if done.is_set():
+        if done.is_set():   # (a stop that came as the scheduler started: it ends it now)
+            _shutdown()
             return
         lost = locks.lost() if locks is not None else None
         if lost is not None:

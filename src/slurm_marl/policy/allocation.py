@@ -261,6 +261,8 @@ class Allocation:
         reason: each delegating plugin's ``handed_note`` ("" where it decided itself)."""
         policy = self.policy
         out = ""
+        if not policy._delegating:
+            return out
         for (plugin, _), delegates in zip(policy.place, policy._delegates):
             note = getattr(plugin, "handed_note", None) if delegates else None
             text = note(job, self.state) if note is not None else ""
