@@ -101,7 +101,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    settings = parse_settings(args.settings)
+    try:
+        settings = parse_settings(args.settings)
+    except ValueError:
+        ap.error(f"--settings {args.settings!r}: expected N:WHO,... (e.g. 8:fallback)")
+    if any(who not in ("what_if", "fallback") or depth < 0 for depth, who in settings):
+        ap.error(f"--settings {args.settings!r}: N >= 0, WHO what_if or fallback")
     references = [r for r in args.reference.split(",") if r]
     windows = args.windows.split(";")
     tasks = [(args.checkpoint, args.cluster, w, s, setting, int(seed))
