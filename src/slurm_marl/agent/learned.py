@@ -250,19 +250,17 @@ class LearnedPlacement(ReadsColocation, NodeIdentity, ReadsHost):
 
     def handed_note(self, job: Job, state: CycleState) -> str:
         """Why another plugin decided this job, for its decision's reason ("" where an
-        agent decided it): asked after the framework placed the job this cycle."""
-        if not self.active:
-            return f"no learned checkpoint loaded: placed by {self.fallback_key}"
-        agent = self._agent_of(job, state)
-        if agent is None:
-            return f"no agent for partition {job.partition}: placed by {self.fallback_key}"
-        self._sync(state)
-        choice = self._choices.get(job.job_id)
-        if choice is _PAST_DEPTH or (choice is None and self.max_agent_jobs and
-                                     self._owned.get(agent, 0) >= self.max_agent_jobs):
-            return (f"past the agents' depth this cycle (max_agent_jobs = "
-                    f"{self.max_agent_jobs}): placed by {self.past_depth_plugin.key}")
-        return ""
+        agent decided it): asked after the framework placed the job this cycle, so
+        ``plugin_for`` answers as it did when the job was decided."""
+        plugin = self.plugin_for(job, state)
+        if plugin is self:
+            return ""
+        why = ("no learned checkpoint loaded" if not self.active
+               else f"no agent for partition {job.partition}"
+               if self._agent_of(job, state) is None
+               else f"past the agents' depth this cycle (max_agent_jobs = "
+                    f"{self.max_agent_jobs})")
+        return f"{why}: placed by {plugin.key}"
 
     def _no_agent(self, partition: str) -> None:
         if partition not in self._warned:

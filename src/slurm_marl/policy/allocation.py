@@ -260,14 +260,12 @@ class Allocation:
         """Why a plugin the profile does not name decided the job, for the decision's
         reason: each delegating plugin's ``handed_note`` ("" where it decided itself)."""
         policy = self.policy
-        out = ""
         if not policy._delegating:
-            return out
-        for (plugin, _), delegates in zip(policy.place, policy._delegates):
-            note = getattr(plugin, "handed_note", None) if delegates else None
-            text = note(job, self.state) if note is not None else ""
-            out += f"; {text}" if text else ""
-        return out
+            return ""
+        notes = (plugin.handed_note(job, self.state)
+                 for (plugin, _), delegates in zip(policy.place, policy._delegates)
+                 if delegates and hasattr(plugin, "handed_note"))
+        return "".join(f"; {note}" for note in notes if note)
 
     def _preempt(self, r: RankedJob, key: tuple | None, total: int) -> bool:
         """Start the job on GPUs taken from lower-ranked running jobs, if it can."""
