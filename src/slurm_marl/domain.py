@@ -210,6 +210,15 @@ class Job:
     # Slurm holds this pending job (a user, an admin, or Slurm itself after a failed
     # launch): the agent writes nothing to it until it is released.
     held: bool = False
+    # The job's nice value (``--nice``, an admin's ``Nice=``, and what ``scontrol top``
+    # moves): its user or an admin asking for it to run later (or earlier) among the jobs
+    # it waits with. 0 for none.
+    nice: int = 0
+    # True when the job's Slurm priority was set by someone other than the agent after
+    # the agent wrote one (``scontrol top``, an admin's ``Priority=``, a release that
+    # recomputed it): that priority is the job's place in the order, and the agent does
+    # not write it again.
+    priority_asked: bool = False
     # Scheduling state kept across cycles (daemon store or simulator).
     attained_gpu_s: float = 0.0
     last_run_s: float = 0.0

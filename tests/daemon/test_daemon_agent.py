@@ -20,9 +20,11 @@ def test_priorities_written_only_when_changed_with_base(tmp_path):
                            PARTS)
     a, sink = agent(tmp_path, snap, [SetPriority(1, "las", "q0", 2, 0),
                                      SetPriority(2, "las", "q0", 1, 0)])
+    a.store.written.mark([(2, "priority", "1000002")], now - 1)   # the agent's own
     a.cycle()
     writes = sink.calls[0]
     # job 2 already sits in the policy's order: kept; job 1 goes one SPACING above it
+    # (its priority is Slurm's, not one the agent wrote: rewritten even if in order)
     assert [(d.job_id, d.priority) for d in writes if isinstance(d, SetPriority)] == \
         [(1, 1_000_002 + 1024)]
     a.source.snap = ClusterSnapshot(now + 1, NODES, (pending(1, now, priority=1_001_026),
@@ -202,7 +204,7 @@ def test_fifo_inside_a_queue_keeps_the_first_submit_time_across_a_requeue(tmp_pa
                        submit_time_s=now + 99)
     a.source = FakeClusterSource(ClusterSnapshot(now + 100, NODES, (requeued,), PARTS))
     a.cycle()
-    assert a.policy.seen[-1].job(1).submit_time_s == now - 5
+    assert a.policy.seen[-1].job(1).submit_time_s == now - 10
 
 
 def test_an_order_that_needs_no_write_is_recorded_when_its_queue_changes(tmp_path):
@@ -211,6 +213,7 @@ def test_an_order_that_needs_no_write_is_recorded_when_its_queue_changes(tmp_pat
     now = 1000.0
     snap = ClusterSnapshot(now, NODES, (pending(1, now, priority=1_000_002),), PARTS)
     a, sink = agent(tmp_path, snap, [SetPriority(1, "las", "predicted 50 GPU-s", 1, 1)])
+    a.store.written.mark([(1, "priority", "1000002")], now - 1)   # the agent's own
     a.cycle()
     a.cycle()
     rows = lambda: [(r["status"], r["reason"]) for r in a.store.log.decisions(job_id=1)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fakes import FakeClusterSource, FakeDecisionSink
-from agent_builders import NODES, PARTS
+from agent_builders import GATED, NODES, PARTS
 from test_daemon_cli_errors import one_line_error
 from slurm_marl.cli import app
 from slurm_marl.daemon.config import ConfigError, parse_config
@@ -39,8 +39,8 @@ def agent(tmp_path, snap, **agent_cfg):
 
 
 def pending(jid, now):
-    return Job(jid, name=f"j{jid}", partition="gpu", gpus_per_node=1, submit_time_s=now - 5,
-               eligible_time_s=now + 20)
+    return Job(jid, name=f"j{jid}", partition="gpu", gpus_per_node=1, submit_time_s=now - 10,
+               eligible_time_s=now + 20, admin_comment=GATED)
 
 
 def snap(now, *jobs, parts=PARTS):
@@ -65,7 +65,7 @@ def test_a_job_that_vanishes_and_comes_back_is_live_again(tmp_path):
     assert {d.job_id for d in report.decisions} == {1, 2}
     rec = a.store.records.get([2])[2]
     assert rec.finished_s is None and rec.last_state == "PENDING"
-    assert rec.submit_time_s == now - 5 and rec.queue is not None
+    assert rec.submit_time_s == now - 10 and rec.queue is not None
     # a later agent reading the file (a restart) sees it unfinished too
     a.store.close()
     again = Store(tmp_path / "state.sqlite")

@@ -3,7 +3,7 @@ multifactor priority) with as few writes as Priority mode, remembered in the sto
 Slurm shows it only through sprio; other partitions keep Priority."""
 
 import pytest
-from agent_builders import NODES, PARTS, agent, pending
+from agent_builders import GATED, NODES, PARTS, agent, pending
 
 from slurm_marl.daemon.config import ConfigError, parse_config
 from slurm_marl.daemon.writes import site_factor_writes
@@ -29,8 +29,8 @@ def test_site_factor_writes_keep_what_was_written():
 
 def test_the_agent_writes_site_factor_in_its_partitions_only(tmp_path):
     now = 1000.0
-    cpu_job = Job(9, name="c", partition="cpu", gpus_per_node=1, submit_time_s=now - 5,
-                  eligible_time_s=now + 20)
+    cpu_job = Job(9, name="c", partition="cpu", gpus_per_node=1, submit_time_s=now - 10,
+                  eligible_time_s=now + 20, admin_comment=GATED)
     snap = ClusterSnapshot(now, NODES, (pending(1, now), pending(2, now), cpu_job), PARTS)
     decisions = [SetPriority(1, "las", "q0", 2, 0), SetPriority(2, "las", "q0", 1, 0),
                  SetPriority(9, "las", "q0", 1, 0)]

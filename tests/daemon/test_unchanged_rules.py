@@ -11,6 +11,7 @@ from slurm_marl.daemon.store import Store
 from slurm_marl.domain import (ClusterSnapshot, GpuGroup, GroupAlloc, Job, JobState, Node,
                                Partition, Place, Preempt, SetPriority)
 from slurm_marl.slurm_integration.marker import parse_marker, user_begin
+from agent_builders import GATED
 from slurm_marl.slurm_integration.parse import job_from_json
 from slurm_marl.slurm_integration.ports import WriteStatus
 from slurm_marl.slurm_integration.sink_plan import plan_gpu_pin, plan_unstick, spread_over_groups
@@ -44,7 +45,7 @@ def agent(tmp_path, snap, policy, status=WriteStatus.OK):
 
 
 def pending(jid, **kw):
-    fields = dict(name=f"j{jid}", partition="gpu", gpus_per_node=1, submit_time_s=NOW - 5,
+    fields = dict(name=f"j{jid}", partition="gpu", gpus_per_node=1, submit_time_s=NOW - 10,
                   eligible_time_s=NOW + 20, priority=100)
     fields.update(kw)
     return Job(jid, **fields)
@@ -200,7 +201,7 @@ def test_jobs_outside_preempt_partitions_are_never_requeued(tmp_path):
 
 
 def test_a_refused_write_is_not_repeated_every_cycle(tmp_path):
-    job = pending(1)
+    job = pending(1, admin_comment=GATED)   # gated: eligible when the gate's grace ends
     policy = SeeingPolicy([SetPriority(1, "las", "q0", 1, 0)])
     a, sink = agent(tmp_path, ClusterSnapshot(NOW, NODES, (job,), PARTS), policy,
                     status=WriteStatus.REFUSED)

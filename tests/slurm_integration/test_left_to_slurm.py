@@ -170,3 +170,15 @@ def test_no_reservation_on_nodes_a_job_is_being_started_on(tmp_path):
     writes = sink.calls[0]
     assert not [d for d in writes if isinstance(d, Reserve)]
     assert [d.name for d in writes if isinstance(d, EndReservation)] == ["slurm-marl-2"]
+
+
+def test_a_job_in_a_users_reservation_is_left_to_slurm_the_agents_own_are_not():
+    assert "reservation r1" in reason(resv_name="r1")
+    assert reason(resv_name="slurm-marl-42") == ""
+
+
+def test_nice_is_read_from_json_and_text():
+    job, _ = job_from_json({**BASE, "nice": 1000})
+    assert job.nice == 1000
+    job, _ = job_from_json({**BASE, "nice": None})     # 22.05 prints 0 as null
+    assert job.nice == 0

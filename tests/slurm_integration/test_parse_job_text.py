@@ -156,3 +156,9 @@ def test_memory_sizes():
     # a rounded size is not the exact MiB the JSON holds
     with pytest.raises(JobTextError, match="memory"):
         job_raw_from_scontrol(line().replace("MinMemoryCPU=500M", "MinMemoryCPU=15.62G"))
+
+
+@pytest.mark.parametrize("nice", [0, 1000, -2048])
+def test_nice_as_the_json_has_it(nice):
+    raw = job_raw_from_scontrol(line().replace("Nice=0", f"Nice={nice}"))
+    assert raw["nice"] == nice and job_from_json(raw)[0].nice == nice

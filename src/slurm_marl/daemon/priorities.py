@@ -15,7 +15,10 @@ integer room left, the whole partition is spread again with ``SPACING`` between 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+
+from slurm_marl.domain import ClusterSnapshot
 
 SPACING = 1024
 
@@ -89,3 +92,26 @@ def plan_priorities(current: Sequence[int | None], low: int, high: int,
 def _spread(n: int, low: int, high: int, spacing: int) -> list[int]:
     step = max(1, min(spacing, (high - low + 2) // (n + 1)))
     return [low - 1 + step * (n - r) for r in range(n)]
+
+
+def asked_priorities(snap: ClusterSnapshot, managed: Collection[str],
+                     site_factor_partitions: Collection[str],
+                     own: Mapping[int, int]) -> ClusterSnapshot:
+    """``snap`` with ``Job.priority_asked`` set on the waiting jobs of ``managed``
+    partitions whose Slurm priority is not the one this agent last wrote (``own``): set
+    since by ``scontrol top``, an admin's ``Priority=`` or a release that recomputed it.
+    Not in partitions whose order goes into the SiteFactor (Slurm computes their
+    priorities all the time), nor for held jobs (priority 0 until released)."""
+    if not own:
+        return snap
+    parts = set(managed) - set(site_factor_partitions)
+    changed = {}
+    for j in snap.pending:
+        written = own.get(j.job_id)
+        if written is None or j.held or j.priority == written or j.priority_asked:
+            continue
+        if any(p in parts for p in j.partition.split(",")):
+            changed[j.job_id] = j.with_(priority_asked=True)
+    if not changed:
+        return snap
+    return replace(snap, jobs=tuple(changed.get(j.job_id, j) for j in snap.jobs))

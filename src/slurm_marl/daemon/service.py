@@ -9,8 +9,10 @@ One cycle is a pipeline of stages, each a function or object of its own module:
    service survives requeue and restarts), model signatures, observed speeds, GPU-time
    predictions;
 3. **admit** (``slurm_integration/admission.py``): which jobs each managed partition's
-   policy may decide, and why not the others (left to Slurm, held, a user's begin time,
-   an in-flight start);
+   policy may decide, and why not the others (left to Slurm, held, a begin time its user
+   or an admin set, an in-flight start); jobs no placement could ever hold are left to
+   Slurm first (``daemon/placeable.py``), and priorities set by someone else than the
+   agent are marked (``daemon/priorities.py``: kept in the order, never rewritten);
 4. **decide** (``daemon/decide.py``): ``run_cycle`` per managed partition;
 5. **plan writes** (``daemon/writes.py``): priorities and placements only where they
    changed; a waiting multi-node job gets a reservation on its chosen nodes; preemption
@@ -40,6 +42,8 @@ from slurm_marl.daemon.decide import Decided, decide
 from slurm_marl.daemon.enrich import (Accounting, Enriched, Enricher, Predictions,
                                       Signatures, SpeedSamples)
 from slurm_marl.daemon.health import HealthFile, health_path
+from slurm_marl.daemon.placeable import Placeability
+from slurm_marl.daemon.priorities import asked_priorities
 from slurm_marl.daemon.recording import Recorder
 from slurm_marl.daemon.store import Store
 from slurm_marl.daemon.write_memory import WriteMemory
@@ -109,6 +113,7 @@ class Agent:
             grace_s=agent.grace_s, interval_s=agent.interval_s,
             preempt_partitions=agent.preempt_partitions))
         self.memory = WriteMemory(agent.interval_s)
+        self.placeability = Placeability()
         self.recorder = Recorder(store)
         self.sampler = None
         if agent.progress_dir:
@@ -205,8 +210,11 @@ class Agent:
         managed = [p for p in self.config.agent.managed_partitions if snap.partition(p)]
         if self._unknown_partitions(report, snap, managed):
             return
+        snap = self.placeability.mark(snap, managed)
+        snap = asked_priorities(snap, managed, self.config.agent.site_factor_partitions,
+                                self.memory.priorities)
         admitted = self.admission.admit(snap, managed, self.memory.inflight,
-                                        self.memory.preempted)
+                                        self.memory.preempted, self.memory.begins)
         self.recorder.rows(report.cycle, snap.time_s, admitted.logged)
         decided = decide(admitted.views, self._policy_for, self.admission.may_requeue, snap,
                          admitted.held.time_s)
@@ -225,7 +233,10 @@ class Agent:
             self.recorder.shadow(report.cycle, snap, writes + advice)
             return
         results = self._apply(report, writes, snap)
-        self.recorder.applied(report.cycle, snap, results, self.memory.remember(results, snap),
+        self.recorder.applied(report.cycle, snap, results,
+                              self.memory.remember(
+                                  results, snap,
+                                  snap.time_s + time.monotonic() - self._cycle_started),
                               advice, decided.decisions, last_queue)
 
     def _catch_up(self, raw: ClusterSnapshot) -> None:
@@ -323,6 +334,10 @@ class Agent:
                               "the skill gate starts empty")
         if self.config.agent.shadow:
             return
+        # the leases and priorities it wrote before, so that it still tells them from a
+        # begin or a priority its users or admins set
+        self.memory.take_back({k: v for k, v in self.store.written.get(
+            [j.job_id for j in snap.pending]).items() if k[1] in ("begin", "priority")})
         repaired = self.sink.repair_half_done(snap)
         if repaired:
             log.info("repaired GPU requests of jobs %s", repaired)

@@ -1,6 +1,8 @@
 """What the agent remembers of its own writes between cycles.
 
-Jobs told to start that Slurm has not started yet (in flight: admission holds them), jobs
+Jobs told to start that Slurm has not started yet (in flight: admission holds them), the
+begin times of its leases and the priorities it wrote (so that a begin or a priority someone
+else set is told from its own), jobs
 it requeued itself and when (it may restart them, skipping Slurm's own delay after a
 requeue, but not within ``REQUEUE_SETTLE_S`` of it: ``settled``), when each of its
 reservations was last written, and jobs whose last write Slurm refused. A refusal that
@@ -21,8 +23,8 @@ import logging
 from dataclasses import dataclass, field
 
 from slurm_marl.daemon.writes import place_key
-from slurm_marl.domain import (ClusterSnapshot, Decision, EndReservation, Place, Preempt,
-                               Reserve, SetPriority)
+from slurm_marl.domain import (ClusterSnapshot, Decision, Defer, EndReservation, Place,
+                               Preempt, Release, Reserve, SetPriority)
 from slurm_marl.slurm_integration.ports import WriteResult, WriteStatus
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,13 @@ class WriteMemory:
         self.resv_renewed: dict[str, float] = {}
         # job id -> (no write before, refusals in a row)
         self.refused: dict[int, tuple[float, int]] = {}
+        # job id -> (earliest, latest) begin time this agent's last lease can have given it
+        # (``StartTime=now+N`` is timed by slurmctld): a begin time outside it that the
+        # gate did not write either is its user's or an admin's (admission keeps it)
+        self.begins: dict[int, tuple[float, float]] = {}
+        # job id -> the priority this agent last wrote (``Priority=``): one that differs
+        # in Slurm was set by someone else (``scontrol top``, an admin, a release)
+        self.priorities: dict[int, int] = {}
 
     def inflight_nodes(self) -> set[str]:
         return {n for place, _ in self.inflight.values() for n in place.nodes}
@@ -86,13 +95,24 @@ class WriteMemory:
             out.append(d)
         return out
 
-    def remember(self, results: list[WriteResult], snap: ClusterSnapshot) -> Written:
-        """Take in a cycle's write results; what they change in the store."""
+    def remember(self, results: list[WriteResult], snap: ClusterSnapshot,
+                 done_s: float | None = None) -> Written:
+        """Take in a cycle's write results (``done_s``: when the writes ended, the
+        cycle's time if not given); what they change in the store."""
         self._note_refusals(results, snap.time_s)
         self._forget_gone(snap)
+        done_s = snap.time_s if done_s is None else max(done_s, snap.time_s)
         out = Written()
         for r in results:
             d = r.decision
+            if isinstance(d, Defer) and r.ok:
+                lo, hi = snap.time_s + d.seconds, done_s + d.seconds
+                self.begins[d.job_id] = (lo, hi)
+                out.marks.append((d.job_id, "begin", f"{lo:.0f},{hi:.0f}"))
+                continue
+            if isinstance(d, SetPriority) and not d.site_factor and r.ok:
+                self.priorities[d.job_id] = d.priority
+                out.marks.append((d.job_id, "priority", str(d.priority)))
             if isinstance(d, Reserve):
                 if r.ok:
                     out.reservations_added.append((d.name, d.job_id, ",".join(d.nodes)))
@@ -109,18 +129,36 @@ class WriteMemory:
                 out.marks.append((d.job_id, "place", place_key(d)))
                 if d.start_now:
                     self.inflight[d.job_id] = (d, snap.time_s)
+                    self.begins.pop(d.job_id, None)
+            elif isinstance(d, Release) and r.ok:
+                self.begins.pop(d.job_id, None)
         return out
+
+    def take_back(self, written: dict[tuple[int, str], str]) -> None:
+        """The leases and priorities a restarted agent wrote before (the store's marks of
+        the jobs still waiting)."""
+        for (job_id, kind), value in written.items():
+            try:
+                if kind == "begin":
+                    lo, hi = (float(v) for v in value.split(","))
+                    self.begins[job_id] = (lo, hi)
+                elif kind == "priority":
+                    self.priorities[job_id] = int(value)
+            except ValueError:
+                log.debug("job %s: unreadable %s mark %r", job_id, kind, value)
 
     def _forget_gone(self, snap: ClusterSnapshot) -> None:
         """Forget the requeues of jobs Slurm no longer lists (ended and purged): a daemon
         that runs for months would otherwise keep one entry for every job it ever
         requeued. Checked only once the table outgrows the queue, so a cycle pays for it
         rarely."""
-        if len(self.preempted) <= max(64, 2 * len(snap.jobs)):
+        limit = max(64, 2 * len(snap.jobs))
+        if max(len(self.preempted), len(self.begins), len(self.priorities)) <= limit:
             return
         listed = {j.job_id for j in snap.jobs}
-        for job_id in [j for j in self.preempted if j not in listed]:
-            del self.preempted[job_id]
+        for table in (self.preempted, self.begins, self.priorities):
+            for job_id in [j for j in table if j not in listed]:
+                del table[job_id]
 
     def _note_refusals(self, results: list[WriteResult], now_s: float) -> None:
         ok = {r.decision.job_id for r in results if r.ok}

@@ -10,6 +10,7 @@ within one grace). Pure: the agent passes in what its store and memory say was w
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurm_marl.daemon.config import AgentSection
@@ -27,9 +28,11 @@ def place_key(p: Place) -> str:
 def _pending_in_order(snap: ClusterSnapshot, order: list[SetPriority]
                       ) -> list[tuple[SetPriority, Job]]:
     """``order``'s decisions of pending jobs with their jobs, highest priority first (the
-    policy hands them so; sorting a sorted list is one pass)."""
+    policy hands them so; sorting a sorted list is one pass). Jobs whose priority a user
+    or an admin set (``Job.priority_asked``) are not written: their priority is theirs."""
     job = snap.job
-    ranked = [(d, j) for d in order if (j := job(d.job_id)) is not None and j.is_pending]
+    ranked = [(d, j) for d in order if (j := job(d.job_id)) is not None and j.is_pending
+              and not j.priority_asked]
     ranked.sort(key=_minus_priority)
     return ranked
 
@@ -95,18 +98,23 @@ def gpus_ahead(ranked: list[tuple[SetPriority, Job]], gpus: int) -> int:
 
 
 def ordered_writes(snap: ClusterSnapshot, order: list[SetPriority], priority_base: int,
-                   left: list[Job] = (), ahead_gpus: int = 0
+                   left: list[Job] = (), ahead_gpus: int = 0,
+                   own: Mapping[int, int] | None = None
                    ) -> tuple[list[SetPriority], list[int]]:
     """(``priority_writes``, the jobs to make eligible now): with jobs ``left`` to Slurm in
     the partition, the policy's head (``queue_head``) gets priorities above theirs and the
     rest stays below the head, each part changing as few jobs as it can. If the range
     above the left jobs cannot hold the head, the order is written as without them.
     ``ahead_gpus``: the policy's first jobs up to that many GPUs are made eligible too
-    (``agent.eligible_ahead_gpus``), in the same order."""
+    (``agent.eligible_ahead_gpus``), in the same order. ``own``: the priorities this
+    agent wrote, by job; a job's priority that is not its own is rewritten (so that every
+    waiting job carries one of the agent's, and a priority set by someone else later is
+    told apart: ``asked_priorities``). None: every current priority counts."""
     ranked = _pending_in_order(snap, order)
     if not ranked:
         return [], []
-    current = [j.priority for _, j in ranked]
+    current = [j.priority if own is None or own.get(j.job_id) == j.priority else None
+               for _, j in ranked]
     head, floor = queue_head(ranked, list(left))
     planned = None
     if head and floor > priority_base:
@@ -169,9 +177,11 @@ def _partition_priorities(snap: ClusterSnapshot, part: str, order: list[SetPrior
     for SiteFactor partitions, whose order only nudges Slurm's own)."""
     if part in cfg.site_factor_partitions:
         return site_factor_writes(snap, order, cfg.site_factor_max, written)
+    own = {job_id: int(value) for (job_id, kind), value in written.items()
+           if kind == "priority" and value.lstrip("-").isdigit()}
     writes, head = ordered_writes(snap, order, cfg.priority_base,
                                   [j for j in left if part in j.partition.split(",")],
-                                  cfg.eligible_ahead_gpus)
+                                  cfg.eligible_ahead_gpus, own)
     eligible.update(head)
     return writes
 

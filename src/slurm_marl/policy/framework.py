@@ -50,6 +50,7 @@ from operator import attrgetter
 
 from slurm_marl.domain import ClusterSnapshot, Decision, GroupAlloc, Job, Place, SetPriority
 from slurm_marl.policy.actions import Preemption, RankedJob
+from slurm_marl.policy.asked_order import asked_order
 from slurm_marl.policy.allocation import Allocation
 from slurm_marl.policy.guard import GuardedOrder, guard_settings
 from slurm_marl.policy.plugins import (CycleAwareOrder, OrderPlugin, PlacePlugin, abilities,
@@ -214,7 +215,8 @@ class Policy:
             self._begin_cycle(snapshot.jobs, now)
         pending = [j for j in snapshot.jobs if j.state is PENDING
                    and (partitions is None or j.partition in partitions)]
-        ranked = self.rank(pending, now)
+        # what users and admins asked of Slurm's order (--nice, scontrol top) kept
+        ranked = asked_order(self.rank(pending, now))
 
         describe = self.order.describe
         order_key = self.order.key

@@ -8,8 +8,10 @@ cycle, between reading Slurm and deciding). A job is not the agent's to decide w
   gate delayed gets its start released at once (a user's own later ``--begin`` is kept);
 - it is held (by a user, an admin or Slurm itself) or cannot run now (a dependency, ...):
   nothing is written to it;
-- its user's ``--begin`` has not come (the gate's marker keeps it): the agent starts it no
-  earlier;
+- a begin time its user or an admin set has not come: at submission (the gate's marker
+  keeps it), later by an update, while held, or before a move into a managed partition.
+  Any future begin that is neither the gate's delay nor the agent's own lease is such a
+  begin (``begin_asked``): the agent starts the job no earlier;
 - Slurm requeued it (a node failure) and its delay stands, or its begin time lies beyond
   the gate's grace (the user's or Slurm's, not the agent's lease);
 - it was told to start and Slurm has not started it yet (an in-flight start): not decided
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from slurm_marl.domain import (ACTIVE_STATES, ClusterSnapshot, Decision, Job, JobState, Place,
@@ -111,17 +113,22 @@ class Admission:
         self._left_logged: set[int] = set()
 
     def admit(self, snap: ClusterSnapshot, managed: list[str],
-              inflight: dict[int, tuple[Place, float]], preempted: Collection[int]
-              ) -> Admitted:
+              inflight: dict[int, tuple[Place, float]], preempted: Collection[int],
+              own_begins: Mapping[int, tuple[float, float]] | None = None) -> Admitted:
         """The cycle's admission of ``snap`` for the ``managed`` partitions Slurm lists.
         ``inflight``: jobs told to start, with their placement and when (those gone,
         running or past their time are removed from it); ``preempted``: jobs this agent
-        requeued itself (it may restart them at once; Slurm's own requeue delay stands)."""
-        released, logged = self._left_to_slurm(snap, managed)
+        requeued itself (it may restart them at once; Slurm's own requeue delay stands);
+        ``own_begins``: the begin times this agent wrote itself (its leases), by job, as
+        (earliest, latest) the written ``now+N`` can have become."""
+        own = own_begins or {}
+        released, logged = self._left_to_slurm(snap, managed, own)
+        moved_out = self._moved_out(snap, managed, own)
+        released += moved_out
         held = self.hold_inflight(snap, inflight)
         alone: dict[int, str] = {}
         views = partition_views(held, managed)
-        decidable = {part: self.decidable(views[part], part, preempted, alone)
+        decidable = {part: self.decidable(views[part], part, preempted, alone, own)
                      for part in managed}
         return Admitted(held, decidable, released, logged, alone)
 
@@ -148,7 +155,8 @@ class Admission:
                 and (j.eligible_time_s is None or j.eligible_time_s <= horizon)]
 
     # ---- jobs left to Slurm -------------------------------------------------------------
-    def _left_to_slurm(self, snap: ClusterSnapshot, managed: list[str]
+    def _left_to_slurm(self, snap: ClusterSnapshot, managed: list[str],
+                       own: Mapping[int, tuple[float, float]]
                        ) -> tuple[list[Release], list[tuple[Decision, str, str]]]:
         """Pending jobs whose request the agent cannot model: never decided, never leased.
         (releases of those the gate delayed, decision-log rows of those first seen)."""
@@ -167,7 +175,7 @@ class Admission:
                 # a GPU request emptied by an older agent's half-done re-pin: repaired by
                 # repair_half_done, never released without its GPUs
                 continue
-            gated = self._gate_delayed(job, marker is not None, snap.time_s)
+            gated = self._delayed_by_agent(job, marker, snap.time_s, own.get(job.job_id))
             release = Release(job.job_id, "left-to-slurm", f"left to Slurm: {job.left_to_slurm}")
             if job.job_id not in self._left_logged:
                 self._left_logged.add(job.job_id)
@@ -181,13 +189,66 @@ class Admission:
             self._left_logged.clear()
         return released, logged
 
-    def _gate_delayed(self, job: Job, marked: bool, now_s: float) -> bool:
-        """Whether the job's begin time is the gate's delay (not its user's, not Slurm's
-        after a requeue)."""
-        return (marked and job.eligible_time_s is not None
-                and job.eligible_time_s > now_s + 1
-                and job.eligible_time_s <= job.submit_time_s + self.rules.grace_s + 5
-                and job.restart_count == 0)
+    def _delayed_by_agent(self, job: Job, marker, now_s: float,
+                          own: tuple[float, float] | None) -> bool:
+        """Whether the job waits only for a begin time of the gate's or this agent's own
+        (not its user's, not Slurm's after a requeue), and may start now as far as its
+        user asked: such a delay is released when the job is left to Slurm."""
+        eligible = job.eligible_time_s
+        if eligible is None or eligible <= now_s + 1 or job.restart_count:
+            return False
+        asked = user_begin(job, marker)
+        if asked is not None and asked > now_s:
+            return False
+        return self._is_own_begin(job, marker, own)
+
+    def _is_own_begin(self, job: Job, marker, own: tuple[float, float] | None) -> bool:
+        """Whether the job's begin time is one the gate or this agent wrote: the gate's
+        (submission + grace, on a marked job) or a lease this agent wrote (``own``)."""
+        eligible = job.eligible_time_s
+        if eligible is None:
+            return False
+        if own is not None and own[0] - 1 <= eligible <= own[1] + 1:
+            return True
+        gate = job.submit_time_s + self.rules.grace_s
+        return marker is not None and gate - 2 <= eligible <= gate + 5
+
+    def begin_asked(self, job: Job, marker, own: tuple[float, float] | None,
+                    now_s: float) -> float | None:
+        """The begin time the job's user (or an admin) asks for now, or None: a future
+        begin the gate and this agent did not write (set at submission, by a later update,
+        while held, before a move into a managed partition), else the marker's (its
+        ``--begin`` at submission, ``user_begin``). A requeued job's delay is Slurm's."""
+        asked = user_begin(job, marker)
+        eligible = job.eligible_time_s
+        if eligible is None or eligible <= now_s + 1 or job.restart_count:
+            return asked
+        if self._is_own_begin(job, marker, own):
+            return asked
+        return eligible
+
+    def _moved_out(self, snap: ClusterSnapshot, managed: list[str],
+                   own: Mapping[int, tuple[float, float]]) -> list[Release]:
+        """Marked jobs a user moved to partitions the agent does not manage, still waiting
+        for the gate's delay (or the agent's lease): released, as Slurm alone would let
+        them start now (a begin their user asked for is kept)."""
+        out = []
+        wanted = set(managed)
+        for job in snap.pending:
+            if job.held or not job.admin_comment or any(
+                    p in wanted for p in job.partition.split(",")):
+                continue
+            marker = parse_marker(job.admin_comment)
+            if marker is None or not self._delayed_by_agent(job, marker, snap.time_s,
+                                                           own.get(job.job_id)):
+                continue
+            why = (f"moved to partition {job.partition}, which the agent does not manage: "
+                   "the gate's delay is released")
+            if job.job_id not in self._left_logged:
+                self._left_logged.add(job.job_id)
+                log.info("job %s: %s", job.job_id, why)
+            out.append(Release(job.job_id, "left-to-slurm", why))
+        return out
 
     # ---- in-flight starts ---------------------------------------------------------------
     def hold_inflight(self, snap: ClusterSnapshot, inflight: dict[int, tuple[Place, float]]
@@ -222,7 +283,8 @@ class Admission:
 
     # ---- the jobs of one partition ------------------------------------------------------
     def decidable(self, view: ClusterSnapshot, part: str = "",
-                  preempted: Collection[int] = (), alone: dict[int, str] | None = None
+                  preempted: Collection[int] = (), alone: dict[int, str] | None = None,
+                  own_begins: Mapping[int, tuple[float, float]] | None = None
                   ) -> ClusterSnapshot:
         """``view`` without the pending jobs the agent must not touch (the module's list);
         why a held or not-yet-begun job is left alone goes into ``alone``. Running jobs
@@ -230,12 +292,14 @@ class Admission:
         preemptible. A job the agent narrowed to one GPU group (moving its request to the
         per-job field) is read as the per-node request its user made (the marker)."""
         alone = alone if alone is not None else {}
+        own = own_begins or {}
         horizon = self.horizon(view.time_s)
         keep = []
         pending = JobState.PENDING
         for j in view.jobs:
             if j.state is pending:
-                j = self._pending_admitted(j, view.time_s, horizon, preempted, alone)
+                j = self._pending_admitted(j, view.time_s, horizon, preempted, alone,
+                                           own.get(j.job_id))
                 if j is None:
                     continue
             elif j.preemptible and not self.may_requeue(part, j):
@@ -245,7 +309,8 @@ class Admission:
                                partitions=view.partitions, switches=view.switches)
 
     def _pending_admitted(self, j: Job, now_s: float, horizon: float,
-                          preempted: Collection[int], alone: dict[int, str]) -> Job | None:
+                          preempted: Collection[int], alone: dict[int, str],
+                          own: tuple[float, float] | None = None) -> Job | None:
         """A pending job as the agent decides it, or None if it is not the agent's."""
         if j.left_to_slurm:
             return None
@@ -256,11 +321,11 @@ class Admission:
                 f"cannot run now ({j.pending_reason}): nothing written")
             return None
         marker = parse_marker(j.admin_comment)
-        begin = user_begin(j, marker)
+        begin = self.begin_asked(j, marker, own, now_s)
         if begin is not None and begin > now_s:
-            # the user's --begin: Slurm alone would not start it yet
+            # a begin its user or an admin set: Slurm alone would not start it yet
             alone[j.job_id] = (
-                "waits for its user's begin time "
+                "waits for the begin time its user (or an admin) set, "
                 f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(begin))}"
                 ": the agent starts it no earlier")
             return None

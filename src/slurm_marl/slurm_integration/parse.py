@@ -22,7 +22,7 @@ from slurm_marl.slurm_integration.parse_nodes import (SCONTROL_NODES, SINFO, Nod
 from slurm_marl.slurm_integration.runner import SlurmOutputError
 from slurm_marl.slurm_integration.text import (SlurmTextError, expand_host_field, parse_gpu_request,
                                                parse_gres_indices, single_type, total_gpus)
-from slurm_marl.slurm_integration.vocabulary import held
+from slurm_marl.slurm_integration.vocabulary import held, is_agent_reservation
 
 __all__ = ["JobsReader", "Layout", "NodesReader", "SCONTROL_NODES", "SINFO",
            "gpu_groups_from_gres", "job_from_json", "job_held", "job_state", "jobs_from_squeue",
@@ -81,6 +81,7 @@ def job_from_json(raw: dict) -> tuple[Job | None, list[str]]:
         cpus_per_gpu=_cpus_per_gpu(raw.get("cpus_per_tres")),
         held=job_held(state, str(raw.get("state_reason") or ""),
                       int(num(raw.get("priority"), 1) or 0)),
+        nice=int(num(raw.get("nice"), 0) or 0),
     )
     return job, problems
 
@@ -209,6 +210,10 @@ def unmodelable_reason(raw: dict, per_node, per_job, unparsed: bool) -> str:
             return f"{option} request: its GPU count depends on tasks/sockets Slurm picks"
     if "," in str(raw.get("partition") or ""):
         return "several partitions (-p a,b): Slurm picks among them"
+    reservation = str(raw.get("resv_name") or "").strip()
+    if reservation and not is_agent_reservation(reservation):
+        return (f"in reservation {reservation}: Slurm starts it on the reservation's nodes "
+                "within its time, which the agent does not model")
     if str(raw.get("features") or "").strip():
         return ("node features (--constraint): the agent does not model them and could pin "
                 "the job to a node without them")

@@ -167,6 +167,14 @@ def _int(text: str, what: str, default: int | None = 0) -> int | None:
         raise JobTextError(f"{what} {text!r}") from exc
 
 
+def _signed(text: str) -> int:
+    """A signed integer field (``Nice=-100``); 0 where empty or unreadable."""
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
 def _text(value: str | None) -> str:
     return "" if value is None or value == "(null)" else value
 
@@ -234,6 +242,7 @@ def job_raw_from_scontrol(line: str) -> dict:
         "required_nodes": _text(f.get("ReqNodeList")),
         "excluded_nodes": _text(f.get("ExcNodeList")),
         "priority": _int(f.get("Priority", ""), "Priority"),
+        "nice": _signed(f.get("Nice", "")),
         "state_reason": f.get("Reason", ""),
         "restart_cnt": _int(f.get("Restarts", ""), "Restarts"),
         "admin_comment": f.get("AdminComment", ""),
