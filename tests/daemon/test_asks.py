@@ -107,3 +107,39 @@ def test_per_job_gpus_with_more_tasks_than_a_node_has_cpus_are_left_to_slurm():
     out = Admission(RULES).admit(marked, ["gpu"], {}, ())
     assert [d.job_id for d in out.released] == [7]
     assert [j.job_id for j in out.views["gpu"].pending] == [8]
+
+
+def test_a_gate_that_does_not_match_is_in_every_cycles_warning(tmp_path):
+    from slurm_marl.daemon.config import parse_config
+    from slurm_marl.daemon.wiring import gate_warning
+    from slurm_marl.slurm_integration.plugin import render_job_submit_lua
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    (tmp_path / "job_submit.lua").write_text(
+        render_job_submit_lua(["gpu", "old"], 30, [], slurm_version="22.05.8"))
+    cfg = parse_config({"slurm": {"slurm_conf": str(conf)},
+                        "agent": {"state_dir": str(tmp_path), "grace_s": 30}})
+    why = gate_warning(cfg)
+    assert why and "it gates partitions gpu, old" in why and str(conf.parent) in why
+    a, _ = agent(tmp_path, ClusterSnapshot(NOW, NODES, (pending(1, NOW),), PARTS),
+                 [SetPriority(1, "las", "q0", 1, 0)])
+    a.gate_warning = why
+    assert why in (a.cycle().warning or "")
+
+
+def test_a_users_nice_outlives_the_agents_priority_write():
+    """Slurm sets a job's nice to 0 when its priority is set (measured on 22.05): the
+    agent keeps the nice the job had when it first wrote its priority."""
+    mem = WriteMemory(1.0)
+    niced = pending(1, NOW, nice=1000)
+    snap = ClusterSnapshot(NOW, NODES, (niced,), PARTS)
+    written = mem.remember([WriteResult(SetPriority(1, "las", "", 5000, 0), WriteStatus.OK,
+                                        "", ())], snap)
+    assert (1, "nice", "1000") in written.marks
+    after = ClusterSnapshot(NOW + 1, NODES, (pending(1, NOW, priority=5000, nice=0),), PARTS)
+    kept = asked_priorities(after, ["gpu"], [], mem.priorities, mem.nices)
+    assert kept.job(1).nice == 1000 and not kept.job(1).priority_asked
+    # an admin's Nice= later is read as it is
+    renice = ClusterSnapshot(NOW + 2, NODES, (pending(1, NOW, priority=5000, nice=50),), PARTS)
+    assert asked_priorities(renice, ["gpu"], [], mem.priorities, mem.nices).job(1).nice == 50

@@ -48,3 +48,11 @@ def test_an_admins_priority_places_the_job_where_slurm_would():
     assert ids(asked_order(ranked(*free, boosted))) == [1, 9, 2, 3]
     sunk = Job(9, priority=1, priority_asked=True)
     assert ids(asked_order(ranked(sunk, *free))) == [1, 2, 3, 9]
+
+
+def test_the_reason_says_what_was_asked():
+    from slurm_marl.policy.asked_order import asked_note
+
+    assert asked_note(Job(1)) == ""
+    assert "nice 1000: 1000 places later" in asked_note(Job(1, nice=1000))
+    assert "set by its user or an admin" in asked_note(Job(1, priority=7, priority_asked=True))

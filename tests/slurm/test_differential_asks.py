@@ -26,10 +26,11 @@ from slurm_marl.testcluster import LocalCluster
 
 pytestmark = pytest.mark.slurm
 GRACE_S = 20
-SCRIPT = "echo CVD=$CUDA_VISIBLE_DEVICES; echo HOST=$SLURMD_NODENAME; sleep {s}"
-# 4 nodes x 2 sockets x 4 cores x 2 GPUs (8 CPUs, 4 GPUs a node); `all` (not managed) over
+SCRIPT = ("echo START=$(date +%s.%N); echo CVD=$CUDA_VISIBLE_DEVICES; "
+          "echo HOST=$SLURMD_NODENAME; sleep {s}")
+# 5 nodes x 2 sockets x 4 cores x 2 GPUs (8 CPUs, 4 GPUs a node); `all` (not managed) over
 # every node, as a site's catch-all partition
-SPEC = dict(nodes=4, cred_expire_s=5, extra_partitions=(("all", (1, 2, 3, 4)),))
+SPEC = dict(nodes=5, cred_expire_s=5, extra_partitions=(("all", (1, 2, 3, 4, 5)),))
 PROFILE = (Path(slurm_marl.__file__).parent / "policy" / "profiles"
            / "las-consolidate.toml").read_text()
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
@@ -51,13 +52,14 @@ def seen(c: Cluster, job_id: int) -> dict[str, str]:
 
 
 def outcome(c: Cluster, job_id: int, timeout_s: float) -> tuple[str, float | None]:
-    """(final state, start time) within ``timeout_s``; ("PENDING", None) if it never
-    ended."""
+    """(final state, when it started, as the job itself saw it) within ``timeout_s``;
+    ("PENDING", None) if it never ended."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         j = c.job(job_id)
         if j is not None and j.state.value in ENDED:
-            return j.state.value, j.start_time_s
+            start = seen(c, job_id).get("START")
+            return j.state.value, float(start) if start else None
         time.sleep(0.3)
     j = c.job(job_id)
     return (j.state.value if j is not None else "GONE"), None
@@ -74,26 +76,39 @@ def started_in_order(c: Cluster, jobs: list[int], timeout_s: float) -> list[int]
 
 
 def run_checks(c: Cluster) -> dict[str, object]:
-    """Every check's jobs; most run side by side on their own nodes."""
+    """Every check's jobs, side by side: n1, n2 and n3 each busy for a while with a job
+    holding all their GPUs, so that the jobs asked to wait there do wait; n4 free; n5 in a
+    user's reservation."""
     c.cancel_all()
     (Path(c.local.root) / "out").chmod(0o777)
     out: dict[str, object] = {}
+    blockers = [submit(c, "-w", n, "--gres=gpu:4", seconds=16) for n in ("n1", "n2", "n3")]
+    for b in blockers:
+        c.wait_state(b, "RUNNING", timeout_s=GRACE_S + 15)
 
-    # a user's reservation on n4 (created by an admin): Slurm runs its job there at once
+    # a user's reservation on n5 (created by an admin): Slurm runs its job there at once
     c.run("scontrol", "create", "reservation", "ReservationName=r1", "StartTime=now",
-          "Duration=10", "Users=nobody", "Nodes=n4", "Flags=IGNORE_JOBS")
+          "Duration=10", "Users=nobody", "Nodes=n5", "Flags=IGNORE_JOBS")
     resv = submit(c, "-t2", "--reservation=r1", "--gres=gpu:1", user="nobody")
     # per-job GPUs with more tasks than one node has CPUs: Slurm spreads them over nodes
     spread = submit(c, "-t2", "--gpus=2", "-n10")
-    # begin times a user sets after submission: later, and later while held
+    # begin times a user sets after submission, on n3 while it is busy: later, and later
+    # while held; a later begin kept across a move into the managed partition; a begin
+    # brought forward; a gated job moved out of the managed partition while held
     t0 = time.time()
-    later = submit(c, "-t2", "--gres=gpu:1", user="nobody")
-    held = submit(c, "-t2", "--hold", "--gres=gpu:1", user="nobody")
+    later = submit(c, "-t2", "-w", "n3", "--gres=gpu:1", user="nobody")
+    held = submit(c, "-t2", "-w", "n3", "--hold", "--gres=gpu:1", user="nobody")
     moved_in = submit(c, "-t2", "-p", "all", f"--begin=now+{GRACE_S + 25}", "--gres=gpu:1",
                       user="nobody")
     forward = submit(c, "-t2", "--begin=now+300", "--gres=gpu:1", user="nobody")
-    moved_out = submit(c, "-t2", "--gres=gpu:1", user="nobody")
-    time.sleep(1)
+    moved_out = submit(c, "-t2", "--hold", "--gres=gpu:1", user="nobody")
+    # the order asked for, behind the blockers: --nice on n1 (the niced job submitted
+    # first), scontrol top on n2 (on the third of three)
+    niced = [submit(c, "-w", "n1", "--gres=gpu:4", "--nice=1000")]
+    niced += [submit(c, "-w", "n1", "--gres=gpu:4") for _ in range(2)]
+    topped = [submit(c, "-w", "n2", "--gres=gpu:4") for _ in range(3)]
+    time.sleep(2)
+    out["top (rc)"] = c.run("scontrol", "top", str(topped[2]), check=False).returncode
     begin_later = time.time() + GRACE_S + 15
     asked = {
         "later": as_nobody(c, "scontrol", "update", f"JobId={later}",
@@ -107,20 +122,10 @@ def run_checks(c: Cluster) -> dict[str, object]:
         "moved out": as_nobody(c, "scontrol", "update", f"JobId={moved_out}",
                                "Partition=all").returncode,
     }
-    t_moved_out = time.time()
     out["updates taken (rc)"] = asked
     as_nobody(c, "scontrol", "release", str(held))
-
-    # the order asked for, on one node each, behind a job holding all its GPUs:
-    # --nice on n1 (the niced job submitted first), scontrol top on n2
-    blockers = [submit(c, "-w", n, "--gres=gpu:4", seconds=12) for n in ("n1", "n2")]
-    for b in blockers:
-        c.wait_state(b, "RUNNING", timeout_s=GRACE_S + 15)
-    niced = [submit(c, "-w", "n1", "--gres=gpu:4", "--nice=1000")]
-    niced += [submit(c, "-w", "n1", "--gres=gpu:4") for _ in range(2)]
-    topped = [submit(c, "-w", "n2", "--gres=gpu:4") for _ in range(3)]
-    time.sleep(2)
-    out["top (rc)"] = c.run("scontrol", "top", str(topped[2]), check=False).returncode
+    t_moved_out = time.time()
+    as_nobody(c, "scontrol", "release", str(moved_out))
 
     state, start = outcome(c, resv, 40)
     out["reservation"] = (state, gpus(c, resv), seen(c, resv).get("HOST"))
@@ -168,9 +173,10 @@ def test_what_users_ask_ends_as_under_slurm_alone(alone, with_agent):
     agent, _, daemon, _ = with_agent
     assert alone.keys() == agent.keys()
     differ = {k: (alone[k], agent[k]) for k in alone if alone[k] != agent[k]}
-    assert not differ, (differ, daemon.decisions())
+    assert not differ, "\n".join([f"{k}: alone {a!r}, with the agent {b!r}"
+                                   for k, (a, b) in differ.items()] + [daemon.decisions()])
     # and the checks check something: what Slurm alone gave
-    assert alone["reservation"] == ("COMPLETED", 1, "n4")
+    assert alone["reservation"] == ("COMPLETED", 1, "n5")
     assert alone["--gpus=2 -n10"] == ("COMPLETED", True)
     assert alone["begin later"] == alone["begin held"] == ("COMPLETED", True)
     assert alone["begin kept by a move in"] == ("COMPLETED", True)

@@ -107,3 +107,26 @@ def test_a_gate_forcing_enforce_binding_is_named_on_every_version():
         assert "refuse" in got["job_submit gate"].advice
         assert levels(check(conf, NODES, GATE, "root", None))["job_submit gate"] == "ok"
         assert levels(check(conf, NODES, OLD_GATE, "root", None))["job_submit gate"] == "warn"
+
+
+def test_a_gate_that_does_not_match_the_agent_is_named():
+    """A gate rendered for other partitions or another grace (the config changed, the gate
+    not installed again) delays jobs the agent does not decide and lets others start on
+    their own; an older gate refuses users' begin updates. check-slurm --managed says so,
+    and the daemon at start (wiring.gate_warning)."""
+    from slurm_marl.slurm_integration.plugin import gate_mismatch, render_job_submit_lua
+
+    rendered = render_job_submit_lua(["gpu"], 30, [], slurm_version="22.05.8")
+    assert gate_mismatch(rendered, ["gpu"], 30) is None
+    assert gate_mismatch(None, ["gpu"], 30) is None           # no gate: not judged here
+    other = gate_mismatch(rendered, ["gpu", "a100"], 20)
+    assert "it gates partitions gpu, the agent manages a100, gpu" in other
+    assert "its grace is 30 s, the agent's 20 s" in other
+    older = rendered.replace("slurm_job_modify(", "refuse_earlier_start(); slurm_job_modify(")
+    assert "older slurm-marl's gate" in gate_mismatch(older, ["gpu"], 30)
+    cfg = dict(parse_show_config(CONFIG), JobSubmitPlugins="lua")
+    got = {c.name: c for c in check(cfg, NODES, rendered, "root", None, (["gpu"], 20))}
+    assert got["job_submit gate"].level == "warn" and "grace" in got["job_submit gate"].found
+    assert "install-plugin" in got["job_submit gate"].advice
+    got = {c.name: c for c in check(cfg, NODES, rendered, "root", None, (["gpu"], 30))}
+    assert got["job_submit gate"].level == "ok" and "gpu, 30 s" in got["job_submit gate"].found

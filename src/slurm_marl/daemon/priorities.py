@@ -96,22 +96,33 @@ def _spread(n: int, low: int, high: int, spacing: int) -> list[int]:
 
 def asked_priorities(snap: ClusterSnapshot, managed: Collection[str],
                      site_factor_partitions: Collection[str],
-                     own: Mapping[int, int]) -> ClusterSnapshot:
-    """``snap`` with ``Job.priority_asked`` set on the waiting jobs of ``managed``
-    partitions whose Slurm priority is not the one this agent last wrote (``own``): set
-    since by ``scontrol top``, an admin's ``Priority=`` or a release that recomputed it.
-    Not in partitions whose order goes into the SiteFactor (Slurm computes their
-    priorities all the time), nor for held jobs (priority 0 until released)."""
-    if not own:
+                     own: Mapping[int, int], nices: Mapping[int, int] | None = None
+                     ) -> ClusterSnapshot:
+    """``snap`` with what users and admins asked of the order of the ``managed``
+    partitions' waiting jobs: ``Job.priority_asked`` where the Slurm priority is not the
+    one this agent last wrote (``own``: set since by ``scontrol top``, an admin's
+    ``Priority=`` or a release that recomputed it), and the nice value a job had when the
+    agent first wrote its priority (``nices``: Slurm sets it to 0 then) where it reads 0.
+    No ``priority_asked`` in partitions whose order goes into the SiteFactor (Slurm
+    computes their priorities all the time), nor for held jobs (priority 0 until released,
+    which Slurm also shows for a job it cannot run)."""
+    nices = nices or {}
+    if not own and not nices:
         return snap
     parts = set(managed) - set(site_factor_partitions)
     changed = {}
     for j in snap.pending:
         written = own.get(j.job_id)
-        if written is None or j.held or j.priority == written or j.priority_asked:
+        if written is None:
             continue
-        if any(p in parts for p in j.partition.split(",")):
-            changed[j.job_id] = j.with_(priority_asked=True)
+        fields = {}
+        if not j.nice and nices.get(j.job_id) and j.priority == written:
+            fields["nice"] = nices[j.job_id]
+        if not (j.held or j.priority <= 0 or j.priority == written or j.priority_asked) \
+                and any(p in parts for p in j.partition.split(",")):
+            fields["priority_asked"] = True
+        if fields:
+            changed[j.job_id] = j.with_(**fields)
     if not changed:
         return snap
     return replace(snap, jobs=tuple(changed.get(j.job_id, j) for j in snap.jobs))

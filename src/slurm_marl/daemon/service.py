@@ -91,7 +91,8 @@ class CycleReport:
 class Agent:
     def __init__(self, config: Config, source: ClusterSource, sink: DecisionSink,
                  store: Store, policy, metrics=None, clock=time.time,
-                 predictor=None, partition_policies: dict | None = None) -> None:
+                 predictor=None, partition_policies: dict | None = None,
+                 gate_warning: str | None = None) -> None:
         self.config = config
         # GPU-time predictions (daemon/predictions.py), when a model is configured; what
         # it held before a restart is given back from the store on the first cycle
@@ -114,6 +115,9 @@ class Agent:
             preempt_partitions=agent.preempt_partitions))
         self.memory = WriteMemory(agent.interval_s)
         self.placeability = Placeability()
+        # why the installed gate does not match this agent (``wiring.gate_warning``): said
+        # once in the journal and in every cycle's warning (``status``)
+        self.gate_warning = gate_warning
         self.recorder = Recorder(store)
         self.sampler = None
         if agent.progress_dir:
@@ -210,9 +214,11 @@ class Agent:
         managed = [p for p in self.config.agent.managed_partitions if snap.partition(p)]
         if self._unknown_partitions(report, snap, managed):
             return
+        if self.gate_warning:
+            report.warning = "; ".join(w for w in (report.warning, self.gate_warning) if w)
         snap = self.placeability.mark(snap, managed)
         snap = asked_priorities(snap, managed, self.config.agent.site_factor_partitions,
-                                self.memory.priorities)
+                                self.memory.priorities, self.memory.nices)
         admitted = self.admission.admit(snap, managed, self.memory.inflight,
                                         self.memory.preempted, self.memory.begins)
         self.recorder.rows(report.cycle, snap.time_s, admitted.logged)
@@ -317,6 +323,8 @@ class Agent:
 
     # ---- start-up -----------------------------------------------------------------------
     def _on_start(self, snap: ClusterSnapshot) -> None:
+        if self.gate_warning:
+            log.warning("%s", self.gate_warning)
         guards = self._guards()
         if guards:       # the jobs they protected before a restart
             guarded = {job_id: (r["protected_s"], r["shadow_start_s"])
@@ -336,8 +344,9 @@ class Agent:
             return
         # the leases and priorities it wrote before, so that it still tells them from a
         # begin or a priority its users or admins set
-        self.memory.take_back({k: v for k, v in self.store.written.get(
-            [j.job_id for j in snap.pending]).items() if k[1] in ("begin", "priority")})
+        kept = self.store.written.get([j.job_id for j in snap.pending])
+        self.memory.take_back({k: v for k, v in kept.items()
+                               if k[1] in ("begin", "priority", "nice")})
         repaired = self.sink.repair_half_done(snap)
         if repaired:
             log.info("repaired GPU requests of jobs %s", repaired)

@@ -74,4 +74,22 @@ def build_agent(config: Config, metrics=None,
         return None
     store = Store(config.store_path)
     return Agent(config, source, sink, store, policy, metrics=metrics, predictor=predictor,
-                 partition_policies=partition_policies)
+                 partition_policies=partition_policies, gate_warning=gate_warning(config))
+
+
+def gate_warning(config: Config) -> str | None:
+    """Why the job_submit.lua gate beside slurm.conf does not match this agent's managed
+    partitions and grace (``plugin.gate_mismatch``), or None. A gate it cannot read is not
+    judged (``check-slurm`` says whether one is installed)."""
+    from pathlib import Path
+
+    from slurm_marl.slurm_integration.plugin import gate_mismatch
+
+    gate = Path(config.slurm.slurm_conf).parent / "job_submit.lua"
+    try:
+        text = gate.read_text(errors="replace") if gate.is_file() else None
+    except OSError as exc:
+        log.debug("cannot read %s: %s", gate, exc)
+        return None
+    why = gate_mismatch(text, list(config.agent.managed_partitions), config.agent.grace_s)
+    return f"{why} ({gate})" if why else None

@@ -63,6 +63,9 @@ class WriteMemory:
         # job id -> the priority this agent last wrote (``Priority=``): one that differs
         # in Slurm was set by someone else (``scontrol top``, an admin, a release)
         self.priorities: dict[int, int] = {}
+        # job id -> its nice value when this agent first wrote its priority: Slurm sets a
+        # job's nice to 0 when its priority is set, and the agent keeps the user's ask
+        self.nices: dict[int, int] = {}
 
     def inflight_nodes(self) -> set[str]:
         return {n for place, _ in self.inflight.values() for n in place.nodes}
@@ -113,6 +116,10 @@ class WriteMemory:
             if isinstance(d, SetPriority) and not d.site_factor and r.ok:
                 self.priorities[d.job_id] = d.priority
                 out.marks.append((d.job_id, "priority", str(d.priority)))
+                job = snap.job(d.job_id)
+                if job is not None and job.nice and self.nices.get(d.job_id) != job.nice:
+                    self.nices[d.job_id] = job.nice
+                    out.marks.append((d.job_id, "nice", str(job.nice)))
             if isinstance(d, Reserve):
                 if r.ok:
                     out.reservations_added.append((d.name, d.job_id, ",".join(d.nodes)))
@@ -144,6 +151,8 @@ class WriteMemory:
                     self.begins[job_id] = (lo, hi)
                 elif kind == "priority":
                     self.priorities[job_id] = int(value)
+                elif kind == "nice":
+                    self.nices[job_id] = int(value)
             except ValueError:
                 log.debug("job %s: unreadable %s mark %r", job_id, kind, value)
 
@@ -153,10 +162,11 @@ class WriteMemory:
         requeued. Checked only once the table outgrows the queue, so a cycle pays for it
         rarely."""
         limit = max(64, 2 * len(snap.jobs))
-        if max(len(self.preempted), len(self.begins), len(self.priorities)) <= limit:
+        tables = (self.preempted, self.begins, self.priorities, self.nices)
+        if max(len(t) for t in tables) <= limit:
             return
         listed = {j.job_id for j in snap.jobs}
-        for table in (self.preempted, self.begins, self.priorities):
+        for table in tables:
             for job_id in [j for j in table if j not in listed]:
                 del table[job_id]
 

@@ -31,6 +31,17 @@ def asks(job: Job) -> bool:
     return bool(job.nice) or job.priority_asked
 
 
+def asked_note(job: Job) -> str:
+    """What a job's place owes to what was asked, for its decision's reason ("" if
+    nothing)."""
+    if job.priority_asked:
+        return ("; its priority was set by its user or an admin (scontrol top, Priority=, "
+                f"a release): kept at {job.priority}, placed as Slurm ranks it")
+    if job.nice:
+        return f"; nice {job.nice}: {abs(job.nice)} places {'later' if job.nice > 0 else 'earlier'}"
+    return ""
+
+
 def asked_order(ranked: Sequence[T], job_of=lambda r: r.job) -> list[T]:
     """``ranked`` (the policy's order, first runs first) with what users and admins asked
     kept (module docstring). ``job_of``: the Job of an entry."""

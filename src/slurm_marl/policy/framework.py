@@ -50,7 +50,7 @@ from operator import attrgetter
 
 from slurm_marl.domain import ClusterSnapshot, Decision, GroupAlloc, Job, Place, SetPriority
 from slurm_marl.policy.actions import Preemption, RankedJob
-from slurm_marl.policy.asked_order import asked_order
+from slurm_marl.policy.asked_order import asked_note, asked_order
 from slurm_marl.policy.allocation import Allocation
 from slurm_marl.policy.guard import GuardedOrder, guard_settings
 from slurm_marl.policy.plugins import (CycleAwareOrder, OrderPlugin, PlacePlugin, abilities,
@@ -223,8 +223,8 @@ class Policy:
         n_pending = len(pending)
         priorities: list[Decision] = [
             SetPriority(job_id=r.job.job_id, plugin=order_key,
-                        reason=describe(r.job, now, r.queue), priority=n_pending - rank,
-                        queue=r.queue)
+                        reason=describe(r.job, now, r.queue) + asked_note(r.job),
+                        priority=n_pending - rank, queue=r.queue)
             for rank, r in enumerate(ranked)] if self.emit_priorities else []
         if not pending:
             return priorities

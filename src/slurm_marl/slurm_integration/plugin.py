@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -71,3 +72,31 @@ def install_job_submit_lua(slurm_conf: Path, text: str) -> tuple[Path, list[str]
         todo.append(f"add `JobSubmitPlugins=lua` to {slurm_conf}")
     todo.append("run `scontrol reconfigure` to load it")
     return target, todo
+
+
+def gate_mismatch(text: str | None, managed_partitions: list[str], grace_s: int) -> str | None:
+    """Why the installed gate (job_submit.lua's ``text``) does not match the agent's
+    managed partitions and grace, or None if it does (or is not a slurm-marl gate: that is
+    ``check-slurm``'s own finding). A gate for other partitions delays jobs the agent does
+    not decide by the whole grace, and leaves jobs it should decide to start on their own;
+    an older gate refuses users' begin-time updates that Slurm alone accepts."""
+    if not text or "slurm-marl" not in text:
+        return None
+    found = re.search(r"^local MANAGED_PARTITIONS = \{(.*)\}\s*$", text, re.M)
+    grace = re.search(r"^local GRACE_S = (\d+)\s*$", text, re.M)
+    if found is None or grace is None:
+        return "the installed gate cannot be read (not one this slurm-marl renders)"
+    parts = sorted(re.findall(r'\["([^"]+)"\] = true', found.group(1)))
+    problems = []
+    if parts != sorted(managed_partitions):
+        problems.append(f"it gates partitions {', '.join(parts) or 'none'}, the agent "
+                        f"manages {', '.join(sorted(managed_partitions))}")
+    if int(grace.group(1)) != int(grace_s):
+        problems.append(f"its grace is {grace.group(1)} s, the agent's {grace_s} s")
+    if "refuse_earlier_start" in text:
+        problems.append("it is an older slurm-marl's gate, which refuses users' begin-time "
+                        "updates Slurm alone accepts")
+    if not problems:
+        return None
+    return ("job_submit.lua does not match the agent: " + "; ".join(problems)
+            + ": re-run `slurm-marl install-plugin`, then `scontrol reconfigure`")

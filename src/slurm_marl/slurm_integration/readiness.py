@@ -23,7 +23,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from slurm_marl.slurm_integration.plugin import PluginError, enforce_binding_for
+from slurm_marl.slurm_integration.plugin import PluginError, enforce_binding_for, gate_mismatch
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
 from slurm_marl.slurm_integration.text import parse_kv_line, parse_node_gres
 
@@ -81,12 +81,14 @@ def gres_groups(node_lines: str) -> tuple[int, int, list[str]]:
 
 
 def check(cfg: dict[str, str], node_lines: str, gate_text: str | None,
-          agent_user: str, admin_level: str | None) -> list[Check]:
+          agent_user: str, admin_level: str | None,
+          expect: tuple[list[str], int] | None = None) -> list[Check]:
     """Every readiness check over the gathered texts, in the order they are shown.
     ``gate_text``: job_submit.lua beside slurm.conf (None: absent); ``admin_level``: the
-    agent user's AdminLevel in accounting (None: no accounting to ask)."""
+    agent user's AdminLevel in accounting (None: no accounting to ask); ``expect``: the
+    agent's managed partitions and grace, which the installed gate must match."""
     return [_check_version(cfg), _check_select(cfg), _check_priority(cfg),
-            _check_gate(cfg, gate_text), _check_topology(cfg), _check_gres(node_lines),
+            _check_gate(cfg, gate_text, expect), _check_topology(cfg), _check_gres(node_lines),
             _check_accounting(cfg), _check_rights(cfg, agent_user, admin_level)]
 
 
@@ -120,9 +122,11 @@ def _check_priority(cfg: dict[str, str]) -> Check:
                  "PriorityType=priority/multifactor with slurmdbd")
 
 
-def _check_gate(cfg: dict[str, str], gate_text: str | None) -> Check:
-    """The job_submit gate: installed, and forcing GRES enforce-binding exactly where this
-    version's gate should (an older slurm-marl's gate forced it everywhere)."""
+def _check_gate(cfg: dict[str, str], gate_text: str | None,
+                expect: tuple[list[str], int] | None = None) -> Check:
+    """The job_submit gate: installed, matching the agent's partitions and grace
+    (``expect``, when given) and forcing GRES enforce-binding exactly where this version's
+    gate should (an older slurm-marl's gate forced it everywhere)."""
     plugins = [p.strip().split("/")[-1] for p in cfg.get("JobSubmitPlugins", "").split(",")]
     has_lua = "lua" in plugins
     gate_ok = gate_text is not None and GATE_MARK in gate_text
@@ -139,9 +143,14 @@ def _check_gate(cfg: dict[str, str], gate_text: str | None) -> Check:
             "re-run `slurm-marl install-plugin`: a forced enforce-binding makes sbatch "
             "refuse jobs wanting more cores than their GPUs' socket (22.05) and gives every "
             "job its GPUs' whole socket (24.11 on)")
+    why = gate_mismatch(gate_text, *expect) if expect is not None and gate_ok else None
+    if has_lua and why is not None:
+        found, _, advice = why.partition(": re-run ")
+        return Check("job_submit gate", "warn", found, "re-run " + advice)
     if has_lua and gate_ok:
         return Check("job_submit gate", "ok", "JobSubmitPlugins=lua, slurm-marl gate "
-                     "installed")
+                     "installed" + (f" for {', '.join(expect[0])}, {expect[1]} s"
+                                    if expect is not None else ""))
     what = ("JobSubmitPlugins has no lua" if not has_lua else
             "job_submit.lua is not the slurm-marl gate" if gate_text is not None else
             "no job_submit.lua beside slurm.conf")
@@ -200,7 +209,8 @@ def _check_rights(cfg: dict[str, str], agent_user: str, admin_level: str | None)
                  "users' jobs")
 
 
-def gather(slurm_conf: Path | None) -> tuple[list[Check], dict]:
+def gather(slurm_conf: Path | None, expect: tuple[list[str], int] | None = None
+           ) -> tuple[list[Check], dict]:
     runner = SlurmRunner(slurm_conf, timeout_s=30)
     cfg = parse_show_config(runner.run_checked(["scontrol", "show", "config"]))
     nodes = runner.run_checked(["scontrol", "show", "node", "-o"])
@@ -212,18 +222,30 @@ def gather(slurm_conf: Path | None) -> tuple[list[Check], dict]:
     if cfg.get("AccountingStorageType", "").endswith("slurmdbd"):
         res = runner.run(["sacctmgr", "-n", "-P", "show", "user", user, "format=adminlevel"])
         level = res.stdout.strip().splitlines()[0] if res.ok and res.stdout.strip() else None
-    return check(cfg, nodes, gate_text, user, level), cfg
+    return check(cfg, nodes, gate_text, user, level, expect), cfg
 
 
 def check_slurm(
     slurm_conf: Annotated[Optional[Path], typer.Option(
         "--slurm-conf", help="slurm.conf of the cluster (default: $SLURM_CONF)")] = None,
+    managed: Annotated[Optional[str], typer.Option(
+        help="the agent's managed partitions (agent.managed_partitions, comma-separated): "
+             "also check that the installed gate gates exactly these")] = None,
+    grace_s: Annotated[Optional[int], typer.Option(
+        help="with --managed: the agent's grace (agent.grace_s; default 30)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Say what in this Slurm is ready for the agent, what is missing and how to fix it
     (exit 1 when something the agent needs is missing)."""
+    expect = None
+    if managed is not None:
+        expect = ([p.strip() for p in managed.split(",") if p.strip()],
+                  30 if grace_s is None else grace_s)
+    elif grace_s is not None:
+        typer.echo("error: --grace-s goes with --managed", err=True)
+        raise typer.Exit(2)
     try:
-        checks, _ = gather(slurm_conf)
+        checks, _ = gather(slurm_conf, expect)
     except SlurmError as exc:
         typer.echo(f"error: cannot read Slurm's configuration: {exc}", err=True)
         raise typer.Exit(2)
