@@ -61,8 +61,9 @@ def one(window: str, label: str, profile: str, error: str | None,
     from slurm_marl.sim.run import simulate
     prof = load_profile(profile)
     if guard is not None:
+        bound = {"bound": guard[2]} if len(guard) > 2 else {}
         prof = replace(prof, guard=_frozen({"slack": guard[0], "slack_min_s": guard[1],
-                                            "model": model, **(keys or {})}))
+                                            "model": model, **(keys or {}), **bound}))
     t0 = time.perf_counter()
     run = simulate(TRACE, CLUSTER, prof, window=window, interference=strength,
                    drop_oversized=True, prediction_error=error)
@@ -72,6 +73,15 @@ def one(window: str, label: str, profile: str, error: str | None,
             "avg_jct_s": run.summary["avg_jct_s"], "preemptions": run.summary["preemptions"],
             "unfinished": run.summary["unfinished"], "jobs": records(run.outcome.jobs),
             "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def guard_label(guard) -> str:
+    """A guard setting as tables name it: off, "SLACK, MIN_S" or "bound B"."""
+    if guard is None:
+        return "off"
+    if len(guard) > 2:
+        return f"bound {guard[2]:g}"
+    return f"{guard[0]:g}, {guard[1]:g}"
 
 
 def bound_holds(row: dict) -> bool:
@@ -97,7 +107,10 @@ def main(argv=None) -> int:
                     help="another [guard] key for every guarded run (repeat): rewind_s, tick_s, "
                     "protect_running=true")
     ap.add_argument("--slacks", help="guard settings SLACK/MIN_S,... (default: "
-                    + ",".join(f"{a:g}/{b:g}" for a, b in SLACKS) + ")")
+                    + ",".join(f"{a:g}/{b:g}" for a, b in SLACKS) + "); 'none' for no "
+                    "slack setting (with --bounds)")
+    ap.add_argument("--bounds", help="per-job bounds B,... ([guard] bound = B: the guard "
+                    "spends it as each job's deadline), each run beside the slacks")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--plot", type=Path, help="the trade-off plot (PNG)")
@@ -117,8 +130,10 @@ def main(argv=None) -> int:
             keys[key] = value            # a word: model-like keys (slack_on=jct)
     windows = args.window or WINDOWS
     labels = args.only or list(PROFILES)
-    slacks = SLACKS if not args.slacks else [
+    slacks = SLACKS if not args.slacks else [] if args.slacks == "none" else [
         tuple(float(x) for x in item.split("/")) for item in args.slacks.split(",")]
+    # a bound is (0, 0, B): its slack settings unused
+    slacks += [(0.0, 0.0, float(b)) for b in (args.bounds or "").split(",") if b]
     tasks = []
     for w in windows:
         for s in args.strengths.split(","):
@@ -150,7 +165,7 @@ def main(argv=None) -> int:
         row["bound_holds"] = bound_holds(row)
         out.append(row)
     out.sort(key=lambda r: (r["window"], r["interference"], r["label"],
-                            r["guard"] or (-1, -1)))
+                            tuple(r["guard"] or (-1, -1)) + (0,) * (3 - len(r["guard"] or ()))))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print("| window | strength | profile | guard (slack, min s) | avg / unguarded | "
@@ -158,7 +173,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     for r in out:
         c = r["per_job"]
-        g = "off" if r["guard"] is None else f"{r['guard'][0]:g}, {r['guard'][1]:g}"
+        g = guard_label(r["guard"])
         print(f"| {window_label(r['window'])} | "
               f"{r['interference']} | {r['label']} | {g} | {r['avg_vs_unguarded']:.3f} | "
               f"{r['avg_vs_fifo']:.3f} | {100 * c['share_slower_1_1x']:.1f}% | "
@@ -192,7 +207,7 @@ def plot(rows: list[dict], path: Path) -> None:
             ys = [r["avg_vs_unguarded"] for r in rs]
             line, = ax.plot(xs, ys, marker="o", label=f"{label}, {strength}")
             for r, x, y in zip(rs, xs, ys):
-                ax.annotate("off" if r["guard"] is None else f"{r['guard'][0]:g}", (x, y),
+                ax.annotate(guard_label(r["guard"]).split(",")[0], (x, y),
                             fontsize=7, color=line.get_color(), xytext=(3, 3),
                             textcoords="offset points")
         ax.axvline(2.0, color="grey", linestyle="--", linewidth=0.8)

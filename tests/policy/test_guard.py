@@ -270,20 +270,53 @@ def _big_job_behind_a_runner() -> ClusterSnapshot:
     return ClusterSnapshot(5000.0, nodes, (running, big, small), (Partition("p", ("n1", "n2")),))
 
 
-def test_a_blocked_protected_job_is_not_passed_by_a_later_arrival():
+def test_a_blocked_protected_job_holds_the_gpus_it_waits_for():
     """8 GPUs; a protected job runs on n1's 4; an older protected 8-GPU job waits for it
-    (protected jobs do not preempt each other). A 1-GPU job that arrived later would fit
-    on n2 (fit-first backfill would start it): it waits too."""
+    (protected jobs do not preempt each other). It holds n2's free GPUs, where it will
+    start: a 1-GPU job that arrived later would fit there (fit-first backfill would start
+    it), and waits too."""
     snap = _big_job_behind_a_runner()
     # a slack no job reaches here: protected are the two the test names
     policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
     policy.order.shadow.protected.update({1: 100.0, 2: 200.0})
     decisions = policy.run_cycle(snap)
-    assert not [d for d in decisions if isinstance(d, (Place, Preempt))], decisions
+    assert not [d for d in decisions if isinstance(d, Preempt)
+                or isinstance(d, Place) and d.start_now], decisions
+    held = [d for d in decisions if isinstance(d, Place)]
+    assert [(d.job_id, d.nodes) for d in held] == [(2, ("n1", "n2"))], held
     # unprotected, the 1-GPU job would start on n2 (fit-first backfill)
     policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
     policy.order.shadow.protected.update({1: 100.0})
     assert {d.job_id for d in policy.run_cycle(snap) if isinstance(d, Place)} == {3}
+
+
+def test_a_later_arrival_passes_a_blocked_protected_job_on_gpus_it_does_not_wait_for():
+    """The shape that made jobs wait hours that Slurm alone starts at once: a protected
+    job blocked (here 8 GPUs on two nodes, n1 busy) used to keep every later arrival of
+    its partition waiting behind it. It holds the GPUs it will start on (n2's 4 and those
+    free on the node it pairs n2 with); a later 1-GPU job starts on a free GPU it does not
+    wait for."""
+    group = (GpuGroup(0, (0, 1), "s0", 0), GpuGroup(1, (2, 3), "s1", 1))
+    nodes = tuple(Node(name=n, partitions=("p",), cpus=8, real_memory_mib=16000,
+                       gpu_groups=group, used_gpu_indices=frozenset(used),
+                       alloc_cpus=len(used))
+                  for n, used in (("n1", (0, 1, 2, 3)), ("n2", ()), ("n3", (0, 1, 2)),
+                                  ("n4", (0, 1, 2))))
+    running = [Job(i, partition="p", gpus_per_node=k, submit_time_s=0.0,
+                   state=JobState.RUNNING, start_time_s=10.0, attained_gpu_s=k * 4990.0,
+                   nodes=(n,), gpu_alloc=((n, tuple(range(k))),))
+               for i, n, k in ((1, "n1", 4), (4, "n3", 3), (5, "n4", 3))]
+    big = Job(2, partition="p", gpus_per_node=4, node_count=2, submit_time_s=5.0)
+    small = Job(3, partition="p", gpus_per_node=1, submit_time_s=100.0)
+    snap = ClusterSnapshot(5000.0, nodes, (*running, big, small),
+                           (Partition("p", ("n1", "n2", "n3", "n4")),))
+    policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
+    policy.order.shadow.protected.update({1: 100.0, 2: 200.0, 4: 100.0, 5: 100.0})
+    decisions = policy.run_cycle(snap)
+    started = {d.job_id: d.nodes for d in decisions if isinstance(d, Place) and d.start_now}
+    held = {d.job_id: d.nodes for d in decisions if isinstance(d, Place) and not d.start_now}
+    assert set(held) == {2} and "n2" in held[2], decisions
+    assert set(started) == {3} and started[3][0] not in held[2], decisions
 
 
 def test_a_blocked_protected_job_holds_back_only_its_own_partition():
@@ -307,7 +340,8 @@ def test_a_blocked_protected_job_holds_back_only_its_own_partition():
     policy = build_policy(guarded(slack=10.0, slack_min_s=1e6))
     policy.order.shadow.protected.update({1: 100.0, 2: 200.0})
     decisions = policy.run_cycle(snap)
-    assert [d.job_id for d in decisions if isinstance(d, (Place, Preempt))] == [4], decisions
+    assert [d.job_id for d in decisions if isinstance(d, Preempt)
+            or isinstance(d, Place) and d.start_now] == [4], decisions
 
 
 @MODELS
@@ -516,4 +550,24 @@ def test_a_cycle_is_not_reused_once_a_blocked_job_becomes_protected():
     policy.order.shadow.protected[2] = 4000.0
     assert [r.job.job_id for r in policy.rank([snap.job(2), snap.job(3)], 5001.0)] == [2, 3]
     decisions = policy.run_cycle(replace(snap, time_s=5001.0))
-    assert not [d for d in decisions if isinstance(d, (Place, Preempt))], decisions
+    assert not [d for d in decisions if isinstance(d, Preempt)
+                or isinstance(d, Place) and d.start_now], decisions
+
+
+def test_a_bound_is_spent_as_a_deadline():
+    """``bound``: a job is due once it must start to finish by submit + bound x max(its
+    Slurm-alone JCT, 600 s), less the run it still needs; a short job may wait minutes,
+    a long one a share of its Slurm-alone JCT."""
+    from slurm_marl.policy.guard import deadline_start_s
+
+    # 60 s job that Slurm alone starts at once: deadline 900 s, start by 840 s
+    assert deadline_start_s(0.0, 0.0, 0.0, 60.0, 1.5) == 840.0
+    # 2,000 s job Slurm alone starts after 1,000 s: deadline 4,500 s, start by 2,500 s
+    assert deadline_start_s(0.0, 1000.0, 0.0, 2000.0, 1.5) == 2500.0
+    # half of it run already (preempted): 1,000 s still needed, start by 3,500 s
+    assert deadline_start_s(0.0, 1000.0, 1000.0, 2000.0, 1.5) == 3500.0
+    # never earlier than its Slurm-alone start
+    assert deadline_start_s(0.0, 1000.0, 0.0, 2000.0, 1.0) == 1000.0
+    with pytest.raises(ValueError, match="bound must be 0"):
+        guard_settings({"bound": 0.5})
+    assert guard_settings({"bound": 1.5}).bound == 1.5

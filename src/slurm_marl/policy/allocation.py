@@ -225,7 +225,7 @@ class Allocation:
         (a reservation included) is blocked: the guard's hold, and without backfill the end
         of its partition's walk. Its failure to start on free GPUs is remembered before a
         reservation (which clears the memo) or once nothing placed it."""
-        remembered = False
+        remembered = reserved = False
         for action in self.when_blocked:
             if action == "preempt":
                 if self._preempt(r, key, total):
@@ -234,12 +234,28 @@ class Allocation:
                 self.memo.start_failed(key, total, known)
                 remembered = True
                 if self._reserve(r.job):
+                    reserved = True
                     break
         if not remembered:
             self.memo.start_failed(key, total, known)
-        self.blocks.hold(r.job)
+        protected = r.job.job_id in self.blocks.protected
+        if not (protected and (reserved or self._reserve_protected(r.job))):
+            self.blocks.hold(r.job)
         if not self.backfill:
             self.blocks.stopped.add(r.job.partition)
+
+    def _reserve_protected(self, job: Job) -> bool:
+        """A protected job that cannot start holds the GPUs it will start on (the readiest
+        placement: ``reserve_for_blocked``), so later arrivals may still start on the
+        others without delaying it, as backfill lets them around Slurm's blocked job.
+        Without such a placement False: the walk's hold keeps every later arrival of its
+        partition behind it."""
+        place = reserve_for_blocked(self.policy, job, self.state)
+        if place is None:
+            return False
+        self.memo.clear()
+        self.places.append(place)
+        return True
 
     def _start(self, job: Job, note: str = "") -> bool:
         """Start the job on free GPUs if a candidate is feasible (``note``: why it starts

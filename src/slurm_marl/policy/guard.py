@@ -39,9 +39,15 @@ Profile::
     protect_running = false   # a running job too is protected once past its due time
     slack_on = "wait"   # the slack is a share of its shadow wait; "jct": of its shadow
                         # wait plus the run it is expected to need (its Slurm-alone JCT)
+    bound = 0           # > 0: the per-job bound instead of the slack settings: no job
+                        # should finish later than submit + bound x max(its Slurm-alone
+                        # JCT, 600 s); a job is protected once it must start to make that
+                        # deadline (its deadline less the run it is expected still to need)
 
 ``slack = 0`` with ``slack_min_s = 0`` protects a job the moment Slurm alone would have
-started it. No ``[guard]`` table: no guard.
+started it. ``bound`` spends the per-job bound the reports measure (a job's JCT over
+max(its Slurm-alone JCT, ``RATIO_FLOOR_S``)) as a deadline: the profile orders freely until
+a job must start to finish within it. No ``[guard]`` table: no guard.
 """
 
 from __future__ import annotations
@@ -82,7 +88,12 @@ class GuardSettings:
     rewind_s: float = 0.0
     protect_running: bool = False
     slack_on: str = "wait"
+    bound: float = 0.0
 
+
+# The floor of the per-job ratio (``sim/perjob.py``'s ``FLOOR_S``): a job's bound is on its
+# JCT over max(its Slurm-alone JCT, this), so a short job may wait minutes.
+RATIO_FLOOR_S = 600.0
 
 GUARD_KEYS = frozenset(f.name for f in fields(GuardSettings))
 
@@ -120,6 +131,9 @@ def guard_settings(params: Mapping, where: str = "[guard]") -> GuardSettings:
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value) or value < 0:
             raise ValueError(f"{where}: {key} must be a number >= 0, got {value!r}")
+        if key == "bound" and 0 < value < 1:
+            raise ValueError(f"{where}: bound must be 0 (off) or at least 1 (no job later "
+                             f"than that factor of its Slurm-alone JCT), got {value!r}")
         out[key] = float(value)
     return GuardSettings(**out)
 
@@ -160,6 +174,17 @@ def shadow_starts(jobs: Sequence[tuple[int, float, int, float]], capacity: int,
         free -= need
         heapq.heappush(ends, (t + max(0.0, length), need))
     return out, (last, ends, free)
+
+
+def deadline_start_s(submit_s: float, alone_start_s: float, ran_s: float, length_s: float,
+                     bound: float) -> float:
+    """The latest start of a job's remaining run that still finishes it by its deadline,
+    submit + ``bound`` x max(its Slurm-alone JCT, ``RATIO_FLOOR_S``): its Slurm-alone JCT
+    is its start there less its submit time plus the run it needs (``length_s``, expected
+    while unknown), and ``ran_s`` of that run is done."""
+    alone_jct = max(0.0, alone_start_s - submit_s) + max(0.0, length_s)
+    deadline = submit_s + bound * max(alone_jct, RATIO_FLOOR_S)
+    return max(alone_start_s, deadline - max(0.0, length_s - ran_s))
 
 
 class SlurmAloneShadow:
@@ -323,13 +348,17 @@ class SlurmAloneShadow:
 
     def due_s(self, job_id: int) -> float | None:
         """When the job is due to be protected if it still waits: its shadow start plus
-        the slack (a share of its shadow wait, at least ``slack_min_s``). It is protected
-        at the first step boundary from then (``next_change_s``)."""
+        the slack (a share of its shadow wait, at least ``slack_min_s``), or with ``bound``
+        the latest start that still makes its deadline (``deadline_start_s``). It is
+        protected at the first step boundary from then (``next_change_s``)."""
         start = self.starts.get(job_id)
         s = self.seen.get(job_id)
         if start is None or s is None:
             return None
         cfg = self.settings
+        if cfg.bound:
+            return deadline_start_s(s.submit_s, start, s.run_s, s.run_s if s.ended
+                                    else self.expected_length(s.run_s), cfg.bound)
         basis = max(0.0, start - s.submit_s)
         if cfg.slack_on == "jct":
             basis += s.run_s if s.ended else self.expected_length(s.run_s)
