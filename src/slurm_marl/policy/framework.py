@@ -46,6 +46,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
+from functools import lru_cache
 from operator import attrgetter
 
 from slurm_marl.domain import ClusterSnapshot, Decision, GroupAlloc, Job, Place, SetPriority
@@ -404,7 +405,7 @@ def build_policy(profile: Profile, **context) -> Policy:
     ``ProfileError`` naming the profile's file."""
     try:
         order = build_plugin("order", profile.order, profile.order_params, **context)
-        if profile.guard:
+        if profile.guard and not decides_as_slurm_alone(profile):
             settings = guard_settings(profile.guard)
             order = GuardedOrder(order, settings, shadow=(
                 ReplicaShadow(settings, _slurm_alone_cycle())
@@ -421,6 +422,25 @@ def build_policy(profile: Profile, **context) -> Policy:
 
 
 SLURM_ALONE_PROFILE = "fifo-backfill"   # Slurm's own FIFO with backfill, as simulated
+
+
+def decides_as_slurm_alone(profile: Profile) -> bool:
+    """Whether the profile decides what the guard's reference (``fifo-backfill``, Slurm's
+    own policy as the simulator has it) decides: the same order, place plugins and
+    actions. The guard keeps no job later than under that policy, so around it the guard
+    is the identity by construction and is not built at all (its shadow, estimated
+    without hindsight, would otherwise reorder and hold jobs the policy itself decides)."""
+    ref = _reference_profile()
+    return (profile.order, profile.order_params, profile.place, profile.place_params,
+            profile.preemption, profile.backfill, profile.backfill_reserve,
+            profile.action_order) == (
+        ref.order, ref.order_params, ref.place, ref.place_params, ref.preemption,
+        ref.backfill, ref.backfill_reserve, ref.action_order)
+
+
+@lru_cache(maxsize=1)
+def _reference_profile() -> Profile:
+    return load_profile(SLURM_ALONE_PROFILE)
 
 
 def _slurm_alone_cycle():
