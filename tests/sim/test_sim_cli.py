@@ -204,3 +204,29 @@ def test_simulate_per_job(tmp_path, monkeypatch):
     assert runs[2:] == ["fifo-backfill"]
     text = " ".join(same.output.split())
     assert "per job against fifo-backfill" in text and "0 (0.0%)" in text
+
+
+def test_simulate_and_compare_take_the_daemons_guard():
+    """--guard runs each profile as the daemon does (the default Slurm-alone guard in front
+    of one without a [guard] table): the same as simulating that guarded profile; without
+    it, the profile as written."""
+    from slurm_marl.policy.profile import load_profile, with_default_guard
+    from slurm_marl.sim.run import simulate as run_simulation
+
+    args = ["--trace", str(DATA / "philly_head300.csv"), "--window", "vc=6214e9,rows=0:60",
+            "--cluster", "1x2x4", "--json", "--baseline", "none"]
+    guarded = runner.invoke(app, ["simulate", *args, "--profile", "las-consolidate",
+                                  "--guard"])
+    assert guarded.exit_code == 0, guarded.output
+    direct = run_simulation(str(DATA / "philly_head300.csv"), "1x2x4",
+                            with_default_guard(load_profile("las-consolidate")),
+                            window="vc=6214e9,rows=0:60")
+    assert json.loads(guarded.stdout)["avg_jct_s"] == direct.summary["avg_jct_s"]
+    plain = runner.invoke(app, ["simulate", *args, "--profile", "las-consolidate"])
+    assert json.loads(plain.stdout)["avg_jct_s"] != direct.summary["avg_jct_s"]
+    both = runner.invoke(app, ["compare", *args, "--profiles",
+                               "las-consolidate,fifo-backfill", "--guard"])
+    assert both.exit_code == 0, both.output
+    results = json.loads(both.stdout)["results"]
+    las = [r for r in results if r["profile"] == "las-consolidate"][0]
+    assert las["avg_jct_s"] == direct.summary["avg_jct_s"]

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
 from rich.table import Table
 
 from slurm_marl.console import output_console
-from slurm_marl.policy.profile import Profile, ProfileError, load_profile
+from slurm_marl.policy.profile import Profile, ProfileError, load_profile, with_default_guard
 from slurm_marl.sim.cluster import ClusterSpecError, SimCluster, parse_cluster
 from slurm_marl.sim.jobs import SimulationError
 from slurm_marl.sim.metrics import jcts, plot_jct_cdf, plot_ratio_cdf, write_jobs_csv, \
@@ -49,6 +49,10 @@ PredOpt = Annotated[Optional[str], typer.Option(
     "run from the jobs that finished before each submission (LightGBM).")]
 PredSeedOpt = Annotated[int, typer.Option("--prediction-seed",
                                           help="Seed of the prediction errors.")]
+GuardOpt = Annotated[bool, typer.Option(
+    "--guard", help="Each profile as the daemon runs it: the default Slurm-alone guard in "
+    "front of a profile without a [guard] table (agent.guard; `run`, `replay` and `report` "
+    "apply it so). Default: the profiles as written (Tiresias' own policy stays exact).")]
 SkipOpt = Annotated[bool, typer.Option(
     "--skip-bad-rows", help="Skip bad trace rows (their count and the first few go to "
     "stderr) instead of stopping with an error.")]
@@ -153,6 +157,7 @@ def simulate(
     prediction_error: PredOpt = None,
     prediction_seed: PredSeedOpt = 0,
     baseline: BaselineOpt = "fifo-backfill",
+    guard: GuardOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Simulate a trace under one scheduling profile and print its metrics (and each job's
@@ -164,6 +169,7 @@ def simulate(
     jobs, sim_cluster = _load(trace, window, cluster, skip_bad_rows)
     try:
         prof = load_profile(profile)
+        prof = with_default_guard(prof) if guard else prof
         run = _run(jobs, sim_cluster, prof, strength[0], seed, restart_delay,
                    samples and out is not None, f"{prof.name} ({strength[0]})",
                    drop_oversized, prediction_error, prediction_seed, (trace, window))
@@ -224,6 +230,7 @@ def compare(
     prediction_error: PredOpt = None,
     prediction_seed: PredSeedOpt = 0,
     baseline: BaselineOpt = "fifo-backfill",
+    guard: GuardOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run several profiles on one trace (and strengths), compare their metrics and plot
@@ -234,6 +241,8 @@ def compare(
     inputs = _Inputs(jobs, sim_cluster, seed, restart_delay, drop_oversized, prediction_error,
                      prediction_seed, (trace, window))
     profs = _profiles(profiles)
+    if guard:
+        profs = [with_default_guard(p) for p in profs]
     # the baseline runs once per strength: as one of --profiles, or after them
     base_at = next((i for i, p in enumerate(profs) if p == base_prof), None)
     extra = [base_prof] if base_prof is not None and base_at is None else []
