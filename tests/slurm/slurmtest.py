@@ -242,3 +242,35 @@ class Daemon:
                 return not line.split("runner: scontrol ", 1)[1].startswith("show")
             return " cycle " in line and " 0 decisions, 0 written" not in line
         return "\n".join(filter(wanted, self.output().splitlines()))[-chars:]
+
+
+# The default profile the differential tests run the agent with.
+DEFAULT_PROFILE = "las-consolidate"
+
+
+def checks_alone(run_checks: Callable[["Cluster"], dict], **spec) -> dict:
+    """A differential test's checks on a fresh cluster with Slurm alone (``spec``: more
+    ClusterSpec fields)."""
+    local = LocalCluster(spec=cluster_spec(**spec)).up()
+    try:
+        return run_checks(Cluster(local))
+    finally:
+        local.down()
+
+
+@contextmanager
+def checks_with_agent(run_checks: Callable[["Cluster"], dict], folder: Path, grace_s: int,
+                      **spec) -> Iterator[tuple[dict, "Daemon"]]:
+    """The same checks on a fresh cluster behind the gate with the agent running the default
+    profile; yields (their outcome, the daemon), which is stopped after."""
+    import slurm_marl
+
+    profile = (Path(slurm_marl.__file__).parent / "policy" / "profiles"
+               / f"{DEFAULT_PROFILE}.toml").read_text()
+    with gated_cluster(folder, grace_s, **spec) as c:
+        daemon = Daemon(write_agent_config(c, folder, profile, grace_s, DEFAULT_PROFILE),
+                        c.local.env)
+        try:
+            yield run_checks(c), daemon
+        finally:
+            assert daemon.stop() == 0, daemon.output()

@@ -15,10 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmtest import Cluster, Daemon, cluster_spec, gated_cluster, write_agent_config
+from slurmtest import Cluster, checks_alone, checks_with_agent
 
-import slurm_marl
-from slurm_marl.testcluster import LocalCluster
 
 pytestmark = pytest.mark.slurm
 GRACE_S = 20
@@ -26,8 +24,6 @@ BEGIN_S = 25
 SCRIPT = ("echo START=$(date +%s.%N); echo CVD=$CUDA_VISIBLE_DEVICES; echo HOST=$SLURMD_NODENAME; "
           "sleep {s}; echo END=$(date +%s.%N); exit {rc}")
 SPEC = dict(nodes=3, sched_interval_s=2, cred_expire_s=5)
-PROFILE = (Path(slurm_marl.__file__).parent / "policy" / "profiles"
-           / "las-consolidate.toml").read_text()
 
 
 def sbatch(c: Cluster, *opts: str, seconds: float = 2, rc: int = 0, out: str = "%j") -> int:
@@ -116,24 +112,15 @@ def run_checks(c: Cluster) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def alone():
-    local = LocalCluster(spec=cluster_spec(**SPEC)).up()
-    try:
-        yield run_checks(Cluster(local))
-    finally:
-        local.down()
+    return checks_alone(run_checks, **SPEC)
 
 
 @pytest.fixture(scope="module")
 def with_agent(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("agent")
-    with gated_cluster(folder, GRACE_S, **{k: v for k, v in SPEC.items()
-                                           if k != "sched_interval_s"}) as c:
-        daemon = Daemon(write_agent_config(c, folder, PROFILE, GRACE_S, "las-consolidate"),
-                        c.local.env)
-        try:
-            yield run_checks(c)
-        finally:
-            assert daemon.stop() == 0, daemon.output()
+    with checks_with_agent(run_checks, tmp_path_factory.mktemp("agent"), GRACE_S,
+                           **{k: v for k, v in SPEC.items() if k != "sched_interval_s"}
+                           ) as (outcome, _):
+        yield outcome
 
 
 def test_every_check_ends_as_under_slurm_alone(alone, with_agent):

@@ -19,10 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmtest import Cluster, Daemon, as_nobody, cluster_spec, gated_cluster, write_agent_config
-
-import slurm_marl
-from slurm_marl.testcluster import LocalCluster
+from slurmtest import Cluster, as_nobody, checks_alone, checks_with_agent
 
 pytestmark = pytest.mark.slurm
 GRACE_S = 20
@@ -31,8 +28,6 @@ SCRIPT = ("echo START=$(date +%s.%N); echo CVD=$CUDA_VISIBLE_DEVICES; "
 # 5 nodes x 2 sockets x 4 cores x 2 GPUs (8 CPUs, 4 GPUs a node); `all` (not managed) over
 # every node, as a site's catch-all partition
 SPEC = dict(nodes=5, cred_expire_s=5, extra_partitions=(("all", (1, 2, 3, 4, 5)),))
-PROFILE = (Path(slurm_marl.__file__).parent / "policy" / "profiles"
-           / "las-consolidate.toml").read_text()
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
@@ -86,10 +81,11 @@ def run_checks(c: Cluster) -> dict[str, object]:
     for b in blockers:
         c.wait_state(b, "RUNNING", timeout_s=GRACE_S + 15)
 
-    # a user's reservation on n5 (created by an admin): Slurm runs its job there at once
+    # a reservation on n5 (for root: Slurm 26.05's chroot knows no user nobody there):
+    # Slurm runs its job there at once
     c.run("scontrol", "create", "reservation", "ReservationName=r1", "StartTime=now",
-          "Duration=10", "Users=nobody", "Nodes=n5", "Flags=IGNORE_JOBS")
-    resv = submit(c, "-t2", "--reservation=r1", "--gres=gpu:1", user="nobody")
+          "Duration=10", "Users=root", "Nodes=n5", "Flags=IGNORE_JOBS")
+    resv = submit(c, "-t2", "--reservation=r1", "--gres=gpu:1")
     # per-job GPUs with more tasks than one node has CPUs: Slurm spreads them over nodes
     spread = submit(c, "-t2", "--gpus=2", "-n10")
     # begin times a user sets after submission, on n3 while it is busy: later, and later
@@ -150,27 +146,18 @@ def run_checks(c: Cluster) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def alone():
-    local = LocalCluster(spec=cluster_spec(sched_interval_s=2, **SPEC)).up()
-    try:
-        yield run_checks(Cluster(local))
-    finally:
-        local.down()
+    return checks_alone(run_checks, sched_interval_s=2, **SPEC)
 
 
 @pytest.fixture(scope="module")
 def with_agent(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("agent")
-    with gated_cluster(folder, GRACE_S, **SPEC) as c:
-        daemon = Daemon(write_agent_config(c, folder, PROFILE, GRACE_S, "las-consolidate"),
-                        c.local.env)
-        try:
-            yield run_checks(c), c, daemon, folder
-        finally:
-            assert daemon.stop() == 0, daemon.output()
+    with checks_with_agent(run_checks, tmp_path_factory.mktemp("agent"), GRACE_S,
+                           **SPEC) as outcome:
+        yield outcome
 
 
 def test_what_users_ask_ends_as_under_slurm_alone(alone, with_agent):
-    agent, _, daemon, _ = with_agent
+    agent, daemon = with_agent
     assert alone.keys() == agent.keys()
     differ = {k: (alone[k], agent[k]) for k in alone if alone[k] != agent[k]}
     assert not differ, "\n".join([f"{k}: alone {a!r}, with the agent {b!r}"
