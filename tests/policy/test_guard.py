@@ -595,8 +595,7 @@ def test_around_slurms_own_policy_the_guard_is_the_identity(rng, shape):
     """fifo-backfill behind the daemon's default guard decides exactly what fifo-backfill
     decides, cycle by cycle, on random traces and clusters (its estimated shadow used to
     reorder and hold jobs there: 14.5% of a backlogged site's jobs more than 2x later)."""
-    from slurm_marl.policy.framework import decides_as_slurm_alone
-    from slurm_marl.policy.profile import with_default_guard
+    from slurm_marl.policy.profile import decides_as_slurm_alone, with_default_guard
 
     trace = _trace(rng)
     plain = load_profile("fifo-backfill")

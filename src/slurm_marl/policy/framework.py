@@ -46,7 +46,6 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
-from functools import lru_cache
 from operator import attrgetter
 
 from slurm_marl.domain import ClusterSnapshot, Decision, GroupAlloc, Job, Place, SetPriority
@@ -57,7 +56,8 @@ from slurm_marl.policy.guard import GuardedOrder, guard_settings
 from slurm_marl.policy.plugins import (CycleAwareOrder, OrderPlugin, PlacePlugin, abilities,
                                       build_plugin)
 from slurm_marl.placement_shapes import Candidate, generate_candidates, has_candidate
-from slurm_marl.policy.profile import Profile, ProfileError, load_profile
+from slurm_marl.policy.profile import (SLURM_ALONE_PROFILE, Profile, ProfileError,
+                                      decides_as_slurm_alone, load_profile)
 from slurm_marl.policy.replica import ReplicaShadow
 from slurm_marl.policy.scoring import judged_at_once, score_at_once
 from slurm_marl.policy.state import ACTIVE_STATES, PENDING, CycleState
@@ -421,26 +421,6 @@ def build_policy(profile: Profile, **context) -> Policy:
     return Policy(profile, order, place)
 
 
-SLURM_ALONE_PROFILE = "fifo-backfill"   # Slurm's own FIFO with backfill, as simulated
-
-
-def decides_as_slurm_alone(profile: Profile) -> bool:
-    """Whether the profile decides what the guard's reference (``fifo-backfill``, Slurm's
-    own policy as the simulator has it) decides: the same order, place plugins and
-    actions. The guard keeps no job later than under that policy, so around it the guard
-    is the identity by construction and is not built at all (its shadow, estimated
-    without hindsight, would otherwise reorder and hold jobs the policy itself decides)."""
-    ref = _reference_profile()
-    return (profile.order, profile.order_params, profile.place, profile.place_params,
-            profile.preemption, profile.backfill, profile.backfill_reserve,
-            profile.action_order) == (
-        ref.order, ref.order_params, ref.place, ref.place_params, ref.preemption,
-        ref.backfill, ref.backfill_reserve, ref.action_order)
-
-
-@lru_cache(maxsize=1)
-def _reference_profile() -> Profile:
-    return load_profile(SLURM_ALONE_PROFILE)
 
 
 def _slurm_alone_cycle():

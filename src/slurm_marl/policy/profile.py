@@ -38,6 +38,7 @@ import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
@@ -291,3 +292,25 @@ def with_default_guard(profile: Profile) -> Profile:
     if profile.guard:
         return profile
     return replace(profile, guard=_frozen(DEFAULT_GUARD))
+
+
+SLURM_ALONE_PROFILE = "fifo-backfill"   # Slurm's own FIFO with backfill, as simulated
+
+
+def decides_as_slurm_alone(profile: Profile) -> bool:
+    """Whether the profile decides what the guard's reference (``fifo-backfill``, Slurm's
+    own policy as the simulator has it) decides: the same order, place plugins and
+    actions. The guard keeps no job later than under that policy, so around it the guard
+    is the identity by construction and is not built at all (its shadow, estimated
+    without hindsight, would otherwise reorder and hold jobs the policy itself decides)."""
+    ref = _reference_profile()
+    return (profile.order, profile.order_params, profile.place, profile.place_params,
+            profile.preemption, profile.backfill, profile.backfill_reserve,
+            profile.action_order) == (
+        ref.order, ref.order_params, ref.place, ref.place_params, ref.preemption,
+        ref.backfill, ref.backfill_reserve, ref.action_order)
+
+
+@lru_cache(maxsize=1)
+def _reference_profile() -> Profile:
+    return load_profile(SLURM_ALONE_PROFILE)
