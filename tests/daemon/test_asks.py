@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from agent_builders import GATED, NODES, PARTS, agent, pending
 
-from slurm_marl.daemon.placeable import Placeability, why_never_placed
+from slurm_marl.daemon.placeable import Placeability, idle_state, why_never_placed
 from slurm_marl.daemon.priorities import asked_priorities
 from slurm_marl.daemon.write_memory import WriteMemory
 from slurm_marl.domain import ClusterSnapshot, Defer, Job, Release, SetPriority
@@ -97,10 +97,10 @@ def test_per_job_gpus_with_more_tasks_than_a_node_has_cpus_are_left_to_slurm():
     fits = Job(8, partition="gpu", gpus_per_job=2, cpus=6, submit_time_s=NOW - 10,
                eligible_time_s=NOW + 20, admin_comment=GATED)
     snap = ClusterSnapshot(NOW, NODES, (spread, fits), PARTS)
-    view = ClusterSnapshot(NOW, NODES, (), PARTS)
-    why = why_never_placed(spread, view, "gpu")
+    state = idle_state(ClusterSnapshot(NOW, NODES, (), PARTS))
+    why = why_never_placed(spread, state, "gpu")
     assert "10 CPUs" in why and "largest node has 8 CPUs" in why
-    assert why_never_placed(fits, view, "gpu") == ""
+    assert why_never_placed(fits, state, "gpu") == ""
     marked = Placeability().mark(snap, ["gpu"])
     assert marked.job(7).left_to_slurm == why and not marked.job(8).left_to_slurm
     # and the agent releases the gate's delay at once

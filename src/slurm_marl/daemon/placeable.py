@@ -27,17 +27,22 @@ def _request_key(job: Job, partition: str) -> tuple:
             job.cpus, job.mem_mib, job.cpus_per_gpu, job.required_nodes, job.excluded_nodes)
 
 
-def why_never_placed(job: Job, view: ClusterSnapshot, partition: str) -> str:
-    """Why no placement of the agent's holds ``job`` on ``view``'s nodes, all idle (as if
-    no other job ran and every node were up), or "" if one does."""
+def idle_state(view: ClusterSnapshot) -> CycleState:
+    """A cycle state of ``view``'s nodes all idle (as if no other job ran and every node
+    were up), for ``why_never_placed``; read only, so one serves every job of a view."""
     idle = tuple(replace(n, state="IDLE", used_gpu_indices=frozenset(), alloc_cpus=0,
                          alloc_memory_mib=0) for n in view.nodes)
-    state = CycleState(ClusterSnapshot(time_s=view.time_s, nodes=idle, jobs=(),
-                                       partitions=view.partitions, switches=view.switches))
+    return CycleState(ClusterSnapshot(time_s=view.time_s, nodes=idle, jobs=(),
+                                      partitions=view.partitions, switches=view.switches))
+
+
+def why_never_placed(job: Job, state: CycleState, partition: str) -> str:
+    """Why no placement of the agent's holds ``job`` on the idle nodes of ``state``
+    (``idle_state``), or "" if one does."""
     if has_candidate(job, state, state.free):
         return ""
     total, per_node, count = job_shape(job)
-    most_cpus = max((n.cpus for n in idle), default=0)
+    most_cpus = max((n.cpus for n in state.snapshot.nodes), default=0)
     shape = (f"{total} GPUs per job" if not per_node
              else f"{per_node} GPUs on each of {count} node(s)")
     return (f"no placement of the agent's holds it on partition {partition} even with "
@@ -59,6 +64,7 @@ class Placeability:
         that no placement could hold (module docstring)."""
         wanted = set(managed)
         views = None
+        states: dict[str, CycleState] = {}   # the idle state of each view, built once
         changed: dict[int, Job] = {}
         for job in snap.pending:
             if job.left_to_slurm or not job.num_gpus or job.held:
@@ -71,7 +77,9 @@ class Placeability:
             if hit is None or snap.time_s - hit[0] > self.RECHECK_S:
                 if views is None:
                     views = partition_views(snap, sorted(wanted))
-                hit = self._known[key] = (snap.time_s, why_never_placed(job, views[part],
+                if part not in states:
+                    states[part] = idle_state(views[part])
+                hit = self._known[key] = (snap.time_s, why_never_placed(job, states[part],
                                                                         part))
             if hit[1]:
                 changed[job.job_id] = job.with_(left_to_slurm=hit[1])
