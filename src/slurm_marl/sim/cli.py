@@ -51,8 +51,9 @@ PredSeedOpt = Annotated[int, typer.Option("--prediction-seed",
                                           help="Seed of the prediction errors.")]
 GuardOpt = Annotated[bool, typer.Option(
     "--guard", help="Each profile as the daemon runs it: the default Slurm-alone guard in "
-    "front of a profile without a [guard] table (agent.guard; `run`, `replay` and `report` "
-    "apply it so). Default: the profiles as written (Tiresias' own policy stays exact).")]
+    "front of a profile without a guard table of its own (agent.guard; `run`, `replay` and "
+    "`report` apply it so). Default: the profiles as written (Tiresias' own policy stays "
+    "exact).")]
 SkipOpt = Annotated[bool, typer.Option(
     "--skip-bad-rows", help="Skip bad trace rows (their count and the first few go to "
     "stderr) instead of stopping with an error.")]
