@@ -275,7 +275,7 @@ class Agent:
             reservations=self.store.reservations.active(),
             left=self.admission.left_waiting(snap),
             inflight_nodes=self.memory.inflight_nodes(),
-            resv_renewed=self.memory.resv_renewed)
+            resv_renewed=self.memory.resv_renewed, own_priorities=self.memory.priorities)
         writes += admitted.released
         return self.memory.settled(self.memory.past_backoff(writes, snap.time_s),
                                    snap.time_s), advice

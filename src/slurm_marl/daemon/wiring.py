@@ -81,13 +81,11 @@ def gate_warning(config: Config) -> str | None:
     """Why the job_submit.lua gate beside slurm.conf does not match this agent's managed
     partitions and grace (``plugin.gate_mismatch``), or None. A gate it cannot read is not
     judged (``check-slurm`` says whether one is installed)."""
-    from pathlib import Path
+    from slurm_marl.slurm_integration.plugin import gate_mismatch, gate_path, installed_gate
 
-    from slurm_marl.slurm_integration.plugin import gate_mismatch
-
-    gate = Path(config.slurm.slurm_conf).parent / "job_submit.lua"
+    gate = gate_path(config.slurm.slurm_conf)
     try:
-        text = gate.read_text(errors="replace") if gate.is_file() else None
+        text = installed_gate(config.slurm.slurm_conf)
     except OSError as exc:
         log.debug("cannot read %s: %s", gate, exc)
         return None

@@ -108,18 +108,6 @@ class WriteMemory:
         out = Written()
         for r in results:
             d = r.decision
-            if isinstance(d, Defer) and r.ok:
-                lo, hi = snap.time_s + d.seconds, done_s + d.seconds
-                self.begins[d.job_id] = (lo, hi)
-                out.marks.append((d.job_id, "begin", f"{lo:.0f},{hi:.0f}"))
-                continue
-            if isinstance(d, SetPriority) and not d.site_factor and r.ok:
-                self.priorities[d.job_id] = d.priority
-                out.marks.append((d.job_id, "priority", str(d.priority)))
-                job = snap.job(d.job_id)
-                if job is not None and job.nice and self.nices.get(d.job_id) != job.nice:
-                    self.nices[d.job_id] = job.nice
-                    out.marks.append((d.job_id, "nice", str(job.nice)))
             if isinstance(d, Reserve):
                 if r.ok:
                     out.reservations_added.append((d.name, d.job_id, ",".join(d.nodes)))
@@ -128,18 +116,37 @@ class WriteMemory:
                 if r.ok or r.status is WriteStatus.VANISHED:
                     out.reservations_ended.append(d.name)
                     self.resv_renewed.pop(d.name, None)
-            elif isinstance(d, Preempt) and r.ok:
+            elif not r.ok:
+                continue
+            elif isinstance(d, Preempt):
                 self.preempted[d.job_id] = snap.time_s
-            elif isinstance(d, SetPriority) and d.site_factor and r.ok:
-                out.marks.append((d.job_id, "site_factor", str(d.priority)))
-            elif isinstance(d, Place) and r.ok:
+            elif isinstance(d, SetPriority):
+                self._priority_written(d, snap, out)
+            elif isinstance(d, Defer):
+                lo, hi = snap.time_s + d.seconds, done_s + d.seconds
+                self.begins[d.job_id] = (lo, hi)
+                out.marks.append((d.job_id, "begin", f"{lo:.0f},{hi:.0f}"))
+            elif isinstance(d, Place):
                 out.marks.append((d.job_id, "place", place_key(d)))
                 if d.start_now:
                     self.inflight[d.job_id] = (d, snap.time_s)
                     self.begins.pop(d.job_id, None)
-            elif isinstance(d, Release) and r.ok:
+            elif isinstance(d, Release):
                 self.begins.pop(d.job_id, None)
         return out
+
+    def _priority_written(self, d: SetPriority, snap: ClusterSnapshot, out: Written) -> None:
+        """A priority written: a SiteFactor as the store's mark; a ``Priority=`` also
+        remembered, with the job's nice then (Slurm sets it to 0 on the write)."""
+        if d.site_factor:
+            out.marks.append((d.job_id, "site_factor", str(d.priority)))
+            return
+        self.priorities[d.job_id] = d.priority
+        out.marks.append((d.job_id, "priority", str(d.priority)))
+        job = snap.job(d.job_id)
+        if job is not None and job.nice and self.nices.get(d.job_id) != job.nice:
+            self.nices[d.job_id] = job.nice
+            out.marks.append((d.job_id, "nice", str(job.nice)))
 
     def take_back(self, written: dict[tuple[int, str], str]) -> None:
         """The leases and priorities a restarted agent wrote before (the store's marks of

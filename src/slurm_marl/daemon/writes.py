@@ -155,15 +155,17 @@ def site_factor_writes(snap: ClusterSnapshot, order: list[SetPriority], site_fac
 def translate(snap: ClusterSnapshot, decisions: list[Decision],
               orders: list[tuple[str, list[SetPriority]]], cfg: AgentSection, *,
               written: dict, reservations: dict, left: list[Job], inflight_nodes: set[str],
-              resv_renewed: dict[str, float]) -> tuple[list[Decision], list[Place]]:
+              resv_renewed: dict[str, float], own_priorities: Mapping[int, int] | None = None
+              ) -> tuple[list[Decision], list[Place]]:
     """The pipeline's plan-writes stage: (writes for Slurm, changed plans that need no
     write). ``orders``: each partition's SetPriority decisions, planned apart; ``left``:
     the jobs left to Slurm that Slurm may start soon (admission's ``left_waiting``); the
-    rest as ``plan_writes`` takes them."""
+    rest as ``plan_writes`` takes them; ``own_priorities``: the priorities this agent
+    wrote, by job (``ordered_writes``' ``own``)."""
     eligible: set[int] = set()
     priorities = [w for part, order in orders
                   for w in _partition_priorities(snap, part, order, cfg, written, eligible,
-                                                 left)]
+                                                 left, own_priorities)]
     return plan_writes(snap, decisions, priorities, cfg, written=written,
                        reservations=reservations, inflight_nodes=inflight_nodes,
                        resv_renewed=resv_renewed, eligible=eligible)
@@ -171,14 +173,13 @@ def translate(snap: ClusterSnapshot, decisions: list[Decision],
 
 def _partition_priorities(snap: ClusterSnapshot, part: str, order: list[SetPriority],
                           cfg: AgentSection, written: dict, eligible: set[int],
-                          left: list[Job]) -> list[SetPriority]:
+                          left: list[Job], own: Mapping[int, int] | None = None
+                          ) -> list[SetPriority]:
     """The partition's priority writes; adds to ``eligible`` the jobs that must not wait
     behind the lease because a job left to Slurm would jump them (``ordered_writes``; not
     for SiteFactor partitions, whose order only nudges Slurm's own)."""
     if part in cfg.site_factor_partitions:
         return site_factor_writes(snap, order, cfg.site_factor_max, written)
-    own = {job_id: int(value) for (job_id, kind), value in written.items()
-           if kind == "priority" and value.lstrip("-").isdigit()}
     writes, head = ordered_writes(snap, order, cfg.priority_base,
                                   [j for j in left if part in j.partition.split(",")],
                                   cfg.eligible_ahead_gpus, own)

@@ -38,7 +38,8 @@ def asked_note(job: Job) -> str:
         return ("; its priority was set by its user or an admin (scontrol top, Priority=, "
                 f"a release): kept at {job.priority}, placed as Slurm ranks it")
     if job.nice:
-        return f"; nice {job.nice}: {abs(job.nice)} places {'later' if job.nice > 0 else 'earlier'}"
+        way = "later" if job.nice > 0 else "earlier"
+        return f"; nice {job.nice}: {abs(job.nice)} places {way}"
     return ""
 
 

@@ -54,13 +54,25 @@ def render_job_submit_lua(managed_partitions: list[str], grace_s: int,
             .replace("@ENFORCE_BINDING@", "true" if enforce_binding else "false"))
 
 
+def gate_path(slurm_conf: Path | str) -> Path:
+    """Where the gate is installed: job_submit.lua beside slurm.conf."""
+    return Path(slurm_conf).parent / "job_submit.lua"
+
+
+def installed_gate(slurm_conf: Path | str) -> str | None:
+    """The installed gate's text (``gate_path``), None if there is none; OSError if it
+    cannot be read."""
+    gate = gate_path(slurm_conf)
+    return gate.read_text(errors="replace") if gate.is_file() else None
+
+
 def install_job_submit_lua(slurm_conf: Path, text: str) -> tuple[Path, list[str]]:
     """Write job_submit.lua beside slurm.conf; return its path and what the admin still has
     to do (JobSubmitPlugins=lua, scontrol reconfigure)."""
     slurm_conf = Path(slurm_conf)
     if not slurm_conf.exists():
         raise PluginError(f"{slurm_conf} does not exist")
-    target = slurm_conf.parent / "job_submit.lua"
+    target = gate_path(slurm_conf)
     tmp = target.with_suffix(".lua.tmp")
     tmp.write_text(text)
     tmp.chmod(0o644)

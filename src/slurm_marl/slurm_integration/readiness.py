@@ -23,7 +23,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from slurm_marl.slurm_integration.plugin import PluginError, enforce_binding_for, gate_mismatch
+from slurm_marl.slurm_integration.plugin import (PluginError, enforce_binding_for, gate_mismatch,
+                                                 installed_gate)
 from slurm_marl.slurm_integration.runner import SlurmError, SlurmRunner
 from slurm_marl.slurm_integration.text import parse_kv_line, parse_node_gres
 
@@ -215,8 +216,7 @@ def gather(slurm_conf: Path | None, expect: tuple[list[str], int] | None = None
     cfg = parse_show_config(runner.run_checked(["scontrol", "show", "config"]))
     nodes = runner.run_checked(["scontrol", "show", "node", "-o"])
     conf_path = Path(slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
-    gate = conf_path.parent / "job_submit.lua"
-    gate_text = gate.read_text(errors="replace") if gate.is_file() else None
+    gate_text = installed_gate(conf_path)
     user = pwd.getpwuid(os.geteuid()).pw_name
     level = None
     if cfg.get("AccountingStorageType", "").endswith("slurmdbd"):
